@@ -1,0 +1,82 @@
+# Magnetar build targets. Tools used by `make proto` are pinned here and
+# installed into .bin/ so that regeneration is reproducible.
+
+GO            ?= go
+BIN           := $(CURDIR)/.bin
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.1
+PROTOC_VERSION             := 3.21.12
+PROTO_FILES   := $(wildcard proto/*/*.proto)
+# Packages that run goroutines: tested with the race detector.
+RACE_PKGS     := ./metastore/... ./bookie/... ./internal/...
+TEST_TIMEOUT  ?= 20m
+
+.PHONY: all build test test-short test-race test-e2e bench fuzz proto proto-check lint run tools clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/magnetar ./cmd/magnetar
+
+# The test command in README.md: unit, integration and race tests.
+test: proto-check
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+# Real processes: builds the binary and kills bookie processes with SIGKILL.
+test-e2e:
+	$(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3s -timeout 60m ./bookie/...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./bookie/internal/storage
+	$(GO) test -run '^$$' -fuzz FuzzDecodeLedgerState -fuzztime 30s ./bookie/internal/storage
+	$(GO) test -run '^$$' -fuzz FuzzDecodeKey -fuzztime 30s ./bookie/internal/storage
+
+run: build
+	$(BIN)/magnetar standalone
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
+
+$(BIN)/protoc-gen-go:
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(BIN)/protoc-gen-go-grpc:
+	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+# Regenerates the committed Go code from proto/*/*.proto.
+proto: tools
+	@protoc --version | grep -q "$(PROTOC_VERSION)" || { echo "need protoc $(PROTOC_VERSION) (Debian package protobuf-compiler), have: $$(protoc --version)"; exit 1; }
+	PATH=$(BIN):$$PATH protoc -I proto \
+		--go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+		$(patsubst proto/%,%,$(PROTO_FILES))
+
+# Fails when the committed generated code differs from what `make proto` makes.
+proto-check: tools
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	protoc --version | grep -q "$(PROTOC_VERSION)" || { echo "need protoc $(PROTOC_VERSION), have: $$(protoc --version)"; exit 1; }; \
+	PATH=$(BIN):$$PATH protoc -I proto \
+		--go_out=$$tmp --go_opt=paths=source_relative \
+		--go-grpc_out=$$tmp --go-grpc_opt=paths=source_relative \
+		$(patsubst proto/%,%,$(PROTO_FILES)); \
+	for f in $$(cd $$tmp && find . -name '*.go'); do \
+		cmp -s $$tmp/$$f proto/$$f || { echo "proto/$$f is stale: run make proto"; exit 1; }; \
+	done; \
+	for f in $$(cd proto && find . -name '*.pb.go'); do \
+		[ -f $$tmp/$$f ] || { echo "proto/$$f has no .proto source: remove it"; exit 1; }; \
+	done; \
+	echo "generated code is up to date"
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,158 @@
+package testutil
+
+import (
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections from a 127.0.0.1 port to a target address.
+// It can black-hole traffic (connections stay open, nothing passes: what a
+// network partition looks like to TCP) and cut every open connection.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu struct {
+		sync.Mutex
+		paused bool
+		resume chan struct{} // closed when paused ends
+		conns  map[net.Conn]struct{}
+		closed bool
+	}
+	wg sync.WaitGroup
+}
+
+// StartProxy listens on 127.0.0.1:0 and forwards to target until the test
+// ends.
+func StartProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy listen: %v", err)
+	}
+	p := &Proxy{ln: ln, target: target}
+	p.mu.conns = make(map[net.Conn]struct{})
+	p.mu.resume = make(chan struct{})
+	close(p.mu.resume)
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the address to dial instead of the target.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Pause stops forwarding bytes in both directions; connections stay open.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.mu.paused {
+		p.mu.paused = true
+		p.mu.resume = make(chan struct{})
+	}
+}
+
+// Resume forwards again after Pause.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.paused {
+		p.mu.paused = false
+		close(p.mu.resume)
+	}
+}
+
+// CutAll closes every open connection; new ones are still accepted.
+func (p *Proxy) CutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.mu.conns {
+		c.Close()
+	}
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.closed = true
+	if p.mu.paused {
+		p.mu.paused = false
+		close(p.mu.resume)
+	}
+	for c := range p.mu.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.ln.Close()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		c.Close()
+		return false
+	}
+	p.mu.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.mu.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		if !p.track(in) || !p.track(out) {
+			in.Close()
+			out.Close()
+			continue
+		}
+		p.wg.Add(2)
+		go p.pipe(in, out)
+		go p.pipe(out, in)
+	}
+}
+
+// pipe copies src to dst, holding bytes back while paused.
+func (p *Proxy) pipe(src, dst net.Conn) {
+	defer p.wg.Done()
+	defer p.untrack(dst)
+	defer p.untrack(src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			resume := p.mu.resume
+			p.mu.Unlock()
+			<-resume
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,44 @@
+package metastore
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The key layout, relative to the store's root. This is the only place that
+// spells keys out; docs/architecture.md documents the same table.
+//
+//	bookies/available/<bookie id>   metapb.BookieInfo, under the bookie's session lease
+//	bookies/cookies/<bookie id>     metapb.Cookie, permanent
+//	ledgers/<ledger id, 20 digits>  metapb.LedgerMetadata
+//	idgen/<name>                    empty; its revision is the last id handed out
+const (
+	BookiesAvailablePrefix = "bookies/available/"
+	BookieCookiesPrefix    = "bookies/cookies/"
+	LedgersPrefix          = "ledgers/"
+	idgenPrefix            = "idgen/"
+)
+
+// BookieAvailableKey is where a live bookie registers.
+func BookieAvailableKey(bookieID string) string { return BookiesAvailablePrefix + bookieID }
+
+// BookieCookieKey holds the cookie of a bookie id.
+func BookieCookieKey(bookieID string) string { return BookieCookiesPrefix + bookieID }
+
+// LedgerKey holds a ledger's metadata. Ids are zero-padded so that key
+// order is numeric order.
+func LedgerKey(ledgerID int64) string { return fmt.Sprintf("%s%020d", LedgersPrefix, ledgerID) }
+
+// ParseLedgerKey returns the ledger id of a key made by LedgerKey.
+func ParseLedgerKey(key string) (int64, error) {
+	s, ok := strings.CutPrefix(key, LedgersPrefix)
+	if !ok || len(s) != 20 {
+		return 0, fmt.Errorf("metastore: %q is not a ledger key", key)
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("metastore: %q is not a ledger key", key)
+	}
+	return id, nil
+}
