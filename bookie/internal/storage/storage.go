@@ -1,0 +1,796 @@
+// Package storage is the bookie's storage engine: ledger entries, fences and
+// last-add-confirmed values in one Pebble database.
+//
+// Every write (add, fence, explicit LAC, ledger deletion) goes through one
+// committer goroutine, in arrival order. The committer checks each request
+// against the in-memory ledger state (master key, fence), applies the
+// accepted ones to a Pebble batch, hands the batch to Pebble with a synced
+// commit and goes on with the next batch while the WAL sync runs; a second
+// goroutine waits for each sync and only then answers the requests. So:
+//
+//   - nothing is acknowledged before it is durable (group commit: all the
+//     requests that queued up during one sync share the next one);
+//   - a fence and an add on the same ledger are ordered: an add accepted
+//     before the fence is in the same or an earlier WAL sync than the fence,
+//     and every add after it is refused (BookKeeper pull 4701);
+//   - a failed write or sync stops the engine (ErrStorage from then on): it
+//     never acknowledges anything after an I/O error; restart to recover.
+//
+// Reads go straight to Pebble. A read may see an entry whose sync is still
+// running; that is harmless because readers only trust entries up to the
+// last add confirmed, and a recovery reader re-replicates what it finds.
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/bookie/bkerr"
+)
+
+// Options configure a DB.
+type Options struct {
+	// Dir is the database directory.
+	Dir string
+	// FS is the filesystem; nil means the operating system's. Tests pass
+	// Pebble's crash-simulating or error-injecting filesystems.
+	FS vfs.FS
+	// Logger; nil discards.
+	Logger *zap.Logger
+	// ValueSeparation stores payloads of at least ValueSeparationMinSize
+	// bytes in Pebble blob files so that compactions do not rewrite them.
+	ValueSeparation        bool
+	ValueSeparationMinSize int
+	// MemTableSize; default 64 MiB.
+	MemTableSize uint64
+	// CacheSize is Pebble's block cache; default 64 MiB.
+	CacheSize int64
+	// MaxBatchBytes caps the payload bytes of one group commit; default
+	// 16 MiB.
+	MaxBatchBytes int
+}
+
+// Entry is a stored ledger entry.
+type Entry struct {
+	LedgerID int64
+	EntryID  int64
+	// LAC is the writer's last add confirmed carried by this entry.
+	LAC int64
+	// Length is the ledger's total payload bytes up to and including it.
+	Length  int64
+	CRC     uint32
+	Payload []byte
+}
+
+// LedgerInfo is the bookie's view of a ledger.
+type LedgerInfo struct {
+	Fenced bool
+	// LAC is the highest last add confirmed seen (from adds or WriteLAC),
+	// -1 if none.
+	LAC int64
+	// LastEntry is the highest entry id stored, -1 if none.
+	LastEntry int64
+}
+
+// ledgerState is the in-memory state of one ledger. Guarded by DB.mu.
+type ledgerState struct {
+	masterKey []byte
+	fenced    bool
+	lac       int64
+	lastEntry int64
+	// lacWait is closed (and reset to nil) when lac advances or the ledger
+	// is deleted; nil while nobody waits.
+	lacWait chan struct{}
+}
+
+func (s *ledgerState) info() LedgerInfo {
+	return LedgerInfo{Fenced: s.fenced, LAC: s.lac, LastEntry: s.lastEntry}
+}
+
+func (s *ledgerState) wake() {
+	if s.lacWait != nil {
+		close(s.lacWait)
+		s.lacWait = nil
+	}
+}
+
+type reqKind uint8
+
+const (
+	reqAdd reqKind = iota
+	reqFence
+	reqWriteLAC
+	reqDelete
+	reqSystem
+)
+
+// request is one write handed to the committer.
+type request struct {
+	kind      reqKind
+	entry     Entry  // reqAdd
+	masterKey []byte // reqAdd, reqFence, reqWriteLAC
+	recovery  bool   // reqAdd: bypass the fence
+	lac       int64  // reqWriteLAC
+	ledgers   []int64
+	sysKey    []byte // reqSystem
+	sysValue  []byte
+
+	// Set by the committer or syncer, then done is closed.
+	err  error
+	info LedgerInfo // reqFence
+	done chan struct{}
+}
+
+type inflight struct {
+	batch *pebble.Batch
+	reqs  []*request
+}
+
+// DB is a bookie's storage. It is safe for concurrent use.
+type DB struct {
+	opts Options
+	log  *zap.Logger
+	db   *pebble.DB
+
+	reqs    chan *request
+	syncs   chan inflight
+	quit    chan struct{} // closed by Close
+	stopped sync.WaitGroup
+	done    chan struct{} // closed by Close once both loops have stopped
+	failed  chan struct{} // closed on the first storage failure
+
+	// Counters of acknowledged adds, for the bookie's load report.
+	adds     atomic.Int64
+	addBytes atomic.Int64
+	// pending counts requests queued or being committed.
+	pending atomic.Int64
+
+	mu struct {
+		sync.Mutex
+		ledgers map[int64]*ledgerState
+		// err is sticky: the first storage failure, or ErrClosed-like
+		// unavailability after Close.
+		err    error
+		closed bool
+	}
+}
+
+// ErrClosed is returned after Close.
+var ErrClosed = fmt.Errorf("%w: storage closed", bkerr.ErrUnavailable)
+
+// Open opens (or creates) the database and loads every ledger's state.
+func Open(opts Options) (*DB, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("storage: no directory given")
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.MemTableSize == 0 {
+		opts.MemTableSize = 64 << 20
+	}
+	if opts.CacheSize == 0 {
+		opts.CacheSize = 64 << 20
+	}
+	if opts.MaxBatchBytes == 0 {
+		opts.MaxBatchBytes = 16 << 20
+	}
+	if opts.ValueSeparationMinSize == 0 {
+		opts.ValueSeparationMinSize = 1024
+	}
+	d := &DB{
+		opts:   opts,
+		log:    opts.Logger,
+		reqs:   make(chan *request, 1024),
+		syncs:  make(chan inflight, 4),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+		failed: make(chan struct{}),
+	}
+	d.mu.ledgers = make(map[int64]*ledgerState)
+
+	cache := pebble.NewCache(opts.CacheSize)
+	defer cache.Unref()
+	po := &pebble.Options{
+		FS:                 opts.FS,
+		Cache:              cache,
+		MemTableSize:       opts.MemTableSize,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{opts.Logger.Named("pebble").Sugar()},
+	}
+	if opts.ValueSeparation {
+		minSize := opts.ValueSeparationMinSize
+		po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+			return pebble.ValueSeparationPolicy{
+				Enabled:               true,
+				MinimumSize:           minSize,
+				MaxBlobReferenceDepth: 10,
+				RewriteMinimumAge:     5 * 60e9,
+				TargetGarbageRatio:    0.2,
+			}
+		}
+	}
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
+	}
+	d.db = db
+	if err := d.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.stopped.Add(2)
+	go d.commitLoop()
+	go d.syncLoop()
+	return d, nil
+}
+
+// load reads every ledger's state: the ledger records, then for each ledger
+// with entries its last entry (whose LAC may be newer than the record's).
+func (d *DB) load() error {
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLedger}, UpperBound: []byte{prefixLedger + 1}})
+	if err != nil {
+		return fmt.Errorf("storage: load ledgers: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		_, ledger, _, err := decodeKey(it.Key())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		rec, err := decodeLedgerRecord(it.Value())
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("storage: ledger %d: %w", ledger, err)
+		}
+		d.mu.ledgers[ledger] = &ledgerState{masterKey: rec.MasterKey, fenced: rec.Fenced, lac: rec.LAC, lastEntry: -1}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("storage: load ledgers: %w", err)
+	}
+
+	it, err = d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEntry}, UpperBound: []byte{prefixEntry + 1}})
+	if err != nil {
+		return fmt.Errorf("storage: load entries: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; {
+		_, ledger, _, err := decodeKey(it.Key())
+		if err != nil {
+			return err
+		}
+		// Jump to the ledger's last entry.
+		if !it.SeekLT(entryKey(ledger+1, 0)) {
+			return fmt.Errorf("storage: ledger %d vanished while loading", ledger)
+		}
+		_, _, last, err := decodeKey(it.Key())
+		if err != nil {
+			return err
+		}
+		h, _, err := decodeEntry(it.Value())
+		if err != nil {
+			return fmt.Errorf("storage: ledger %d entry %d: %w", ledger, last, err)
+		}
+		st := d.mu.ledgers[ledger]
+		if st == nil {
+			return fmt.Errorf("%w: ledger %d has entries but no ledger record", errCorrupt, ledger)
+		}
+		st.lastEntry = last
+		st.lac = max(st.lac, h.LAC)
+		ok = it.SeekGE(entryKey(ledger+1, 0))
+	}
+	return nil
+}
+
+// Close stops the committer, fails queued requests with ErrClosed, wakes
+// LAC waiters and closes Pebble.
+func (d *DB) Close() error {
+	d.mu.Lock()
+	if d.mu.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.closed = true
+	if d.mu.err == nil {
+		d.mu.err = ErrClosed
+	}
+	for _, st := range d.mu.ledgers {
+		st.wake()
+	}
+	d.mu.Unlock()
+	close(d.quit)
+	d.stopped.Wait()
+	close(d.done)
+	d.drainClosed() // requests that raced with the committer's exit
+	return d.db.Close()
+}
+
+// Failed is closed when the storage fails; Err then says why.
+func (d *DB) Failed() <-chan struct{} { return d.failed }
+
+// Err is the sticky failure (or ErrClosed), nil while healthy.
+func (d *DB) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.err
+}
+
+// fail makes err sticky: every later request fails.
+func (d *DB) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.err != nil {
+		return
+	}
+	d.mu.err = fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+	d.log.Error("storage failed; refusing all requests until restarted", zap.Error(err))
+	for _, st := range d.mu.ledgers {
+		st.wake()
+	}
+	close(d.failed)
+}
+
+// submit queues r and waits for its answer. If ctx ends first the request
+// may still be applied, but the caller is not told it succeeded.
+func (d *DB) submit(ctx context.Context, r *request) error {
+	r.done = make(chan struct{})
+	if err := d.Err(); err != nil {
+		return err
+	}
+	select {
+	case d.reqs <- r:
+	case <-d.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	d.pending.Add(1)
+	defer d.pending.Add(-1)
+	select {
+	case <-r.done:
+		return r.err
+	case <-d.done:
+		select {
+		case <-r.done:
+			return r.err
+		default:
+			return ErrClosed
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func validate(ledger, entry int64, masterKey []byte) error {
+	switch {
+	case ledger <= 0:
+		return fmt.Errorf("%w: ledger id %d must be positive", bkerr.ErrInvalidArgument, ledger)
+	case entry < 0:
+		return fmt.Errorf("%w: entry id %d must not be negative", bkerr.ErrInvalidArgument, entry)
+	case len(masterKey) == 0:
+		return fmt.Errorf("%w: missing master key", bkerr.ErrInvalidArgument)
+	case len(masterKey) > MaxMasterKeyLen:
+		return fmt.Errorf("%w: master key of %d bytes (at most %d)", bkerr.ErrInvalidArgument, len(masterKey), MaxMasterKeyLen)
+	}
+	return nil
+}
+
+// AddEntry stores an entry and returns once it is durable.
+func (d *DB) AddEntry(ctx context.Context, e Entry, masterKey []byte, recovery bool) error {
+	if err := validate(e.LedgerID, e.EntryID, masterKey); err != nil {
+		return err
+	}
+	if e.LAC < -1 || e.LAC >= e.EntryID || e.Length < int64(len(e.Payload)) {
+		return fmt.Errorf("%w: entry %d of ledger %d carries last add confirmed %d and length %d", bkerr.ErrInvalidArgument, e.EntryID, e.LedgerID, e.LAC, e.Length)
+	}
+	return d.submit(ctx, &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery})
+}
+
+// Fence marks the ledger fenced, durably, and returns its state. Fencing a
+// ledger the bookie has never seen records it, with the master key, so that
+// a late add from the old writer is refused.
+func (d *DB) Fence(ctx context.Context, ledger int64, masterKey []byte) (LedgerInfo, error) {
+	if err := validate(ledger, 0, masterKey); err != nil {
+		return LedgerInfo{}, err
+	}
+	r := &request{kind: reqFence, entry: Entry{LedgerID: ledger}, masterKey: masterKey}
+	if err := d.submit(ctx, r); err != nil {
+		return LedgerInfo{}, err // r.info may still be written by the committer
+	}
+	return r.info, nil
+}
+
+// WriteLAC records an explicit last add confirmed.
+func (d *DB) WriteLAC(ctx context.Context, ledger int64, masterKey []byte, lac int64) error {
+	if err := validate(ledger, max(lac, 0), masterKey); err != nil {
+		return err
+	}
+	if lac < -1 {
+		return fmt.Errorf("%w: last add confirmed %d", bkerr.ErrInvalidArgument, lac)
+	}
+	return d.submit(ctx, &request{kind: reqWriteLAC, entry: Entry{LedgerID: ledger}, masterKey: masterKey, lac: lac})
+}
+
+// DeleteLedgers removes the ledgers and all their entries.
+func (d *DB) DeleteLedgers(ctx context.Context, ledgers []int64) error {
+	if len(ledgers) == 0 {
+		return nil
+	}
+	return d.submit(ctx, &request{kind: reqDelete, ledgers: slices.Clone(ledgers)})
+}
+
+// PutSystem durably stores a small system value (the bookie's cookie).
+func (d *DB) PutSystem(ctx context.Context, name string, value []byte) error {
+	return d.submit(ctx, &request{kind: reqSystem, sysKey: systemKey(name), sysValue: value})
+}
+
+// GetSystem reads a system value; ok is false if it was never stored.
+func (d *DB) GetSystem(name string) (value []byte, ok bool, err error) {
+	v, closer, err := d.db.Get(systemKey(name))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v), true, nil
+}
+
+// ReadEntry returns a stored entry.
+func (d *DB) ReadEntry(ledger, entry int64) (Entry, error) {
+	d.mu.Lock()
+	err := d.mu.err
+	st := d.mu.ledgers[ledger]
+	var lac int64
+	if st != nil {
+		lac = st.lac
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return Entry{}, err
+	}
+	if st == nil {
+		return Entry{}, fmt.Errorf("%w: ledger %d", bkerr.ErrNoSuchLedger, ledger)
+	}
+	v, closer, err := d.db.Get(entryKey(ledger, entry))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Entry{}, fmt.Errorf("%w: ledger %d entry %d (last add confirmed %d)", bkerr.ErrNoSuchEntry, ledger, entry, lac)
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("%w: read ledger %d entry %d: %v", bkerr.ErrStorage, ledger, entry, err)
+	}
+	defer closer.Close()
+	h, payload, err := decodeEntry(v)
+	if err != nil {
+		return Entry{}, fmt.Errorf("%w: ledger %d entry %d: %v", bkerr.ErrStorage, ledger, entry, err)
+	}
+	return Entry{LedgerID: ledger, EntryID: entry, LAC: h.LAC, Length: h.Length, CRC: h.CRC, Payload: bytes.Clone(payload)}, nil
+}
+
+// Info returns the ledger's state.
+func (d *DB) Info(ledger int64) (LedgerInfo, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.err != nil {
+		return LedgerInfo{}, d.mu.err
+	}
+	st := d.mu.ledgers[ledger]
+	if st == nil {
+		return LedgerInfo{}, fmt.Errorf("%w: ledger %d", bkerr.ErrNoSuchLedger, ledger)
+	}
+	return st.info(), nil
+}
+
+// WaitLAC returns the ledger's state once its LAC is greater than previous,
+// or its current state when ctx ends (ctx ending is not an error here: a
+// long poll that times out answers with what it has).
+func (d *DB) WaitLAC(ctx context.Context, ledger, previous int64) (LedgerInfo, error) {
+	for {
+		d.mu.Lock()
+		if d.mu.err != nil {
+			err := d.mu.err
+			d.mu.Unlock()
+			return LedgerInfo{}, err
+		}
+		st := d.mu.ledgers[ledger]
+		if st == nil {
+			d.mu.Unlock()
+			return LedgerInfo{}, fmt.Errorf("%w: ledger %d", bkerr.ErrNoSuchLedger, ledger)
+		}
+		if st.lac > previous {
+			info := st.info()
+			d.mu.Unlock()
+			return info, nil
+		}
+		if st.lacWait == nil {
+			st.lacWait = make(chan struct{})
+		}
+		ch := st.lacWait
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return d.Info(ledger)
+		}
+	}
+}
+
+// Ledgers returns the ids of every ledger stored, in increasing order.
+func (d *DB) Ledgers() []int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids := make([]int64, 0, len(d.mu.ledgers))
+	for id := range d.mu.ledgers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Stats are counters for the bookie's load report.
+type Stats struct {
+	Ledgers  int
+	Adds     int64
+	AddBytes int64
+	// Pending requests: queued, or waiting for their sync.
+	Pending int64
+}
+
+// Stats returns the counters of acknowledged adds since Open.
+func (d *DB) Stats() Stats {
+	d.mu.Lock()
+	n := len(d.mu.ledgers)
+	d.mu.Unlock()
+	return Stats{Ledgers: n, Adds: d.adds.Load(), AddBytes: d.addBytes.Load(), Pending: d.pending.Load()}
+}
+
+// Limits of one group commit.
+const maxBatchRequests = 4096
+
+// commitLoop is the single writer: it takes queued requests, applies the
+// valid ones to one batch and commits it without waiting for the sync.
+func (d *DB) commitLoop() {
+	defer d.stopped.Done()
+	defer close(d.syncs)
+	reqs := make([]*request, 0, maxBatchRequests)
+	for {
+		reqs = reqs[:0]
+		select {
+		case r := <-d.reqs:
+			reqs = append(reqs, r)
+		case <-d.quit:
+			d.drainClosed()
+			return
+		}
+		bytes := len(reqs[0].entry.Payload)
+	more:
+		for len(reqs) < maxBatchRequests && bytes < d.opts.MaxBatchBytes {
+			select {
+			case r := <-d.reqs:
+				reqs = append(reqs, r)
+				bytes += len(r.entry.Payload)
+			default:
+				break more
+			}
+		}
+		d.commit(reqs)
+	}
+}
+
+// drainClosed answers everything still queued with ErrClosed.
+func (d *DB) drainClosed() {
+	for {
+		select {
+		case r := <-d.reqs:
+			r.err = ErrClosed
+			close(r.done)
+		default:
+			return
+		}
+	}
+}
+
+func (d *DB) commit(reqs []*request) {
+	b := d.db.NewBatch()
+	accepted := make([]*request, 0, len(reqs))
+	d.mu.Lock()
+	failed := d.mu.err
+	for _, r := range reqs {
+		if failed != nil {
+			r.err = failed
+		} else {
+			r.err = d.applyLocked(b, r)
+		}
+		if r.err != nil {
+			close(r.done)
+			continue
+		}
+		accepted = append(accepted, r)
+	}
+	d.mu.Unlock()
+	if len(accepted) == 0 {
+		b.Close()
+		return
+	}
+	if err := d.applyNoSyncWait(b); err != nil {
+		d.fail(err)
+		err = d.Err()
+		for _, r := range accepted {
+			r.err = err
+			close(r.done)
+		}
+		b.Close()
+		return
+	}
+	d.syncs <- inflight{batch: b, reqs: accepted}
+}
+
+// applyNoSyncWait applies b to the memtable and WAL without waiting for the
+// sync. Pebble reports a failed WAL write through Logger.Fatalf, which our
+// logger turns into a panic caught here.
+func (d *DB) applyNoSyncWait(b *pebble.Batch) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fe, ok := p.(fatalError)
+			if !ok {
+				panic(p)
+			}
+			err = fe
+		}
+	}()
+	return d.db.ApplyNoSyncWait(b, pebble.Sync)
+}
+
+// syncLoop waits for each batch's WAL sync in commit order, then answers
+// its requests.
+func (d *DB) syncLoop() {
+	defer d.stopped.Done()
+	for f := range d.syncs {
+		err := f.batch.SyncWait()
+		if err != nil {
+			d.fail(err)
+			err = d.Err()
+		}
+		for _, r := range f.reqs {
+			r.err = err
+			if err == nil && r.kind == reqAdd {
+				d.adds.Add(1)
+				d.addBytes.Add(int64(len(r.entry.Payload)))
+			}
+			close(r.done)
+		}
+		f.batch.Close()
+	}
+}
+
+// applyLocked validates r against the ledger state, updates the state and
+// adds r's writes to b. Called with d.mu held, by the committer only.
+func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
+	switch r.kind {
+	case reqDelete:
+		d.deleteLocked(b, r.ledgers)
+		return nil
+	case reqSystem:
+		return b.Set(r.sysKey, r.sysValue, nil)
+	}
+	ledger := r.entry.LedgerID
+	st, err := d.ledgerForWriteLocked(b, ledger, r.masterKey, r.kind == reqFence)
+	if err != nil {
+		return err
+	}
+	switch r.kind {
+	case reqAdd:
+		if st.fenced && !r.recovery {
+			return fmt.Errorf("%w: ledger %d, add of entry %d refused", bkerr.ErrFenced, ledger, r.entry.EntryID)
+		}
+		e := &r.entry
+		op := b.SetDeferred(entryKeyLen, entryHeaderLen+len(e.Payload))
+		putEntryKey(op.Key, ledger, e.EntryID)
+		putEntryHeader(op.Value, entryHeader{LAC: e.LAC, Length: e.Length, CRC: e.CRC})
+		copy(op.Value[entryHeaderLen:], e.Payload)
+		if err := op.Finish(); err != nil {
+			return fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+		}
+		st.lastEntry = max(st.lastEntry, e.EntryID)
+		if e.LAC > st.lac {
+			st.lac = e.LAC
+			st.wake()
+		}
+	case reqFence:
+		st.fenced = true
+		r.info = st.info()
+	case reqWriteLAC:
+		if r.lac <= st.lac {
+			return nil // nothing new; answered after the batch's sync anyway
+		}
+		st.lac = r.lac
+		st.wake()
+		if err := b.Set(ledgerKey(ledger), encodeLedgerRecord(st.record()), nil); err != nil {
+			return fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+		}
+	}
+	return nil
+}
+
+func (s *ledgerState) record() ledgerRecord {
+	return ledgerRecord{Fenced: s.fenced, LAC: s.lac, MasterKey: s.masterKey}
+}
+
+// ledgerForWriteLocked returns the ledger's state after checking the master
+// key, creating the ledger (and its record, in b) on first sight. A fence
+// always rewrites the record.
+func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byte, fence bool) (*ledgerState, error) {
+	st := d.mu.ledgers[ledger]
+	if st != nil && !bytes.Equal(st.masterKey, masterKey) {
+		return nil, fmt.Errorf("%w: ledger %d", bkerr.ErrBadMasterKey, ledger)
+	}
+	if st != nil && (!fence || st.fenced) {
+		// Re-fencing still goes through a synced batch: the caller's
+		// reply waits until the earlier fence is durable.
+		return st, nil
+	}
+	if st == nil {
+		st = &ledgerState{masterKey: bytes.Clone(masterKey), lac: -1, lastEntry: -1}
+		d.mu.ledgers[ledger] = st
+	}
+	rec := st.record()
+	rec.Fenced = rec.Fenced || fence
+	if err := b.Set(ledgerKey(ledger), encodeLedgerRecord(rec), nil); err != nil {
+		return nil, fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+	}
+	return st, nil
+}
+
+// deleteLocked removes ledgers, coalescing runs of consecutive ids into one
+// range deletion each (many small range tombstones slow Pebble down).
+func (d *DB) deleteLocked(b *pebble.Batch, ids []int64) {
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		first, last := ids[i], ids[j]
+		b.DeleteRange(entryKey(first, 0), entryKey(last+1, 0), nil)
+		b.DeleteRange(ledgerKey(first), ledgerKey(last+1), nil)
+		for id := first; id <= last; id++ {
+			if st := d.mu.ledgers[id]; st != nil {
+				st.wake()
+				delete(d.mu.ledgers, id)
+			}
+		}
+		i = j + 1
+	}
+}
+
+// fatalError is what pebbleLogger.Fatalf panics with.
+type fatalError struct{ msg string }
+
+func (e fatalError) Error() string { return e.msg }
+
+// pebbleLogger routes Pebble's logs to zap. Fatalf panics instead of
+// exiting: on the commit path the panic is recovered and the storage fails
+// cleanly; elsewhere it stops the process, as Pebble intends.
+type pebbleLogger struct{ s *zap.SugaredLogger }
+
+func (l pebbleLogger) Infof(format string, args ...any)  { l.s.Debugf(format, args...) }
+func (l pebbleLogger) Errorf(format string, args ...any) { l.s.Errorf(format, args...) }
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.s.Error(msg)
+	panic(fatalError{msg: msg})
+}

@@ -1,0 +1,498 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/magnetar-io/magnetar/bookie/bkerr"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
+}
+
+var key = []byte("master-key")
+
+// variants runs a test body with every storage setting we ship.
+var variants = []struct {
+	name string
+	opts Options
+}{
+	{"plain", Options{}},
+	{"value-separation", Options{ValueSeparation: true, ValueSeparationMinSize: 64}},
+}
+
+func forEachVariant(t *testing.T, fn func(t *testing.T, base Options)) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) { fn(t, v.opts) })
+	}
+}
+
+func open(t testing.TB, base Options, fs vfs.FS) *DB {
+	t.Helper()
+	o := base
+	o.FS = fs
+	o.Dir = "bookie"
+	o.Logger = zaptest.NewLogger(t)
+	o.MemTableSize = 1 << 20
+	o.CacheSize = 1 << 20
+	d, err := Open(o)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return d
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func payloadOf(ledger, entry int64, size int) []byte {
+	p := bytes.Repeat([]byte{byte(ledger*31 + entry)}, size)
+	copy(p, fmt.Sprintf("%d/%d", ledger, entry))
+	return p
+}
+
+func mkEntry(ledger, entry int64, size int) Entry {
+	p := payloadOf(ledger, entry, size)
+	return Entry{LedgerID: ledger, EntryID: entry, LAC: entry - 1, Length: (entry + 1) * int64(size), CRC: crc32.Checksum(p, crc32.MakeTable(crc32.Castagnoli)), Payload: p}
+}
+
+func mustAdd(t testing.TB, d *DB, e Entry) {
+	t.Helper()
+	if err := d.AddEntry(ctxT(t), e, key, false); err != nil {
+		t.Fatalf("add %d/%d: %v", e.LedgerID, e.EntryID, err)
+	}
+}
+
+func checkEntry(t testing.TB, d *DB, want Entry) {
+	t.Helper()
+	got, err := d.ReadEntry(want.LedgerID, want.EntryID)
+	if err != nil {
+		t.Fatalf("read %d/%d: %v", want.LedgerID, want.EntryID, err)
+	}
+	if got.LAC != want.LAC || got.Length != want.Length || got.CRC != want.CRC || !bytes.Equal(got.Payload, want.Payload) {
+		t.Fatalf("read %d/%d: got lac %d length %d crc %x %d bytes; want lac %d length %d crc %x %d bytes",
+			want.LedgerID, want.EntryID, got.LAC, got.Length, got.CRC, len(got.Payload), want.LAC, want.Length, want.CRC, len(want.Payload))
+	}
+}
+
+func TestAddReadReopen(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, base Options) {
+		fs := vfs.NewMem()
+		d := open(t, base, fs)
+		var all []Entry
+		for l := int64(1); l <= 3; l++ {
+			for e := int64(0); e < 20; e++ {
+				en := mkEntry(l, e, 100+int(e)*50)
+				mustAdd(t, d, en)
+				all = append(all, en)
+			}
+		}
+		if err := d.WriteLAC(ctxT(t), 2, key, 19); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Fence(ctxT(t), 3, key); err != nil {
+			t.Fatal(err)
+		}
+		check := func(d *DB) {
+			for _, en := range all {
+				checkEntry(t, d, en)
+			}
+			for l, want := range map[int64]LedgerInfo{
+				1: {LAC: 18, LastEntry: 19},
+				2: {LAC: 19, LastEntry: 19},
+				3: {LAC: 18, LastEntry: 19, Fenced: true},
+			} {
+				got, err := d.Info(l)
+				if err != nil || got != want {
+					t.Fatalf("info of ledger %d: %+v, %v; want %+v", l, got, err, want)
+				}
+			}
+			if got := d.Ledgers(); len(got) != 3 || got[0] != 1 || got[2] != 3 {
+				t.Fatalf("ledgers: %v", got)
+			}
+		}
+		check(d)
+		if st := d.Stats(); st.Adds != int64(len(all)) || st.Ledgers != 3 {
+			t.Fatalf("stats: %+v", st)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d = open(t, base, fs)
+		defer d.Close()
+		check(d)
+	})
+}
+
+func TestFenceRefusesAddsButNotRecoveryAdds(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, base Options) {
+		fs := vfs.NewMem()
+		d := open(t, base, fs)
+		ctx := ctxT(t)
+		mustAdd(t, d, mkEntry(7, 0, 10))
+		mustAdd(t, d, mkEntry(7, 1, 10))
+		info, err := d.Fence(ctx, 7, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info != (LedgerInfo{Fenced: true, LAC: 0, LastEntry: 1}) {
+			t.Fatalf("fence returned %+v", info)
+		}
+		if err := d.AddEntry(ctx, mkEntry(7, 2, 10), key, false); !errors.Is(err, bkerr.ErrFenced) {
+			t.Fatalf("add to fenced ledger: got %v, want ErrFenced", err)
+		}
+		if err := d.AddEntry(ctx, mkEntry(7, 2, 10), key, true); err != nil {
+			t.Fatalf("recovery add: %v", err)
+		}
+		// Fencing twice is fine; a fence with the wrong key is not.
+		if _, err := d.Fence(ctx, 7, key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Fence(ctx, 7, []byte("other")); !errors.Is(err, bkerr.ErrBadMasterKey) {
+			t.Fatalf("fence with wrong key: %v", err)
+		}
+		// Fencing a ledger never seen records it: the old writer's first
+		// add to this bookie is refused too.
+		if _, err := d.Fence(ctx, 8, key); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.AddEntry(ctx, mkEntry(8, 0, 10), key, false); !errors.Is(err, bkerr.ErrFenced) {
+			t.Fatalf("add to a ledger fenced before its first entry: %v", err)
+		}
+		d.Close()
+		d = open(t, base, fs)
+		defer d.Close()
+		for _, l := range []int64{7, 8} {
+			if err := d.AddEntry(ctx, mkEntry(l, 3, 10), key, false); !errors.Is(err, bkerr.ErrFenced) {
+				t.Fatalf("ledger %d: fence lost on reopen: %v", l, err)
+			}
+		}
+		checkEntry(t, d, mkEntry(7, 2, 10))
+	})
+}
+
+func TestMasterKeyAndMissing(t *testing.T) {
+	d := open(t, Options{}, vfs.NewMem())
+	defer d.Close()
+	ctx := ctxT(t)
+	mustAdd(t, d, mkEntry(1, 0, 10))
+	if err := d.AddEntry(ctx, mkEntry(1, 1, 10), []byte("wrong"), false); !errors.Is(err, bkerr.ErrBadMasterKey) {
+		t.Fatalf("add with wrong key: %v", err)
+	}
+	if err := d.WriteLAC(ctx, 1, []byte("wrong"), 0); !errors.Is(err, bkerr.ErrBadMasterKey) {
+		t.Fatalf("write LAC with wrong key: %v", err)
+	}
+	if _, err := d.ReadEntry(2, 0); !errors.Is(err, bkerr.ErrNoSuchLedger) {
+		t.Fatalf("read of unknown ledger: %v", err)
+	}
+	if _, err := d.ReadEntry(1, 5); !errors.Is(err, bkerr.ErrNoSuchEntry) {
+		t.Fatalf("read of missing entry: %v", err)
+	}
+	if _, err := d.Info(2); !errors.Is(err, bkerr.ErrNoSuchLedger) {
+		t.Fatalf("info of unknown ledger: %v", err)
+	}
+}
+
+func TestInvalidArguments(t *testing.T) {
+	d := open(t, Options{}, vfs.NewMem())
+	defer d.Close()
+	ctx := ctxT(t)
+	good := mkEntry(1, 5, 10)
+	for _, tc := range []struct {
+		name string
+		mod  func(e *Entry, k *[]byte)
+	}{
+		{"zero ledger", func(e *Entry, _ *[]byte) { e.LedgerID = 0 }},
+		{"negative ledger", func(e *Entry, _ *[]byte) { e.LedgerID = -3 }},
+		{"negative entry", func(e *Entry, _ *[]byte) { e.EntryID = -1 }},
+		{"lac not before entry", func(e *Entry, _ *[]byte) { e.LAC = 5 }},
+		{"lac below -1", func(e *Entry, _ *[]byte) { e.LAC = -2 }},
+		{"length shorter than payload", func(e *Entry, _ *[]byte) { e.Length = 3 }},
+		{"no master key", func(_ *Entry, k *[]byte) { *k = nil }},
+		{"huge master key", func(_ *Entry, k *[]byte) { *k = make([]byte, MaxMasterKeyLen+1) }},
+	} {
+		e, k := good, key
+		tc.mod(&e, &k)
+		if err := d.AddEntry(ctx, e, k, false); !errors.Is(err, bkerr.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", tc.name, err)
+		}
+	}
+	if _, err := d.Fence(ctx, 0, key); !errors.Is(err, bkerr.ErrInvalidArgument) {
+		t.Errorf("fence of ledger 0: %v", err)
+	}
+	if err := d.WriteLAC(ctx, 1, key, -5); !errors.Is(err, bkerr.ErrInvalidArgument) {
+		t.Errorf("write LAC -5: %v", err)
+	}
+	if len(d.Ledgers()) != 0 {
+		t.Fatalf("invalid requests created ledgers: %v", d.Ledgers())
+	}
+}
+
+func TestWaitLAC(t *testing.T) {
+	d := open(t, Options{}, vfs.NewMem())
+	defer d.Close()
+	ctx := ctxT(t)
+	mustAdd(t, d, mkEntry(1, 0, 10)) // lac -1
+	got := make(chan LedgerInfo, 1)
+	go func() {
+		info, err := d.WaitLAC(ctx, 1, -1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- info
+	}()
+	mustAdd(t, d, mkEntry(1, 1, 10)) // lac 0: wakes the waiter
+	select {
+	case info := <-got:
+		if info.LAC != 0 {
+			t.Fatalf("waiter woke with LAC %d", info.LAC)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("waiter not woken by an add carrying a newer LAC")
+	}
+	// Already past: returns at once. Timeout: returns the current state.
+	if info, err := d.WaitLAC(ctx, 1, -1); err != nil || info.LAC != 0 {
+		t.Fatalf("wait for a passed LAC: %+v %v", info, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if info, err := d.WaitLAC(short, 1, 0); err != nil || info.LAC != 0 {
+		t.Fatalf("timed-out wait: %+v %v", info, err)
+	}
+	// Explicit LAC wakes waiters too; deletion ends them with an error.
+	go func() {
+		info, err := d.WaitLAC(ctx, 1, 0)
+		if err != nil || info.LAC != 1 {
+			t.Errorf("wait for explicit LAC: %+v %v", info, err)
+		}
+		got <- info
+	}()
+	if err := d.WriteLAC(ctx, 1, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.WaitLAC(ctx, 1, 10)
+		errc <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, "waiter to block", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.mu.ledgers[1].lacWait != nil
+	})
+	if err := d.DeleteLedgers(ctx, []int64{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, bkerr.ErrNoSuchLedger) {
+		t.Fatalf("waiter on deleted ledger: %v", err)
+	}
+}
+
+func TestDeleteLedgers(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, base Options) {
+		fs := vfs.NewMem()
+		d := open(t, base, fs)
+		ctx := ctxT(t)
+		for l := int64(1); l <= 10; l++ {
+			for e := int64(0); e < 5; e++ {
+				mustAdd(t, d, mkEntry(l, e, 200))
+			}
+		}
+		// A run (2-4), singles (7, 9) and an unknown id.
+		if err := d.DeleteLedgers(ctx, []int64{4, 2, 3, 7, 9, 99, 3}); err != nil {
+			t.Fatal(err)
+		}
+		check := func(d *DB) {
+			deleted := map[int64]bool{2: true, 3: true, 4: true, 7: true, 9: true}
+			for l := int64(1); l <= 10; l++ {
+				for e := int64(0); e < 5; e++ {
+					_, err := d.ReadEntry(l, e)
+					if deleted[l] != errors.Is(err, bkerr.ErrNoSuchLedger) || (!deleted[l] && err != nil) {
+						t.Fatalf("ledger %d entry %d (deleted %v): %v", l, e, deleted[l], err)
+					}
+				}
+			}
+			if got := fmt.Sprint(d.Ledgers()); got != "[1 5 6 8 10]" {
+				t.Fatalf("ledgers left: %s", got)
+			}
+		}
+		check(d)
+		d.Close()
+		d = open(t, base, fs)
+		defer d.Close()
+		check(d)
+	})
+}
+
+// syncGate is an errorfs injector that counts WAL syncs and can hold them.
+type syncGate struct {
+	syncs   atomic.Int64
+	mu      sync.Mutex
+	blocked chan struct{} // non-nil: syncs wait until it is closed
+	waiting atomic.Int64  // syncs currently held
+}
+
+func isWALSync(op errorfs.Op) bool {
+	switch op.Kind {
+	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+		return strings.HasSuffix(op.Path, ".log")
+	}
+	return false
+}
+
+func (g *syncGate) MaybeError(op errorfs.Op) error {
+	if !isWALSync(op) {
+		return nil
+	}
+	g.syncs.Add(1)
+	g.mu.Lock()
+	ch := g.blocked
+	g.mu.Unlock()
+	if ch != nil {
+		g.waiting.Add(1)
+		<-ch
+		g.waiting.Add(-1)
+	}
+	return nil
+}
+
+func (g *syncGate) String() string { return "sync-gate" }
+
+func (g *syncGate) hold() {
+	g.mu.Lock()
+	g.blocked = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *syncGate) release() {
+	g.mu.Lock()
+	if g.blocked != nil {
+		close(g.blocked)
+		g.blocked = nil
+	}
+	g.mu.Unlock()
+}
+
+// Many concurrent adds share WAL syncs: while one sync is held, every add
+// that arrives queues behind it and the next sync covers them all.
+func TestGroupCommit(t *testing.T) {
+	gate := &syncGate{}
+	d := open(t, Options{}, errorfs.Wrap(vfs.NewMem(), gate))
+	defer d.Close()
+	ctx := ctxT(t)
+	mustAdd(t, d, mkEntry(1, 0, 10))
+
+	gate.hold()
+	first := make(chan error, 1)
+	go func() { first <- d.AddEntry(ctx, mkEntry(1, 1, 10), key, false) }()
+	testutil.Eventually(t, 10*time.Second, "first sync to be held", func() bool { return gate.waiting.Load() == 1 })
+	before := gate.syncs.Load()
+
+	const n = 500
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := int64(0); i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- d.AddEntry(ctx, mkEntry(2, i, 100), key, false)
+		}()
+	}
+	// All of them queue up; none is acknowledged while the sync is held.
+	testutil.Eventually(t, 30*time.Second, "adds to queue", func() bool { return d.Stats().Pending == n+1 })
+	select {
+	case err := <-errs:
+		t.Fatalf("an add was answered (%v) while its sync was held", err)
+	default:
+	}
+	gate.release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	syncs := gate.syncs.Load() - before
+	t.Logf("%d adds committed with %d WAL syncs", n, syncs)
+	if syncs > n/10 {
+		t.Fatalf("%d adds needed %d syncs: no group commit", n, syncs)
+	}
+}
+
+// A fence and adds racing on one ledger: every add that succeeded is
+// stored, and no add that started after the fence returned succeeds.
+func TestFenceAddRace(t *testing.T) {
+	d := open(t, Options{}, vfs.NewMem())
+	defer d.Close()
+	ctx := ctxT(t)
+	const writers, perWriter = 8, 200
+	var fenced atomic.Bool
+	var wg sync.WaitGroup
+	type result struct {
+		entry      int64
+		err        error
+		afterFence bool
+	}
+	results := make(chan result, writers*perWriter)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWriter; i++ {
+				e := int64(w*perWriter + i)
+				after := fenced.Load()
+				err := d.AddEntry(ctx, mkEntry(1, e, 50), key, false)
+				results <- result{entry: e, err: err, afterFence: after}
+			}
+		}()
+	}
+	testutil.Eventually(t, 30*time.Second, "some adds to be acknowledged", func() bool { return d.Stats().Adds >= 50 })
+	if _, err := d.Fence(ctx, 1, key); err != nil {
+		t.Fatal(err)
+	}
+	fenced.Store(true)
+	wg.Wait()
+	close(results)
+	ok, refused := 0, 0
+	for r := range results {
+		switch {
+		case r.err == nil:
+			ok++
+			if r.afterFence {
+				t.Fatalf("entry %d acknowledged although its add began after the fence returned", r.entry)
+			}
+			checkEntry(t, d, mkEntry(1, r.entry, 50))
+		case errors.Is(r.err, bkerr.ErrFenced):
+			refused++
+		default:
+			t.Fatal(r.err)
+		}
+	}
+	t.Logf("%d adds acknowledged, %d refused by the fence", ok, refused)
+	if refused == 0 {
+		t.Fatal("no add was refused by the fence")
+	}
+}
