@@ -35,7 +35,7 @@ const (
 //
 // Bookie stores the entries of ledgers. Errors carry a google.rpc.ErrorInfo
 // detail with domain "bookie.magnetar.io" and one of the reasons listed in
-// package bookie/bkerr.
+// package bookie/wire.
 type BookieClient interface {
 	// AddEntry stores one entry of a ledger. It is answered only once the
 	// entry is durable on this bookie. The first add (or fence) of a ledger
@@ -119,7 +119,7 @@ func (c *bookieClient) Fence(ctx context.Context, in *FenceRequest, opts ...grpc
 //
 // Bookie stores the entries of ledgers. Errors carry a google.rpc.ErrorInfo
 // detail with domain "bookie.magnetar.io" and one of the reasons listed in
-// package bookie/bkerr.
+// package bookie/wire.
 type BookieServer interface {
 	// AddEntry stores one entry of a ledger. It is answered only once the
 	// entry is durable on this bookie. The first add (or fence) of a ledger

@@ -12,7 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
-	"github.com/magnetar-io/magnetar/bookie/bkerr"
+	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
@@ -61,11 +61,11 @@ func TestPowerLossKeepsAcknowledged(t *testing.T) {
 			checkEntry(t, d2, mkEntry(2, e, 300))
 		}
 		for e := int64(50); e < 50+inflight; e++ {
-			if _, err := d2.ReadEntry(1, e); !errors.Is(err, bkerr.ErrNoSuchEntry) {
+			if _, err := d2.ReadEntry(1, e); !errors.Is(err, wire.ErrNoSuchEntry) {
 				t.Fatalf("unsynced entry %d: %v (the crash kept no unsynced data)", e, err)
 			}
 		}
-		if err := d2.AddEntry(ctx, mkEntry(2, 60, 300), key, false); !errors.Is(err, bkerr.ErrFenced) {
+		if err := d2.AddEntry(ctx, mkEntry(2, 60, 300), key, false); !errors.Is(err, wire.ErrFenced) {
 			t.Fatalf("acknowledged fence lost in the crash: %v", err)
 		}
 	})
@@ -142,7 +142,7 @@ func TestPowerLossRandomized(t *testing.T) {
 			checkEntry(t, d2, en)
 		}
 		if fenced {
-			if err := d2.AddEntry(ctxT(t), mkEntry(3, 1<<20, 10), key, false); !errors.Is(err, bkerr.ErrFenced) {
+			if err := d2.AddEntry(ctxT(t), mkEntry(3, 1<<20, 10), key, false); !errors.Is(err, wire.ErrFenced) {
 				t.Fatalf("round %d: acknowledged fence lost: %v", round, err)
 			}
 		}
@@ -173,7 +173,7 @@ func TestSyncFailureIsNeverAcknowledged(t *testing.T) {
 			}
 			toggle.On()
 			err := d.AddEntry(ctx, mkEntry(1, 10, 100), key, false)
-			if !errors.Is(err, bkerr.ErrStorage) {
+			if !errors.Is(err, wire.ErrStorage) {
 				t.Fatalf("add with a failing WAL %s: got %v, want ErrStorage", kindName(kind), err)
 			}
 			select {
@@ -182,13 +182,13 @@ func TestSyncFailureIsNeverAcknowledged(t *testing.T) {
 				t.Fatal("Failed() not closed after a storage failure")
 			}
 			toggle.Off()
-			if err := d.AddEntry(ctx, mkEntry(1, 11, 100), key, false); !errors.Is(err, bkerr.ErrStorage) {
+			if err := d.AddEntry(ctx, mkEntry(1, 11, 100), key, false); !errors.Is(err, wire.ErrStorage) {
 				t.Fatalf("add after the failure: %v", err)
 			}
-			if _, err := d.Fence(ctx, 1, key); !errors.Is(err, bkerr.ErrStorage) {
+			if _, err := d.Fence(ctx, 1, key); !errors.Is(err, wire.ErrStorage) {
 				t.Fatalf("fence after the failure: %v", err)
 			}
-			if _, err := d.ReadEntry(1, 0); !errors.Is(err, bkerr.ErrStorage) {
+			if _, err := d.ReadEntry(1, 0); !errors.Is(err, wire.ErrStorage) {
 				t.Fatalf("read after the failure: %v", err)
 			}
 			crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})

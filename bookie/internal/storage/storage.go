@@ -34,7 +34,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
-	"github.com/magnetar-io/magnetar/bookie/bkerr"
+	"github.com/magnetar-io/magnetar/bookie/wire"
 )
 
 // Options configure a DB.
@@ -165,7 +165,7 @@ type DB struct {
 }
 
 // ErrClosed is returned after Close.
-var ErrClosed = fmt.Errorf("%w: storage closed", bkerr.ErrUnavailable)
+var ErrClosed = fmt.Errorf("%w: storage closed", wire.ErrUnavailable)
 
 // Open opens (or creates) the database and loads every ledger's state.
 func Open(opts Options) (*DB, error) {
@@ -334,7 +334,7 @@ func (d *DB) fail(err error) {
 	if d.mu.err != nil {
 		return
 	}
-	d.mu.err = fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+	d.mu.err = fmt.Errorf("%w: %v", wire.ErrStorage, err)
 	d.log.Error("storage failed; refusing all requests until restarted", zap.Error(err))
 	for _, st := range d.mu.ledgers {
 		st.wake()
@@ -376,13 +376,13 @@ func (d *DB) submit(ctx context.Context, r *request) error {
 func validate(ledger, entry int64, masterKey []byte) error {
 	switch {
 	case ledger <= 0:
-		return fmt.Errorf("%w: ledger id %d must be positive", bkerr.ErrInvalidArgument, ledger)
+		return fmt.Errorf("%w: ledger id %d must be positive", wire.ErrInvalidArgument, ledger)
 	case entry < 0:
-		return fmt.Errorf("%w: entry id %d must not be negative", bkerr.ErrInvalidArgument, entry)
+		return fmt.Errorf("%w: entry id %d must not be negative", wire.ErrInvalidArgument, entry)
 	case len(masterKey) == 0:
-		return fmt.Errorf("%w: missing master key", bkerr.ErrInvalidArgument)
+		return fmt.Errorf("%w: missing master key", wire.ErrInvalidArgument)
 	case len(masterKey) > MaxMasterKeyLen:
-		return fmt.Errorf("%w: master key of %d bytes (at most %d)", bkerr.ErrInvalidArgument, len(masterKey), MaxMasterKeyLen)
+		return fmt.Errorf("%w: master key of %d bytes (at most %d)", wire.ErrInvalidArgument, len(masterKey), MaxMasterKeyLen)
 	}
 	return nil
 }
@@ -393,7 +393,7 @@ func (d *DB) AddEntry(ctx context.Context, e Entry, masterKey []byte, recovery b
 		return err
 	}
 	if e.LAC < -1 || e.LAC >= e.EntryID || e.Length < int64(len(e.Payload)) {
-		return fmt.Errorf("%w: entry %d of ledger %d carries last add confirmed %d and length %d", bkerr.ErrInvalidArgument, e.EntryID, e.LedgerID, e.LAC, e.Length)
+		return fmt.Errorf("%w: entry %d of ledger %d carries last add confirmed %d and length %d", wire.ErrInvalidArgument, e.EntryID, e.LedgerID, e.LAC, e.Length)
 	}
 	return d.submit(ctx, &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery})
 }
@@ -418,7 +418,7 @@ func (d *DB) WriteLAC(ctx context.Context, ledger int64, masterKey []byte, lac i
 		return err
 	}
 	if lac < -1 {
-		return fmt.Errorf("%w: last add confirmed %d", bkerr.ErrInvalidArgument, lac)
+		return fmt.Errorf("%w: last add confirmed %d", wire.ErrInvalidArgument, lac)
 	}
 	return d.submit(ctx, &request{kind: reqWriteLAC, entry: Entry{LedgerID: ledger}, masterKey: masterKey, lac: lac})
 }
@@ -443,7 +443,7 @@ func (d *DB) GetSystem(name string) (value []byte, ok bool, err error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+		return nil, false, fmt.Errorf("%w: %v", wire.ErrStorage, err)
 	}
 	defer closer.Close()
 	return bytes.Clone(v), true, nil
@@ -463,19 +463,19 @@ func (d *DB) ReadEntry(ledger, entry int64) (Entry, error) {
 		return Entry{}, err
 	}
 	if st == nil {
-		return Entry{}, fmt.Errorf("%w: ledger %d", bkerr.ErrNoSuchLedger, ledger)
+		return Entry{}, fmt.Errorf("%w: ledger %d", wire.ErrNoSuchLedger, ledger)
 	}
 	v, closer, err := d.db.Get(entryKey(ledger, entry))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return Entry{}, fmt.Errorf("%w: ledger %d entry %d (last add confirmed %d)", bkerr.ErrNoSuchEntry, ledger, entry, lac)
+		return Entry{}, fmt.Errorf("%w: ledger %d entry %d (last add confirmed %d)", wire.ErrNoSuchEntry, ledger, entry, lac)
 	}
 	if err != nil {
-		return Entry{}, fmt.Errorf("%w: read ledger %d entry %d: %v", bkerr.ErrStorage, ledger, entry, err)
+		return Entry{}, fmt.Errorf("%w: read ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
 	}
 	defer closer.Close()
 	h, payload, err := decodeEntry(v)
 	if err != nil {
-		return Entry{}, fmt.Errorf("%w: ledger %d entry %d: %v", bkerr.ErrStorage, ledger, entry, err)
+		return Entry{}, fmt.Errorf("%w: ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
 	}
 	return Entry{LedgerID: ledger, EntryID: entry, LAC: h.LAC, Length: h.Length, CRC: h.CRC, Payload: bytes.Clone(payload)}, nil
 }
@@ -489,7 +489,7 @@ func (d *DB) Info(ledger int64) (LedgerInfo, error) {
 	}
 	st := d.mu.ledgers[ledger]
 	if st == nil {
-		return LedgerInfo{}, fmt.Errorf("%w: ledger %d", bkerr.ErrNoSuchLedger, ledger)
+		return LedgerInfo{}, fmt.Errorf("%w: ledger %d", wire.ErrNoSuchLedger, ledger)
 	}
 	return st.info(), nil
 }
@@ -508,7 +508,7 @@ func (d *DB) WaitLAC(ctx context.Context, ledger, previous int64) (LedgerInfo, e
 		st := d.mu.ledgers[ledger]
 		if st == nil {
 			d.mu.Unlock()
-			return LedgerInfo{}, fmt.Errorf("%w: ledger %d", bkerr.ErrNoSuchLedger, ledger)
+			return LedgerInfo{}, fmt.Errorf("%w: ledger %d", wire.ErrNoSuchLedger, ledger)
 		}
 		if st.lac > previous {
 			info := st.info()
@@ -694,7 +694,7 @@ func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
 	switch r.kind {
 	case reqAdd:
 		if st.fenced && !r.recovery {
-			return fmt.Errorf("%w: ledger %d, add of entry %d refused", bkerr.ErrFenced, ledger, r.entry.EntryID)
+			return fmt.Errorf("%w: ledger %d, add of entry %d refused", wire.ErrFenced, ledger, r.entry.EntryID)
 		}
 		e := &r.entry
 		op := b.SetDeferred(entryKeyLen, entryHeaderLen+len(e.Payload))
@@ -702,7 +702,7 @@ func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
 		putEntryHeader(op.Value, entryHeader{LAC: e.LAC, Length: e.Length, CRC: e.CRC})
 		copy(op.Value[entryHeaderLen:], e.Payload)
 		if err := op.Finish(); err != nil {
-			return fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
 		}
 		st.lastEntry = max(st.lastEntry, e.EntryID)
 		if e.LAC > st.lac {
@@ -719,7 +719,7 @@ func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
 		st.lac = r.lac
 		st.wake()
 		if err := b.Set(ledgerKey(ledger), encodeLedgerRecord(st.record()), nil); err != nil {
-			return fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
 		}
 	}
 	return nil
@@ -735,7 +735,7 @@ func (s *ledgerState) record() ledgerRecord {
 func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byte, fence bool) (*ledgerState, error) {
 	st := d.mu.ledgers[ledger]
 	if st != nil && !bytes.Equal(st.masterKey, masterKey) {
-		return nil, fmt.Errorf("%w: ledger %d", bkerr.ErrBadMasterKey, ledger)
+		return nil, fmt.Errorf("%w: ledger %d", wire.ErrBadMasterKey, ledger)
 	}
 	if st != nil && (!fence || st.fenced) {
 		// Re-fencing still goes through a synced batch: the caller's
@@ -749,7 +749,7 @@ func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byt
 	rec := st.record()
 	rec.Fenced = rec.Fenced || fence
 	if err := b.Set(ledgerKey(ledger), encodeLedgerRecord(rec), nil); err != nil {
-		return nil, fmt.Errorf("%w: %v", bkerr.ErrStorage, err)
+		return nil, fmt.Errorf("%w: %v", wire.ErrStorage, err)
 	}
 	return st, nil
 }

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/magnetar-io/magnetar/bookie/bkerr"
+	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
@@ -156,7 +156,7 @@ func TestFenceRefusesAddsButNotRecoveryAdds(t *testing.T) {
 		if info != (LedgerInfo{Fenced: true, LAC: 0, LastEntry: 1}) {
 			t.Fatalf("fence returned %+v", info)
 		}
-		if err := d.AddEntry(ctx, mkEntry(7, 2, 10), key, false); !errors.Is(err, bkerr.ErrFenced) {
+		if err := d.AddEntry(ctx, mkEntry(7, 2, 10), key, false); !errors.Is(err, wire.ErrFenced) {
 			t.Fatalf("add to fenced ledger: got %v, want ErrFenced", err)
 		}
 		if err := d.AddEntry(ctx, mkEntry(7, 2, 10), key, true); err != nil {
@@ -166,7 +166,7 @@ func TestFenceRefusesAddsButNotRecoveryAdds(t *testing.T) {
 		if _, err := d.Fence(ctx, 7, key); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Fence(ctx, 7, []byte("other")); !errors.Is(err, bkerr.ErrBadMasterKey) {
+		if _, err := d.Fence(ctx, 7, []byte("other")); !errors.Is(err, wire.ErrBadMasterKey) {
 			t.Fatalf("fence with wrong key: %v", err)
 		}
 		// Fencing a ledger never seen records it: the old writer's first
@@ -174,14 +174,14 @@ func TestFenceRefusesAddsButNotRecoveryAdds(t *testing.T) {
 		if _, err := d.Fence(ctx, 8, key); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.AddEntry(ctx, mkEntry(8, 0, 10), key, false); !errors.Is(err, bkerr.ErrFenced) {
+		if err := d.AddEntry(ctx, mkEntry(8, 0, 10), key, false); !errors.Is(err, wire.ErrFenced) {
 			t.Fatalf("add to a ledger fenced before its first entry: %v", err)
 		}
 		d.Close()
 		d = open(t, base, fs)
 		defer d.Close()
 		for _, l := range []int64{7, 8} {
-			if err := d.AddEntry(ctx, mkEntry(l, 3, 10), key, false); !errors.Is(err, bkerr.ErrFenced) {
+			if err := d.AddEntry(ctx, mkEntry(l, 3, 10), key, false); !errors.Is(err, wire.ErrFenced) {
 				t.Fatalf("ledger %d: fence lost on reopen: %v", l, err)
 			}
 		}
@@ -194,19 +194,19 @@ func TestMasterKeyAndMissing(t *testing.T) {
 	defer d.Close()
 	ctx := ctxT(t)
 	mustAdd(t, d, mkEntry(1, 0, 10))
-	if err := d.AddEntry(ctx, mkEntry(1, 1, 10), []byte("wrong"), false); !errors.Is(err, bkerr.ErrBadMasterKey) {
+	if err := d.AddEntry(ctx, mkEntry(1, 1, 10), []byte("wrong"), false); !errors.Is(err, wire.ErrBadMasterKey) {
 		t.Fatalf("add with wrong key: %v", err)
 	}
-	if err := d.WriteLAC(ctx, 1, []byte("wrong"), 0); !errors.Is(err, bkerr.ErrBadMasterKey) {
+	if err := d.WriteLAC(ctx, 1, []byte("wrong"), 0); !errors.Is(err, wire.ErrBadMasterKey) {
 		t.Fatalf("write LAC with wrong key: %v", err)
 	}
-	if _, err := d.ReadEntry(2, 0); !errors.Is(err, bkerr.ErrNoSuchLedger) {
+	if _, err := d.ReadEntry(2, 0); !errors.Is(err, wire.ErrNoSuchLedger) {
 		t.Fatalf("read of unknown ledger: %v", err)
 	}
-	if _, err := d.ReadEntry(1, 5); !errors.Is(err, bkerr.ErrNoSuchEntry) {
+	if _, err := d.ReadEntry(1, 5); !errors.Is(err, wire.ErrNoSuchEntry) {
 		t.Fatalf("read of missing entry: %v", err)
 	}
-	if _, err := d.Info(2); !errors.Is(err, bkerr.ErrNoSuchLedger) {
+	if _, err := d.Info(2); !errors.Is(err, wire.ErrNoSuchLedger) {
 		t.Fatalf("info of unknown ledger: %v", err)
 	}
 }
@@ -231,14 +231,14 @@ func TestInvalidArguments(t *testing.T) {
 	} {
 		e, k := good, key
 		tc.mod(&e, &k)
-		if err := d.AddEntry(ctx, e, k, false); !errors.Is(err, bkerr.ErrInvalidArgument) {
+		if err := d.AddEntry(ctx, e, k, false); !errors.Is(err, wire.ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want ErrInvalidArgument", tc.name, err)
 		}
 	}
-	if _, err := d.Fence(ctx, 0, key); !errors.Is(err, bkerr.ErrInvalidArgument) {
+	if _, err := d.Fence(ctx, 0, key); !errors.Is(err, wire.ErrInvalidArgument) {
 		t.Errorf("fence of ledger 0: %v", err)
 	}
-	if err := d.WriteLAC(ctx, 1, key, -5); !errors.Is(err, bkerr.ErrInvalidArgument) {
+	if err := d.WriteLAC(ctx, 1, key, -5); !errors.Is(err, wire.ErrInvalidArgument) {
 		t.Errorf("write LAC -5: %v", err)
 	}
 	if len(d.Ledgers()) != 0 {
@@ -302,7 +302,7 @@ func TestWaitLAC(t *testing.T) {
 	if err := d.DeleteLedgers(ctx, []int64{1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, bkerr.ErrNoSuchLedger) {
+	if err := <-errc; !errors.Is(err, wire.ErrNoSuchLedger) {
 		t.Fatalf("waiter on deleted ledger: %v", err)
 	}
 }
@@ -326,7 +326,7 @@ func TestDeleteLedgers(t *testing.T) {
 			for l := int64(1); l <= 10; l++ {
 				for e := int64(0); e < 5; e++ {
 					_, err := d.ReadEntry(l, e)
-					if deleted[l] != errors.Is(err, bkerr.ErrNoSuchLedger) || (!deleted[l] && err != nil) {
+					if deleted[l] != errors.Is(err, wire.ErrNoSuchLedger) || (!deleted[l] && err != nil) {
 						t.Fatalf("ledger %d entry %d (deleted %v): %v", l, e, deleted[l], err)
 					}
 				}
@@ -485,7 +485,7 @@ func TestFenceAddRace(t *testing.T) {
 				t.Fatalf("entry %d acknowledged although its add began after the fence returned", r.entry)
 			}
 			checkEntry(t, d, mkEntry(1, r.entry, 50))
-		case errors.Is(r.err, bkerr.ErrFenced):
+		case errors.Is(r.err, wire.ErrFenced):
 			refused++
 		default:
 			t.Fatal(r.err)

@@ -1,12 +1,13 @@
-// Package bkerr holds the errors of the bookie protocol and their single
-// translation to and from gRPC statuses.
+// Package wire holds what the bookie and its clients must agree on beyond
+// the protobuf messages: the errors of the bookie protocol with their single
+// translation to and from gRPC statuses, and the entry checksum.
 //
 // Inside the bookie and the ledger client errors are these sentinels,
 // wrapped with %w and tested with errors.Is. At the wire, ToStatus turns
 // one into a gRPC status carrying a google.rpc.ErrorInfo with Domain and a
 // reason; FromStatus turns such a status back into an error that matches
 // the same sentinel, keeping the server's message.
-package bkerr
+package wire
 
 import (
 	"context"

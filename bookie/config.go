@@ -1,0 +1,89 @@
+package bookie
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config is a bookie's configuration. Flags, MAGNETAR_* environment
+// variables and the YAML file all fill this struct (see cmd/magnetar).
+type Config struct {
+	// Listen is the gRPC address. Default 127.0.0.1:3181.
+	Listen string `mapstructure:"listen" yaml:"listen"`
+	// AdvertisedAddress is the host:port other components dial, and the
+	// bookie's id in ledger metadata. Default: the bound listen address.
+	AdvertisedAddress string `mapstructure:"advertised-address" yaml:"advertised-address"`
+	// DataDir holds the Pebble database. Default ./data/bookie.
+	DataDir string `mapstructure:"data-dir" yaml:"data-dir"`
+	// Metastore lists the etcd endpoints.
+	Metastore []string `mapstructure:"metastore" yaml:"metastore"`
+	// MetastoreRoot is the key prefix of this cluster. Default /magnetar.
+	MetastoreRoot string `mapstructure:"metastore-root" yaml:"metastore-root"`
+	// MaxEntrySize caps one entry's payload. Default 5 MiB.
+	MaxEntrySize int `mapstructure:"max-entry-size" yaml:"max-entry-size"`
+	// SessionTTL is the lease TTL of the registration. Default 10s.
+	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
+	// RegistrationInterval is how often the load report is refreshed.
+	// Default 5s.
+	RegistrationInterval time.Duration `mapstructure:"registration-interval" yaml:"registration-interval"`
+	// GCInterval is how often ledgers deleted from metadata are removed.
+	// Default 1m.
+	GCInterval time.Duration `mapstructure:"gc-interval" yaml:"gc-interval"`
+	// ValueSeparation keeps payloads of 1 KiB and more in Pebble blob
+	// files (see docs/architecture.md for the measurements). Default true.
+	ValueSeparation bool `mapstructure:"value-separation" yaml:"value-separation"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:               "127.0.0.1:3181",
+		DataDir:              "./data/bookie",
+		MetastoreRoot:        "/magnetar",
+		MaxEntrySize:         5 << 20,
+		SessionTTL:           10 * time.Second,
+		RegistrationInterval: 5 * time.Second,
+		GCInterval:           time.Minute,
+		ValueSeparation:      true,
+	}
+}
+
+// MaxEntrySizeLimit is the largest MaxEntrySize accepted.
+const MaxEntrySizeLimit = 64 << 20
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))
+	}
+	if c.AdvertisedAddress != "" {
+		if _, _, err := net.SplitHostPort(c.AdvertisedAddress); err != nil {
+			errs = append(errs, fmt.Errorf("advertised address %q: %v", c.AdvertisedAddress, err))
+		}
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data directory is empty"))
+	}
+	if len(c.Metastore) == 0 {
+		errs = append(errs, errors.New("no metastore (etcd) endpoints given"))
+	}
+	if c.MaxEntrySize <= 0 || c.MaxEntrySize > MaxEntrySizeLimit {
+		errs = append(errs, fmt.Errorf("max entry size %d must be in 1..%d", c.MaxEntrySize, MaxEntrySizeLimit))
+	}
+	if c.SessionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("session TTL %v is below 1s", c.SessionTTL))
+	}
+	if c.RegistrationInterval <= 0 {
+		errs = append(errs, fmt.Errorf("registration interval %v must be positive", c.RegistrationInterval))
+	}
+	if c.GCInterval <= 0 {
+		errs = append(errs, fmt.Errorf("gc interval %v must be positive", c.GCInterval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bookie config: %w", err)
+	}
+	return nil
+}

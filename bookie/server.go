@@ -1,0 +1,280 @@
+package bookie
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/storage"
+	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+	"github.com/magnetar-io/magnetar/proto/metapb"
+)
+
+// Version is reported in the bookie's registration.
+var Version = "dev"
+
+// Option changes how Start builds a server.
+type Option func(*options)
+
+type options struct {
+	store  *metastore.Store
+	logger *zap.Logger
+	fs     vfs.FS
+}
+
+// WithStore shares an open metastore (standalone mode, tests); the server
+// does not close it.
+func WithStore(s *metastore.Store) Option { return func(o *options) { o.store = s } }
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithFS runs the storage on another filesystem, such as Pebble's
+// crash-simulating in-memory one in tests.
+func WithFS(fs vfs.FS) Option { return func(o *options) { o.fs = fs } }
+
+// Server is a running bookie.
+type Server struct {
+	cfg        Config
+	log        *zap.Logger
+	store      *metastore.Store
+	ownsStore  bool
+	db         *storage.DB
+	ln         net.Listener
+	grpc       *grpc.Server
+	id         string
+	instanceID string
+
+	stop     chan struct{} // closed by Close: background loops exit
+	wg       sync.WaitGroup
+	served   chan error // the gRPC server's exit
+	closeMu  sync.Mutex
+	closed   bool
+	closeErr error
+}
+
+// Start opens the storage, checks the cookie, binds the listener,
+// registers the bookie in the metastore and serves.
+func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.logger == nil {
+		o.logger = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), served: make(chan error, 1)}
+	// Undo what was started if a later step fails.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	s.store = o.store
+	if s.store == nil {
+		st, err := metastore.Open(ctx, metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot}, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.store, s.ownsStore = st, true
+		undo = append(undo, func() { st.Close() })
+	}
+
+	fs := o.fs
+	if fs == nil {
+		fs = vfs.Default
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bookie: data directory: %w", err)
+		}
+	}
+	db, err := storage.Open(storage.Options{
+		Dir:             cfg.DataDir,
+		FS:              fs,
+		Logger:          s.log.Named("storage"),
+		ValueSeparation: cfg.ValueSeparation,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.db = db
+	undo = append(undo, func() { db.Close() })
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("bookie: listen on %s: %w", cfg.Listen, err)
+	}
+	s.ln = ln
+	undo = append(undo, func() { ln.Close() })
+	s.id = cfg.AdvertisedAddress
+	if s.id == "" {
+		s.id = ln.Addr().String()
+	}
+	s.log = s.log.With(zap.String("bookie", s.id))
+
+	if err := s.checkCookie(ctx); err != nil {
+		return nil, err
+	}
+
+	maxMsg := cfg.MaxEntrySize + 64<<10
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.MaxSendMsgSize(maxMsg),
+		grpc.ChainUnaryInterceptor(errorInterceptor, recoverInterceptor(s.log)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	bookiepb.RegisterBookieServer(s.grpc, &service{s: s})
+	go func() { s.served <- s.grpc.Serve(ln) }()
+
+	reg, err := s.register(ctx)
+	if err != nil {
+		s.grpc.Stop()
+		return nil, err
+	}
+	s.wg.Add(2)
+	go s.registrationLoop(reg)
+	go s.gcLoop()
+	s.log.Info("bookie started", zap.String("data-dir", cfg.DataDir), zap.String("instance", s.instanceID))
+	return s, nil
+}
+
+// ID is the bookie's id: its advertised address.
+func (s *Server) ID() string { return s.id }
+
+// Addr is the address the gRPC server is bound to.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close unregisters the bookie, lets in-flight requests finish (up to a few
+// seconds), and closes the storage.
+func (s *Server) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return s.closeErr
+	}
+	s.closed = true
+	close(s.stop)
+	s.wg.Wait() // the registration loop closes the session: unregistered
+
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-done
+	}
+	var errs []error
+	if err := <-s.served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		errs = append(errs, err)
+	}
+	errs = append(errs, s.db.Close())
+	if s.ownsStore {
+		errs = append(errs, s.store.Close())
+	}
+	s.closeErr = errors.Join(errs...)
+	s.log.Info("bookie stopped")
+	return s.closeErr
+}
+
+const cookieName = "cookie"
+
+// checkCookie ties the bookie id to its data directory. A bookie whose
+// directory was wiped (or that was pointed at another bookie's directory)
+// must not serve: it would answer "no such entry" for entries it
+// acknowledged, and ledger recovery would trust that.
+func (s *Server) checkCookie(ctx context.Context) error {
+	local, haveLocal, err := s.db.GetSystem(cookieName)
+	if err != nil {
+		return err
+	}
+	var lc metapb.Cookie
+	if haveLocal {
+		if err := proto.Unmarshal(local, &lc); err != nil {
+			return fmt.Errorf("bookie: cookie in %s is corrupt: %w", s.cfg.DataDir, err)
+		}
+		if lc.BookieId != s.id {
+			return fmt.Errorf("bookie: data directory %s belongs to bookie %s, not %s: start it with --advertised-address %s", s.cfg.DataDir, lc.BookieId, s.id, lc.BookieId)
+		}
+	}
+	key := metastore.BookieCookieKey(s.id)
+	kv, err := s.store.Get(ctx, key)
+	haveRemote := err == nil
+	if err != nil && !errors.Is(err, metastore.ErrNotFound) {
+		return fmt.Errorf("bookie: read cookie: %w", err)
+	}
+	var rc metapb.Cookie
+	if haveRemote {
+		if err := proto.Unmarshal(kv.Value, &rc); err != nil {
+			return fmt.Errorf("bookie: cookie in the metastore at %s is corrupt: %w", key, err)
+		}
+	}
+	switch {
+	case haveLocal && haveRemote:
+		if lc.InstanceId != rc.InstanceId {
+			return fmt.Errorf("bookie: data directory %s holds instance %s but bookie %s is registered as instance %s: wrong directory, or a second bookie with the same address", s.cfg.DataDir, lc.InstanceId, s.id, rc.InstanceId)
+		}
+		s.instanceID = lc.InstanceId
+		return nil
+	case !haveLocal && haveRemote:
+		return fmt.Errorf("bookie: %s was registered as instance %s but data directory %s holds no data: its data is lost or this is the wrong directory; "+
+			"if the disk was replaced on purpose, delete the metastore key %s%s after its ledgers were re-replicated",
+			s.id, rc.InstanceId, s.cfg.DataDir, s.store.Root(), key)
+	}
+	c := &lc
+	if !haveLocal {
+		var b [16]byte
+		rand.Read(b[:])
+		c = &metapb.Cookie{BookieId: s.id, InstanceId: hex.EncodeToString(b[:]), CreatedAtUnixMs: time.Now().UnixMilli()}
+		raw, _ := proto.Marshal(c)
+		// Local first: if we crash before the metastore write, the next
+		// start finds a local cookie and writes the remote one.
+		if err := s.db.PutSystem(ctx, cookieName, raw); err != nil {
+			return err
+		}
+	}
+	raw, _ := proto.Marshal(c)
+	if _, err := s.store.Create(ctx, key, raw); err != nil {
+		return fmt.Errorf("bookie: write cookie: %w", err)
+	}
+	s.instanceID = c.InstanceId
+	return nil
+}
+
+func recoverInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in handler", zap.String("method", info.FullMethod), zap.Any("panic", p), zap.Stack("stack"))
+				err = fmt.Errorf("internal error in %s", info.FullMethod)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// errorInterceptor is the one place where errors become gRPC statuses.
+func errorInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	return resp, wire.ToStatus(err)
+}
