@@ -140,6 +140,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
+		// A connection that sends no HTTP/2 preface is dropped after this,
+		// instead of holding a server goroutine (and Close) for 120s.
+		grpc.ConnectionTimeout(5*time.Second),
 		grpc.ChainUnaryInterceptor(errorInterceptor, recoverInterceptor(s.log)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)

@@ -10,11 +10,11 @@ import (
 // It can black-hole traffic (connections stay open, nothing passes: what a
 // network partition looks like to TCP) and cut every open connection.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu struct {
 		sync.Mutex
+		target string
 		paused bool
 		resume chan struct{} // closed when paused ends
 		conns  map[net.Conn]struct{}
@@ -23,15 +23,16 @@ type Proxy struct {
 	wg sync.WaitGroup
 }
 
-// StartProxy listens on 127.0.0.1:0 and forwards to target until the test
-// ends.
+// StartProxy listens on 127.0.0.1:0 and forwards to target (which may be
+// set later with SetTarget) until the test ends.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target}
+	p := &Proxy{ln: ln}
+	p.mu.target = target
 	p.mu.conns = make(map[net.Conn]struct{})
 	p.mu.resume = make(chan struct{})
 	close(p.mu.resume)
@@ -43,6 +44,13 @@ func StartProxy(t testing.TB, target string) *Proxy {
 
 // Addr is the address to dial instead of the target.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetTarget changes where new connections go.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.target = target
+}
 
 // Pause stops forwarding bytes in both directions; connections stay open.
 func (p *Proxy) Pause() {
@@ -118,7 +126,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		out, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.mu.target
+		p.mu.Unlock()
+		out, err := net.Dial("tcp", target)
 		if err != nil {
 			in.Close()
 			continue

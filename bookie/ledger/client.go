@@ -1,0 +1,234 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+)
+
+// Config tunes a Client. Zero values take the defaults noted.
+type Config struct {
+	// AddTimeout: a bookie that does not acknowledge an add within it is
+	// replaced. Default 5s.
+	AddTimeout time.Duration
+	// ReadTimeout bounds one read from one bookie. Default 5s.
+	ReadTimeout time.Duration
+	// SpeculativeReadTimeout: when a bookie has not answered a read by
+	// then, the next replica is asked too. Default 200ms.
+	SpeculativeReadTimeout time.Duration
+	// ExplicitLACInterval: an idle writer sends its last add confirmed to
+	// the ensemble this often, so that readers see the last entries.
+	// Default 1s; negative disables.
+	ExplicitLACInterval time.Duration
+	// EnsembleChangeTimeout: how long a writer keeps looking for
+	// replacement bookies before failing its pending appends. Default 30s.
+	EnsembleChangeTimeout time.Duration
+	// MaxEntrySize caps one entry. Default 5 MiB (the bookies' default).
+	MaxEntrySize int
+	// MaxPendingBytes and MaxPendingEntries bound what a writer has in
+	// flight; appends wait for room. Defaults 64 MiB and 4096 entries.
+	MaxPendingBytes   int64
+	MaxPendingEntries int
+	// Logger; nil discards.
+	Logger *zap.Logger
+}
+
+func (c *Config) fill() error {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.AddTimeout, 5*time.Second)
+	def(&c.ReadTimeout, 5*time.Second)
+	def(&c.SpeculativeReadTimeout, 200*time.Millisecond)
+	def(&c.ExplicitLACInterval, time.Second)
+	def(&c.EnsembleChangeTimeout, 30*time.Second)
+	if c.MaxEntrySize == 0 {
+		c.MaxEntrySize = 5 << 20
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = 64 << 20
+	}
+	if c.MaxPendingEntries == 0 {
+		c.MaxPendingEntries = 4096
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.AddTimeout < 0 || c.ReadTimeout < 0 || c.SpeculativeReadTimeout < 0 || c.EnsembleChangeTimeout < 0 || c.MaxEntrySize < 0 || c.MaxPendingBytes < int64(c.MaxEntrySize) || c.MaxPendingEntries < 1 {
+		return fmt.Errorf("%w: negative timeout or size in ledger client config (or pending bytes below the entry size)", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Client creates, writes, reads, recovers and deletes ledgers. It is safe
+// for concurrent use; one per process is enough.
+type Client struct {
+	cfg   Config
+	store *metastore.Store
+	log   *zap.Logger
+
+	mu struct {
+		sync.Mutex
+		conns  map[string]*grpc.ClientConn
+		rng    *mrand.Rand
+		closed bool
+	}
+}
+
+// New returns a client using store for metadata and the bookie registry.
+func New(store *metastore.Store, cfg Config) (*Client, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, store: store, log: cfg.Logger}
+	c.mu.conns = make(map[string]*grpc.ClientConn)
+	c.mu.rng = mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
+	return c, nil
+}
+
+// Close closes the connections to bookies. Writers and readers made by the
+// client stop working.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil
+	}
+	c.mu.closed = true
+	var errs []error
+	for _, conn := range c.mu.conns {
+		errs = append(errs, conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// bookie returns a gRPC client for a bookie, dialing lazily.
+func (c *Client) bookie(addr string) (bookiepb.BookieClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil, ErrClosed
+	}
+	conn := c.mu.conns[addr]
+	if conn == nil {
+		maxMsg := c.cfg.MaxEntrySize + 64<<10
+		var err error
+		conn, err = grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: dial bookie %s: %w", addr, err)
+		}
+		c.mu.conns[addr] = conn
+	}
+	return bookiepb.NewBookieClient(conn), nil
+}
+
+// CreateOptions choose a new ledger's replication.
+type CreateOptions struct {
+	// Ensemble (E) bookies share the ledger; each entry goes to
+	// WriteQuorum (Qw) of them and is acknowledged once AckQuorum (Qa)
+	// have it durably. E >= Qw >= Qa >= 1.
+	Ensemble, WriteQuorum, AckQuorum int
+	// Custom metadata stored with the ledger (the broker records the
+	// topic here).
+	Custom map[string][]byte
+}
+
+// Create makes a new ledger on E live bookies and returns its writer.
+func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error) {
+	if err := checkQuorums(opts.Ensemble, opts.WriteQuorum, opts.AckQuorum); err != nil {
+		return nil, err
+	}
+	bookies, err := c.pick(ctx, opts.Ensemble, nil)
+	if err != nil {
+		return nil, err
+	}
+	id, err := c.store.NextID(ctx, "ledger")
+	if err != nil {
+		return nil, err
+	}
+	key := make([]byte, 16)
+	rand.Read(key)
+	m := &Metadata{
+		ID:          id,
+		Ensemble:    opts.Ensemble,
+		WriteQuorum: opts.WriteQuorum,
+		AckQuorum:   opts.AckQuorum,
+		State:       StateOpen,
+		LastEntry:   -1,
+		Segments:    []Segment{{First: 0, Bookies: bookies}},
+		MasterKey:   key,
+		CreatedAt:   time.Now(),
+		Custom:      opts.Custom,
+	}
+	raw, err := proto.Marshal(m.toProto())
+	if err != nil {
+		return nil, err
+	}
+	rev, err := c.store.Create(ctx, metastore.LedgerKey(id), raw)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: create metadata of %d: %w", id, err)
+	}
+	m.modRev = rev
+	c.log.Debug("ledger created", zap.Int64("ledger", id), zap.Strings("ensemble", bookies))
+	return newWriter(c, m), nil
+}
+
+// pick chooses n live bookies outside exclude.
+func (c *Client) pick(ctx context.Context, n int, exclude []string) ([]string, error) {
+	live, err := liveBookies(ctx, c.store)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return pickBookies(live, n, exclude, c.mu.rng)
+}
+
+// Bookies lists the live bookies.
+func (c *Client) Bookies(ctx context.Context) ([]BookieInfo, error) {
+	return liveBookies(ctx, c.store)
+}
+
+// Metadata reads a ledger's metadata.
+func (c *Client) Metadata(ctx context.Context, id int64) (*Metadata, error) {
+	return readMetadata(ctx, c.store, id)
+}
+
+// Delete removes a ledger's metadata; bookies delete its entries in their
+// next garbage collection. Deleting a missing ledger is not an error.
+func (c *Client) Delete(ctx context.Context, id int64) error {
+	if err := c.store.Delete(ctx, metastore.LedgerKey(id)); err != nil {
+		return fmt.Errorf("ledger: delete %d: %w", id, err)
+	}
+	return nil
+}
+
+// List calls fn with the id of every ledger, in increasing order.
+func (c *Client) List(ctx context.Context, fn func(id int64) error) error {
+	return c.store.ListAll(ctx, metastore.LedgersPrefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+		id, err := metastore.ParseLedgerKey(kv.Key)
+		if err != nil {
+			return nil
+		}
+		return fn(id)
+	})
+}

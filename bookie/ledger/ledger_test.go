@@ -1,0 +1,631 @@
+package ledger_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/internal/testcluster"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/metastore"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func payload(ledgerID, entry int64) []byte {
+	return []byte(fmt.Sprintf("ledger %d entry %d %s", ledgerID, entry, bytes.Repeat([]byte("x"), int(entry%50))))
+}
+
+// appender appends entries asynchronously and records the outcomes.
+type appender struct {
+	w  *ledger.Writer
+	mu sync.Mutex
+	// acked[i] is the id the i-th append completed with; failed counts
+	// appends that failed.
+	acked  []int64
+	sent   map[int64][]byte // entry id -> payload, for acked entries
+	failed []error
+	wg     sync.WaitGroup
+}
+
+func newAppender(w *ledger.Writer) *appender { return &appender{w: w, sent: map[int64][]byte{}} }
+
+// append sends one entry whose payload names its sequence number n; the
+// entry id must equal n for appends that succeed in order.
+func (a *appender) append(ctx context.Context, n int64) error {
+	p := payload(a.w.ID(), n)
+	a.wg.Add(1)
+	err := a.w.AppendAsync(ctx, p, func(id int64, err error) {
+		defer a.wg.Done()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if err != nil {
+			a.failed = append(a.failed, err)
+			return
+		}
+		a.acked = append(a.acked, id)
+		a.sent[id] = p
+	})
+	if err != nil {
+		a.wg.Done()
+	}
+	return err
+}
+
+func (a *appender) ackedCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.acked)
+}
+
+// checkInOrder: acknowledgements came in entry order, without gaps, and
+// each id carries the payload of the append with that sequence number.
+func (a *appender) checkInOrder(t *testing.T) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, id := range a.acked {
+		if id != int64(i) {
+			t.Fatalf("acknowledgement %d is entry %d: out of order or a gap", i, id)
+		}
+		if want := payload(a.w.ID(), id); !bytes.Equal(a.sent[id], want) {
+			t.Fatalf("entry %d acknowledged with the payload of another append", id)
+		}
+	}
+}
+
+// readAll checks that every acknowledged entry is readable with its payload.
+func readAll(t *testing.T, r *ledger.Reader, sent map[int64][]byte) {
+	t.Helper()
+	if len(sent) == 0 {
+		return
+	}
+	last := int64(-1)
+	for id := range sent {
+		last = max(last, id)
+	}
+	if r.LastAddConfirmed() < last {
+		t.Fatalf("reader's last entry %d is before acknowledged entry %d", r.LastAddConfirmed(), last)
+	}
+	for first := int64(0); first <= last; first += ledger.MaxReadBatch {
+		end := min(first+ledger.MaxReadBatch-1, last)
+		entries, err := r.Read(ctxT(t), first, end)
+		if err != nil {
+			t.Fatalf("read %d..%d: %v", first, end, err)
+		}
+		for _, e := range entries {
+			if want, ok := sent[e.ID]; ok && !bytes.Equal(e.Payload, want) {
+				t.Fatalf("entry %d read back as %q, want %q", e.ID, e.Payload, want)
+			}
+		}
+	}
+}
+
+func TestCreateAppendReadClose(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	cl := c.Client(ledger.Config{})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2, Custom: map[string][]byte{"topic": []byte("t")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAppender(w)
+	var total int64
+	for n := int64(0); n < 300; n++ {
+		total += int64(len(payload(w.ID(), n)))
+		if err := a.append(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.wg.Wait()
+	a.checkInOrder(t)
+	if a.ackedCount() != 300 || w.LastAddConfirmed() != 299 || w.Length() != total {
+		t.Fatalf("acked %d, LAC %d, length %d (want %d)", a.ackedCount(), w.LastAddConfirmed(), w.Length(), total)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(ctx, []byte("after close")); !errors.Is(err, ledger.ErrWriterClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	m, err := cl.Metadata(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != ledger.StateClosed || m.LastEntry != 299 || m.Length != total || string(m.Custom["topic"]) != "t" || len(m.Segments) != 1 {
+		t.Fatalf("metadata after close: %+v", m)
+	}
+	r, err := cl.Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, r, a.sent)
+	if _, err := r.Read(ctx, 299, 300); !errors.Is(err, ledger.ErrReadPastEnd) {
+		t.Fatalf("read past the end: %v", err)
+	}
+	if _, err := r.Read(ctx, 5, 4); !errors.Is(err, ledger.ErrInvalidArgument) {
+		t.Fatalf("reversed range: %v", err)
+	}
+	// OpenRecover of a closed ledger changes nothing.
+	r2, err := cl.OpenRecover(ctx, w.ID())
+	if err != nil || r2.LastAddConfirmed() != 299 {
+		t.Fatalf("recover-open of a closed ledger: %v, last %d", err, r2.LastAddConfirmed())
+	}
+}
+
+func TestCreateValidation(t *testing.T) {
+	c := testcluster.Start(t, 2, testcluster.Options{})
+	cl := c.Client(ledger.Config{MaxEntrySize: 100})
+	ctx := ctxT(t)
+	for _, o := range []ledger.CreateOptions{{3, 3, 4, nil}, {2, 3, 2, nil}, {1, 1, 0, nil}, {0, 0, 0, nil}, {65, 1, 1, nil}} {
+		if _, err := cl.Create(ctx, o); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Errorf("create with %+v: %v", o, err)
+		}
+	}
+	if _, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2}); !errors.Is(err, ledger.ErrNotEnoughBookies) {
+		t.Fatalf("E3 with 2 bookies: %v", err)
+	}
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 2, WriteQuorum: 2, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Append(ctx, make([]byte, 101)); !errors.Is(err, ledger.ErrInvalidArgument) {
+		t.Fatalf("oversized entry: %v", err)
+	}
+	if _, err := cl.Open(ctx, 123456789); !errors.Is(err, ledger.ErrNoSuchLedger) {
+		t.Fatalf("open of a missing ledger: %v", err)
+	}
+	if _, err := ledger.New(c.Store, ledger.Config{AddTimeout: -1}); !errors.Is(err, ledger.ErrInvalidArgument) {
+		t.Fatalf("negative timeout accepted: %v", err)
+	}
+}
+
+// A bookie of the ensemble dies in the middle of a stream of appends: the
+// writer replaces it and goes on; every append is acknowledged, in order,
+// without gaps, and everything acknowledged is readable afterwards, also
+// once another replica is gone.
+func TestKillBookieDuringAppends(t *testing.T) {
+	for _, q := range []struct{ e, qw, qa int }{{3, 3, 2}, {3, 2, 2}} {
+		t.Run(fmt.Sprintf("E%dQw%dQa%d", q.e, q.qw, q.qa), func(t *testing.T) {
+			c := testcluster.Start(t, 5, testcluster.Options{})
+			cl := c.Client(ledger.Config{AddTimeout: 2 * time.Second, SpeculativeReadTimeout: 20 * time.Millisecond})
+			ctx := ctxT(t)
+			w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: q.e, WriteQuorum: q.qw, AckQuorum: q.qa})
+			if err != nil {
+				t.Fatal(err)
+			}
+			victim := w.Metadata().Segments[0].Bookies[1]
+			a := newAppender(w)
+			const total = 3000
+			for n := int64(0); n < total; n++ {
+				if n == total/3 {
+					// Kill while entries are in flight.
+					testutil.Eventually(t, time.Minute, "some acks", func() bool { return a.ackedCount() > 200 })
+					c.Bookie(victim).Kill()
+				}
+				if err := a.append(ctx, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a.wg.Wait()
+			if len(a.failed) > 0 {
+				t.Fatalf("%d appends failed, first: %v", len(a.failed), a.failed[0])
+			}
+			a.checkInOrder(t)
+			if a.ackedCount() != total {
+				t.Fatalf("%d of %d appends acknowledged", a.ackedCount(), total)
+			}
+			m := w.Metadata()
+			if len(m.Segments) < 2 || slices.Contains(m.Segments[len(m.Segments)-1].Bookies, victim) {
+				t.Fatalf("no ensemble change away from %s: %+v", victim, m.Segments)
+			}
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r, err := cl.Open(ctx, w.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, r, a.sent)
+			if q.qw == 3 {
+				// Each entry is on 3 bookies and acknowledged by 2: it
+				// survives the loss of one more.
+				other := m.Segments[len(m.Segments)-1].Bookies[0]
+				c.Bookie(other).Kill()
+				readAll(t, r, a.sent)
+			}
+		})
+	}
+}
+
+// A bookie that stops answering (a network black hole, not a crash) is
+// replaced after the add timeout.
+func TestSlowBookieIsReplaced(t *testing.T) {
+	c := testcluster.Start(t, 4, testcluster.Options{})
+	cl := c.Client(ledger.Config{AddTimeout: 300 * time.Millisecond})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Append(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	slow := w.Metadata().Segments[0].Bookies[2]
+	c.Bookie(slow).Proxy.Pause()
+	defer c.Bookie(slow).Proxy.Resume()
+	// Qa = 3: this append needs the slow bookie or its replacement.
+	id, err := w.Append(ctx, []byte("after"))
+	if err != nil || id != 1 {
+		t.Fatalf("append with a black-holed bookie: %d, %v", id, err)
+	}
+	if m := w.Metadata(); slices.Contains(m.Segments[len(m.Segments)-1].Bookies, slow) {
+		t.Fatalf("black-holed bookie still in the ensemble: %+v", m.Segments)
+	}
+}
+
+// No replacement exists: pending appends fail with ErrNotEnoughBookies
+// after EnsembleChangeTimeout; the ledger closes cleanly at what was
+// acknowledged.
+func TestEnsembleChangeWithoutSpareBookie(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	cl := c.Client(ledger.Config{AddTimeout: time.Second, EnsembleChangeTimeout: 500 * time.Millisecond})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := w.Append(ctx, []byte("ok")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Bookie(w.Metadata().Segments[0].Bookies[0]).Kill()
+	if _, err := w.Append(ctx, []byte("lost")); !errors.Is(err, ledger.ErrNotEnoughBookies) {
+		t.Fatalf("append with no spare bookie: %v", err)
+	}
+	if _, err := w.Append(ctx, []byte("more")); !errors.Is(err, ledger.ErrWriterClosed) {
+		t.Fatalf("append on a failed writer: %v", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := cl.Metadata(ctx, w.ID())
+	if m.State != ledger.StateClosed || m.LastEntry != 4 {
+		t.Fatalf("closed at %d (%s), want 4", m.LastEntry, m.State)
+	}
+}
+
+// Two writers on one ledger: once a second client recover-opens it, the
+// first is fenced and can get nothing more acknowledged, and the recovered
+// ledger ends at or after every entry the first writer was told about.
+func TestRecoveryFencesOldWriter(t *testing.T) {
+	for _, q := range []struct{ e, qw, qa int }{{3, 3, 2}, {3, 2, 2}, {2, 2, 1}, {3, 3, 3}} {
+		t.Run(fmt.Sprintf("E%dQw%dQa%d", q.e, q.qw, q.qa), func(t *testing.T) {
+			c := testcluster.Start(t, 4, testcluster.Options{})
+			oldCl := c.Client(ledger.Config{})
+			newCl := c.Client(ledger.Config{})
+			ctx := ctxT(t)
+			w, err := oldCl.Create(ctx, ledger.CreateOptions{Ensemble: q.e, WriteQuorum: q.qw, AckQuorum: q.qa})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newAppender(w)
+			// The old writer appends without pause while the recovery runs.
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for n := int64(0); ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if a.append(ctx, n) != nil {
+						return // fenced: the writer takes no more
+					}
+				}
+			}()
+			testutil.Eventually(t, time.Minute, "old writer's acks", func() bool { return a.ackedCount() > 300 })
+			r, err := newCl.OpenRecover(ctx, w.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := r.LastAddConfirmed()
+			close(stop)
+			<-done
+			a.wg.Wait()
+			a.checkInOrder(t)
+			for _, id := range a.acked {
+				if id > last {
+					t.Fatalf("entry %d acknowledged to the old writer after recovery closed the ledger at %d", id, last)
+				}
+			}
+			if len(a.failed) == 0 {
+				t.Fatal("the old writer saw no failure although it was appending during recovery")
+			}
+			for _, err := range a.failed {
+				if !errors.Is(err, ledger.ErrFenced) && !errors.Is(err, ledger.ErrWriterClosed) {
+					t.Fatalf("old writer failed with %v, want ErrFenced", err)
+				}
+			}
+			if _, err := w.Append(ctx, []byte("late")); !errors.Is(err, ledger.ErrWriterClosed) || !errors.Is(err, ledger.ErrFenced) {
+				t.Fatalf("append by the fenced writer: %v", err)
+			}
+			if err := w.Close(ctx); !errors.Is(err, ledger.ErrFenced) {
+				t.Fatalf("close by the fenced writer: %v", err)
+			}
+			readAll(t, r, a.sent)
+			// Entries after the acknowledged ones, up to the end, are
+			// readable too (they were re-replicated).
+			if last > a.acked[len(a.acked)-1] {
+				if _, err := r.Read(ctx, a.acked[len(a.acked)-1]+1, last); err != nil {
+					t.Fatalf("recovered tail unreadable: %v", err)
+				}
+			}
+			m, _ := newCl.Metadata(ctx, w.ID())
+			if m.State != ledger.StateClosed || m.LastEntry != last {
+				t.Fatalf("metadata after recovery: %+v", m)
+			}
+			t.Logf("old writer: %d acknowledged; recovery closed at %d", len(a.acked), last)
+		})
+	}
+}
+
+// The writer's process dies (its client goes away without closing the
+// ledger) and then a bookie dies too: recovery still closes the ledger
+// with every acknowledged entry, replacing the dead bookie for the tail.
+func TestRecoveryAfterWriterCrashWithDeadBookie(t *testing.T) {
+	for _, q := range []struct{ e, qw, qa int }{{3, 3, 2}, {3, 2, 2}} {
+		t.Run(fmt.Sprintf("E%dQw%dQa%d", q.e, q.qw, q.qa), func(t *testing.T) {
+			c := testcluster.Start(t, 4, testcluster.Options{})
+			ctx := ctxT(t)
+			// The writer's process has its own metastore connection.
+			writerStore := testutil.OpenStore(t, c.Etcd.Endpoints(), c.Store.Root())
+			writerCl, err := ledger.New(writerStore, ledger.Config{ExplicitLACInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := writerCl.Create(ctx, ledger.CreateOptions{Ensemble: q.e, WriteQuorum: q.qw, AckQuorum: q.qa})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newAppender(w)
+			for n := int64(0); n < 500; n++ {
+				if err := a.append(ctx, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a.wg.Wait()
+			a.checkInOrder(t)
+			// The broker "crashes": connections gone, ledger left open.
+			writerCl.Close()
+			writerStore.Close()
+			w.Close(ctx) // stops the writer's goroutines; closing the metadata fails
+			if m, _ := c.Client(ledger.Config{}).Metadata(ctx, w.ID()); m.State != ledger.StateOpen {
+				t.Fatalf("ledger not left open by the crashed writer: %s", m.State)
+			}
+			dead := w.Metadata().Segments[0].Bookies[2]
+			c.Bookie(dead).Kill()
+
+			r, err := c.Client(ledger.Config{}).OpenRecover(ctx, w.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.LastAddConfirmed() != 499 {
+				t.Fatalf("recovered up to %d, want 499", r.LastAddConfirmed())
+			}
+			readAll(t, r, a.sent)
+		})
+	}
+}
+
+// Concurrent recoveries agree.
+func TestConcurrentRecoveries(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	w, err := c.Client(ledger.Config{}).Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	for i := 0; i < 50; i++ {
+		if _, err := w.Append(ctx, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lasts := make(chan int64, 3)
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := c.Client(ledger.Config{}).OpenRecover(ctx, w.ID())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			lasts <- r.LastAddConfirmed()
+		}()
+	}
+	wg.Wait()
+	close(lasts)
+	for l := range lasts {
+		if l != 49 {
+			t.Fatalf("a recovery closed at %d, want 49", l)
+		}
+	}
+}
+
+// A black-holed replica does not stall reads: the next replica is asked
+// after the speculative timeout, long before the read timeout.
+func TestSpeculativeRead(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	w, err := c.Client(ledger.Config{}).Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[int64][]byte{}
+	for i := int64(0); i < 30; i++ {
+		if _, err := w.Append(ctx, payload(w.ID(), i)); err != nil {
+			t.Fatal(err)
+		}
+		sent[i] = payload(w.ID(), i)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Client(ledger.Config{ReadTimeout: time.Minute, SpeculativeReadTimeout: 20 * time.Millisecond})
+	r, err := cl.Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := c.Bookie(w.Metadata().Segments[0].Bookies[0])
+	slow.Proxy.Pause()
+	defer slow.Proxy.Resume()
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // well under the read timeout
+	defer cancel()
+	entries, err := r.Read(rctx, 0, 29)
+	if err != nil {
+		t.Fatalf("read with a black-holed replica: %v", err)
+	}
+	for _, e := range entries {
+		if !bytes.Equal(e.Payload, sent[e.ID]) {
+			t.Fatalf("entry %d: %q", e.ID, e.Payload)
+		}
+	}
+}
+
+// A tailing reader sees new entries through long-polls, including the last
+// one of an idle writer thanks to the explicit LAC.
+func TestTailingReader(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	w, err := c.Client(ledger.Config{ExplicitLACInterval: 50 * time.Millisecond}).Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Append(ctx, []byte("e0")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Client(ledger.Config{}).Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int64, 1)
+	go func() {
+		lac, err := r.WaitLAC(ctx, r.LastAddConfirmed())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lac
+	}()
+	for i := 1; i <= 4; i++ {
+		if _, err := w.Append(ctx, []byte(fmt.Sprintf("e%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lac := <-got; lac < 0 {
+		t.Fatalf("long poll returned %d", lac)
+	}
+	// The writer is idle now; entry 4 becomes visible only through the
+	// explicit LAC.
+	for lac := r.LastAddConfirmed(); lac < 4; {
+		if lac, err = r.WaitLAC(ctx, lac); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := r.Read(ctx, 0, 4)
+	if err != nil || string(entries[4].Payload) != "e4" {
+		t.Fatalf("tail read: %v", err)
+	}
+	if _, err := r.Read(ctx, 5, 5); !errors.Is(err, ledger.ErrReadPastEnd) {
+		t.Fatalf("read past the LAC: %v", err)
+	}
+}
+
+func TestDeleteLedger(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{Configure: func(cfg *bookie.Config) { cfg.GCInterval = 50 * time.Millisecond }})
+	cl := c.Client(ledger.Config{})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		w.Append(ctx, []byte("gone"))
+		keep.Append(ctx, []byte("kept"))
+	}
+	w.Close(ctx)
+	keep.Close(ctx)
+	if err := cl.Delete(ctx, w.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Open(ctx, w.ID()); !errors.Is(err, ledger.ErrNoSuchLedger) {
+		t.Fatalf("open after delete: %v", err)
+	}
+	if err := cl.Delete(ctx, w.ID()); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+	var ids []int64
+	cl.List(ctx, func(id int64) error { ids = append(ids, id); return nil })
+	if !slices.Equal(ids, []int64{keep.ID()}) {
+		t.Fatalf("ledgers listed after delete: %v", ids)
+	}
+	// Every bookie drops the deleted ledger's entries; the other stays.
+	for _, b := range c.Bookies() {
+		testutil.Eventually(t, 30*time.Second, "bookie GC", func() bool {
+			return bookieHasLedger(t, b.ID, w.ID()) == false
+		})
+		if !bookieHasLedger(t, b.ID, keep.ID()) {
+			t.Fatalf("bookie %s lost ledger %d", b.ID, keep.ID())
+		}
+	}
+	if _, err := metastoreGet(t, c.Store, metastore.LedgerKey(w.ID())); !errors.Is(err, metastore.ErrNotFound) {
+		t.Fatalf("metadata of the deleted ledger: %v", err)
+	}
+}
+
+func bookieHasLedger(t *testing.T, addr string, id int64) bool {
+	t.Helper()
+	_, err := readLACDirect(addr, id)
+	if status.Code(err) == codes.NotFound {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("read LAC of %d on %s: %v", id, addr, err)
+	}
+	return true
+}
+
+func metastoreGet(t *testing.T, s *metastore.Store, key string) (metastore.KV, error) {
+	return s.Get(ctxT(t), key)
+}

@@ -1,0 +1,362 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+)
+
+// MaxReadBatch caps the entries one Read call returns.
+const MaxReadBatch = 10000
+
+// readConcurrency bounds the entries one Read fetches at once.
+const readConcurrency = 64
+
+// Entry is an entry read back from a ledger.
+type Entry struct {
+	ID      int64
+	Payload []byte
+	// Length is the ledger's total payload bytes through this entry.
+	Length int64
+}
+
+// Reader reads a ledger: a closed one up to its last entry, an open one up
+// to the last add confirmed it has learned (and can wait for more).
+type Reader struct {
+	c  *Client
+	id int64
+
+	mu struct {
+		sync.Mutex
+		meta *Metadata
+		lac  int64 // readable bound: LastEntry once closed
+	}
+}
+
+func newReader(c *Client, m *Metadata, lac int64) *Reader {
+	r := &Reader{c: c, id: m.ID}
+	r.mu.meta = m
+	r.mu.lac = lac
+	if m.State == StateClosed {
+		r.mu.lac = m.LastEntry
+	}
+	return r
+}
+
+// Open opens a ledger for reading without recovering it. For an open
+// ledger the readable bound is the highest LAC its bookies report; the
+// writer may go on adding.
+func (c *Client) Open(ctx context.Context, id int64) (*Reader, error) {
+	m, err := readMetadata(ctx, c.store, id)
+	if err != nil {
+		return nil, err
+	}
+	r := newReader(c, m, -1)
+	if m.State != StateClosed {
+		if _, err := r.ReadLAC(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// ID is the ledger id.
+func (r *Reader) ID() int64 { return r.id }
+
+// Metadata returns a copy of the metadata the reader uses.
+func (r *Reader) Metadata() *Metadata {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.meta.clone()
+}
+
+// Closed reports whether the ledger was closed when last checked.
+func (r *Reader) Closed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.meta.State == StateClosed
+}
+
+// LastAddConfirmed is the highest readable entry known (-1: none).
+func (r *Reader) LastAddConfirmed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.lac
+}
+
+func (r *Reader) raiseLAC(lac int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.meta.State != StateClosed && lac > r.mu.lac {
+		r.mu.lac = lac
+	}
+	return r.mu.lac
+}
+
+// ReadLAC asks the bookies of the last segment for their last add
+// confirmed and re-reads the metadata, returning the new readable bound.
+func (r *Reader) ReadLAC(ctx context.Context) (int64, error) {
+	if err := r.refreshMetadata(ctx); err != nil {
+		return -1, err
+	}
+	return r.pollLAC(ctx, false, 0)
+}
+
+// WaitLAC waits (long-polling the bookies, up to ctx) until the last add
+// confirmed passes previous, and returns it; at ctx's end it returns the
+// current bound and ctx's error.
+func (r *Reader) WaitLAC(ctx context.Context, previous int64) (int64, error) {
+	for {
+		if lac := r.LastAddConfirmed(); lac > previous || r.Closed() {
+			return lac, nil
+		}
+		lac, err := r.pollLAC(ctx, true, previous)
+		if err != nil {
+			return lac, err
+		}
+		if lac > previous {
+			return lac, nil
+		}
+		if err := r.refreshMetadata(ctx); err != nil {
+			return r.LastAddConfirmed(), err
+		}
+		if ctx.Err() != nil {
+			return r.LastAddConfirmed(), ctx.Err()
+		}
+	}
+}
+
+func (r *Reader) refreshMetadata(ctx context.Context) error {
+	r.mu.Lock()
+	closed := r.mu.meta.State == StateClosed
+	r.mu.Unlock()
+	if closed {
+		return nil
+	}
+	m, err := readMetadata(ctx, r.c.store, r.id)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.meta = m
+	if m.State == StateClosed {
+		r.mu.lac = m.LastEntry
+	}
+	return nil
+}
+
+// pollLAC asks every bookie of the last segment; with longPoll the first
+// answer past previous wins.
+func (r *Reader) pollLAC(ctx context.Context, longPoll bool, previous int64) (int64, error) {
+	r.mu.Lock()
+	if r.mu.meta.State == StateClosed {
+		lac := r.mu.lac
+		r.mu.Unlock()
+		return lac, nil
+	}
+	seg := r.mu.meta.lastSegment()
+	r.mu.Unlock()
+	timeout := r.c.cfg.ReadTimeout
+	var wait time.Duration
+	if longPoll {
+		wait = 10 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		timeout += wait
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type answer struct {
+		lac int64
+		err error
+	}
+	answers := make(chan answer, len(seg.Bookies))
+	for _, addr := range seg.Bookies {
+		go func() {
+			cli, err := r.c.bookie(addr)
+			if err != nil {
+				answers <- answer{-1, err}
+				return
+			}
+			resp, err := cli.ReadLAC(ctx, &bookiepb.ReadLACRequest{LedgerId: r.id, LongPoll: longPoll, PreviousLac: previous, TimeoutMs: uint32(wait / time.Millisecond)})
+			if err != nil {
+				answers <- answer{-1, fmt.Errorf("%s: %w", addr, wire.FromStatus(err))}
+				return
+			}
+			answers <- answer{resp.LastAddConfirmed, nil}
+		}()
+	}
+	best, ok := int64(-1), 0
+	var errs []error
+	for range seg.Bookies {
+		a := <-answers
+		if a.err != nil {
+			// A bookie that never received an entry of this ledger knows
+			// nothing of it: not a failure.
+			if !errors.Is(a.err, wire.ErrNoSuchLedger) {
+				errs = append(errs, a.err)
+				continue
+			}
+		}
+		ok++
+		best = max(best, a.lac)
+		if longPoll && best > previous {
+			break
+		}
+	}
+	if ok == 0 {
+		return r.LastAddConfirmed(), fmt.Errorf("ledger %d: no bookie answered for its last add confirmed: %w", r.id, errors.Join(errs...))
+	}
+	return r.raiseLAC(best), nil
+}
+
+// Read returns entries first..last (inclusive), in order. Each comes from
+// any bookie of its write set, the next replica being asked when one is
+// slow or fails; checksums are verified.
+func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
+	if first < 0 || last < first {
+		return nil, fmt.Errorf("%w: read range %d..%d", ErrInvalidArgument, first, last)
+	}
+	if last-first+1 > MaxReadBatch {
+		return nil, fmt.Errorf("%w: read of %d entries, at most %d at a time", ErrInvalidArgument, last-first+1, MaxReadBatch)
+	}
+	bound := r.LastAddConfirmed()
+	if last > bound && !r.Closed() {
+		var err error
+		if bound, err = r.ReadLAC(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if last > bound {
+		return nil, fmt.Errorf("%w: ledger %d entry %d, last confirmed is %d", ErrReadPastEnd, r.id, last, bound)
+	}
+	meta := r.Metadata()
+	out := make([]Entry, last-first+1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	sem := make(chan struct{}, readConcurrency)
+	for id := first; id <= last; id++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp, err := r.c.readEntry(ctx, meta, id)
+			if err != nil {
+				errOnce.Do(func() { firstErr = err; cancel() })
+				return
+			}
+			out[id-first] = Entry{ID: id, Payload: resp.Payload, Length: resp.Length}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// verify checks that a bookie's answer is the entry asked for, intact.
+func verify(ledger, entry int64, resp *bookiepb.ReadEntryResponse) error {
+	if resp.EntryId != entry {
+		return fmt.Errorf("%w: asked for entry %d, got %d", wire.ErrBadChecksum, entry, resp.EntryId)
+	}
+	if sum := wire.Checksum(ledger, entry, resp.LastAddConfirmed, resp.Length, resp.Payload); sum != resp.Crc32C {
+		return fmt.Errorf("%w: ledger %d entry %d: stored %08x, computed %08x", wire.ErrBadChecksum, ledger, entry, resp.Crc32C, sum)
+	}
+	return nil
+}
+
+// readEntry reads one entry from its write set with speculative retries:
+// one bookie is asked, and the next one too when the first fails or has
+// not answered within SpeculativeReadTimeout.
+func (c *Client) readEntry(ctx context.Context, m *Metadata, entry int64) (*bookiepb.ReadEntryResponse, error) {
+	seg := m.segmentFor(entry)
+	ws := writeSet(entry, m.Ensemble, m.WriteQuorum)
+	// Start at a different replica for consecutive stripes, to spread reads.
+	rot := int((entry / int64(m.Ensemble)) % int64(len(ws)))
+	order := append(ws[rot:len(ws):len(ws)], ws[:rot]...)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		addr string
+		resp *bookiepb.ReadEntryResponse
+		err  error
+	}
+	results := make(chan result, len(order))
+	next, outstanding := 0, 0
+	launch := func() {
+		addr := seg.Bookies[order[next]]
+		next++
+		outstanding++
+		go func() {
+			resp, err := c.readOne(ctx, addr, m.ID, entry, nil)
+			if err == nil {
+				err = verify(m.ID, entry, resp)
+			}
+			results <- result{addr, resp, err}
+		}()
+	}
+	launch()
+	timer := time.NewTimer(c.cfg.SpeculativeReadTimeout)
+	defer timer.Stop()
+	var errs []error
+	for {
+		select {
+		case res := <-results:
+			outstanding--
+			if res.err == nil {
+				return res.resp, nil
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", res.addr, res.err))
+			if next < len(order) {
+				launch()
+				timer.Reset(c.cfg.SpeculativeReadTimeout)
+			} else if outstanding == 0 {
+				return nil, fmt.Errorf("%w: ledger %d entry %d: %w", ErrEntryUnreadable, m.ID, entry, errors.Join(errs...))
+			}
+		case <-timer.C:
+			if next < len(order) {
+				launch()
+				timer.Reset(c.cfg.SpeculativeReadTimeout)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// readOne reads an entry from one bookie; with masterKey set it is a
+// fencing (recovery) read.
+func (c *Client) readOne(ctx context.Context, addr string, ledger, entry int64, masterKey []byte) (*bookiepb.ReadEntryResponse, error) {
+	cli, err := c.bookie(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	defer cancel()
+	resp, err := cli.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: ledger, EntryId: entry, Fence: masterKey != nil, MasterKey: masterKey})
+	return resp, wire.FromStatus(err)
+}

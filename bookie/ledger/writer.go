@@ -1,0 +1,519 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+)
+
+// Writer appends entries to an open ledger. Entries are striped over the
+// ensemble, many in flight at once; each completes when Qa bookies have it
+// durably, and completions are reported strictly in entry order. A bookie
+// that fails or times out is replaced (ensemble change) and the pending
+// entries it held are sent to its replacement.
+//
+// Goroutines: one per in-flight bookie request, one for completions, one
+// for the explicit LAC, one during an ensemble change. Close stops them
+// all; a Writer must always be closed.
+type Writer struct {
+	c         *Client
+	id        int64
+	masterKey []byte
+	ensembleN int
+	log       *zap.Logger
+
+	ctx    context.Context // cancelled when the writer stops: in-flight requests end
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // requests, ensemble change, LAC loop
+
+	signal      chan struct{} // wakes the completion loop
+	stopDeliver chan struct{} // closed after wg is done: the completion loop drains and exits
+	delivered   chan struct{} // closed when the completion loop has exited
+
+	mu struct {
+		sync.Mutex
+		meta     *Metadata
+		st       *writeState
+		ensemble []string // the last segment's bookies; index = position
+		// err is terminal: set on fencing, on an ensemble change that
+		// could not find bookies, or by Close. No append is taken after.
+		err          error
+		closing      bool
+		changing     bool // an ensemble change goroutine is running
+		pendingBytes int64
+		space        chan struct{} // closed when pendingBytes drops
+		idle         chan struct{} // closed when nothing is pending
+		lacSent      int64         // highest LAC sent to bookies
+		queue        []completion  // completions to deliver, in order
+	}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type completion struct {
+	cb  func(int64, error)
+	id  int64
+	err error
+}
+
+func newWriter(c *Client, m *Metadata) *Writer {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Writer{
+		c:           c,
+		id:          m.ID,
+		masterKey:   m.MasterKey,
+		ensembleN:   m.Ensemble,
+		log:         c.log.With(zap.Int64("ledger", m.ID)),
+		ctx:         ctx,
+		cancel:      cancel,
+		signal:      make(chan struct{}, 1),
+		stopDeliver: make(chan struct{}),
+		delivered:   make(chan struct{}),
+	}
+	w.mu.meta = m
+	w.mu.st = newWriteState(m.Ensemble, m.WriteQuorum, m.AckQuorum, 0)
+	w.mu.ensemble = slices.Clone(m.lastSegment().Bookies)
+	w.mu.space = make(chan struct{})
+	w.mu.idle = make(chan struct{})
+	close(w.mu.idle)
+	w.mu.lacSent = -1
+	go w.deliverLoop()
+	if c.cfg.ExplicitLACInterval > 0 {
+		w.wg.Add(1)
+		go w.lacLoop()
+	}
+	return w
+}
+
+// ID is the ledger id.
+func (w *Writer) ID() int64 { return w.id }
+
+// LastAddConfirmed is the last entry reported complete (-1: none).
+func (w *Writer) LastAddConfirmed() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.st.lac
+}
+
+// Length is the total payload bytes through LastAddConfirmed.
+func (w *Writer) Length() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.st.lacLen
+}
+
+// Metadata returns a copy of the ledger's current metadata.
+func (w *Writer) Metadata() *Metadata {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.meta.clone()
+}
+
+// Append adds an entry and waits until it is complete. It returns the
+// entry id. On error the entry may or may not be in the ledger (as after a
+// timeout), except for ErrInvalidArgument and ErrWriterClosed, which mean
+// it was not taken. Must not be called from an AppendAsync callback.
+func (w *Writer) Append(ctx context.Context, payload []byte) (int64, error) {
+	type result struct {
+		id  int64
+		err error
+	}
+	ch := make(chan result, 1)
+	if err := w.AppendAsync(ctx, payload, func(id int64, err error) { ch <- result{id, err} }); err != nil {
+		return -1, err
+	}
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// AppendAsync adds an entry; cb is called exactly once, with the entry id
+// or an error, from the writer's completion goroutine, in entry order.
+// Callbacks must not block on the writer. AppendAsync waits (up to ctx)
+// while MaxPendingBytes or MaxPendingEntries are in flight. The writer keeps payload until the
+// entry completes: do not modify it.
+func (w *Writer) AppendAsync(ctx context.Context, payload []byte, cb func(entryID int64, err error)) error {
+	if len(payload) > w.c.cfg.MaxEntrySize {
+		return fmt.Errorf("%w: entry of %d bytes, the maximum is %d", ErrInvalidArgument, len(payload), w.c.cfg.MaxEntrySize)
+	}
+	w.mu.Lock()
+	for {
+		if w.mu.err != nil || w.mu.closing {
+			err := w.mu.err
+			w.mu.Unlock()
+			if err == nil || errors.Is(err, ErrWriterClosed) {
+				return fmt.Errorf("%w: ledger %d", ErrWriterClosed, w.id)
+			}
+			return fmt.Errorf("%w: ledger %d: %w", ErrWriterClosed, w.id, err)
+		}
+		n := len(w.mu.st.pending)
+		if n == 0 || (n < w.c.cfg.MaxPendingEntries && w.mu.pendingBytes+int64(len(payload)) <= w.c.cfg.MaxPendingBytes) {
+			break
+		}
+		space := w.mu.space
+		w.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	defer w.mu.Unlock()
+	if len(w.mu.st.pending) == 0 {
+		w.mu.idle = make(chan struct{})
+	}
+	w.mu.pendingBytes += int64(len(payload))
+	_, ts := w.mu.st.append(payload, cb)
+	w.sendLocked(ts)
+	return nil
+}
+
+// sendLocked starts one request per target.
+func (w *Writer) sendLocked(ts []target) {
+	lac := w.mu.st.lac
+	w.mu.lacSent = max(w.mu.lacSent, lac)
+	for _, t := range ts {
+		req := &bookiepb.AddEntryRequest{
+			LedgerId:         w.id,
+			EntryId:          t.e.id,
+			MasterKey:        w.masterKey,
+			LastAddConfirmed: lac,
+			Length:           t.e.length,
+			Payload:          t.e.payload,
+		}
+		addr := w.mu.ensemble[t.pos]
+		w.wg.Add(1)
+		go w.send(req, t.pos, addr)
+	}
+}
+
+func (w *Writer) send(req *bookiepb.AddEntryRequest, pos int, addr string) {
+	defer w.wg.Done()
+	req.Crc32C = wire.Checksum(req.LedgerId, req.EntryId, req.LastAddConfirmed, req.Length, req.Payload)
+	cli, err := w.c.bookie(addr)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
+		_, err = cli.AddEntry(ctx, req)
+		cancel()
+		err = wire.FromStatus(err)
+	}
+	w.onResult(req.EntryId, pos, addr, err)
+}
+
+// onResult feeds one bookie's answer to the protocol state.
+func (w *Writer) onResult(id int64, pos int, addr string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.err != nil || w.mu.ensemble[pos] != addr {
+		return // stopped, or an answer from a bookie since replaced
+	}
+	if err == nil {
+		w.completeLocked(w.mu.st.ack(id, pos), nil)
+		return
+	}
+	if w.ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, wire.ErrFenced) {
+		w.log.Info("writer fenced: the ledger is being recovered", zap.String("bookie", addr))
+		w.abortLocked(fmt.Errorf("%w: ledger %d (bookie %s refused entry %d)", ErrFenced, w.id, addr, id))
+		return
+	}
+	w.log.Warn("bookie failed an add; replacing it", zap.String("bookie", addr), zap.Int64("entry", id), zap.Error(err))
+	if w.mu.st.fail(pos) && !w.mu.changing {
+		w.mu.changing = true
+		w.wg.Add(1)
+		go w.changeEnsemble()
+	}
+}
+
+// completeLocked queues callbacks for finished entries (err nil: complete).
+func (w *Writer) completeLocked(es []*pendingEntry, err error) {
+	if len(es) == 0 {
+		return
+	}
+	for _, e := range es {
+		w.mu.pendingBytes -= int64(len(e.payload))
+		w.mu.queue = append(w.mu.queue, completion{cb: e.cb, id: e.id, err: err})
+	}
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+	close(w.mu.space)
+	w.mu.space = make(chan struct{})
+	if len(w.mu.st.pending) == 0 {
+		select {
+		case <-w.mu.idle:
+		default:
+			close(w.mu.idle)
+		}
+	}
+}
+
+// abortLocked stops the writer with err: entries that already have Qa
+// acks complete (they are in the ledger whatever happens next), the others
+// fail with err, in-flight requests are cancelled.
+func (w *Writer) abortLocked(err error) {
+	if w.mu.err != nil {
+		return
+	}
+	w.mu.err = err
+	w.completeLocked(w.mu.st.release(), nil)
+	w.completeLocked(w.mu.st.abort(), err)
+	w.cancel()
+}
+
+// deliverLoop calls completion callbacks in order.
+func (w *Writer) deliverLoop() {
+	defer close(w.delivered)
+	for {
+		stop := false
+		select {
+		case <-w.signal:
+		case <-w.stopDeliver:
+			stop = true
+		}
+		w.mu.Lock()
+		q := w.mu.queue
+		w.mu.queue = nil
+		w.mu.Unlock()
+		for _, c := range q {
+			if c.cb != nil {
+				c.cb(c.id, c.err)
+			}
+		}
+		if stop {
+			return
+		}
+	}
+}
+
+// changeEnsemble replaces failed bookies until none is left, holding
+// completions meanwhile.
+func (w *Writer) changeEnsemble() {
+	defer w.wg.Done()
+	deadline := time.Now().Add(w.c.cfg.EnsembleChangeTimeout)
+	backoff := 50 * time.Millisecond
+	for {
+		w.mu.Lock()
+		if w.mu.err != nil {
+			w.mu.changing = false
+			w.mu.Unlock()
+			return
+		}
+		failed := w.mu.st.failedPositions()
+		if len(failed) == 0 {
+			w.mu.changing = false
+			w.completeLocked(w.mu.st.release(), nil)
+			w.mu.Unlock()
+			return
+		}
+		segStart := w.mu.st.hold()
+		meta := w.mu.meta.clone()
+		ensemble := slices.Clone(w.mu.ensemble)
+		w.mu.Unlock()
+
+		newMeta, err := w.replaceBookies(meta, ensemble, failed, segStart)
+		if err != nil {
+			w.mu.Lock()
+			switch {
+			case errors.Is(err, ErrFenced):
+				w.abortLocked(err)
+			case time.Now().After(deadline):
+				w.log.Error("ensemble change failed; failing pending appends", zap.Error(err))
+				w.abortLocked(err)
+			}
+			stopped := w.mu.err != nil
+			if stopped {
+				w.mu.changing = false
+			}
+			w.mu.Unlock()
+			if stopped {
+				return
+			}
+			w.log.Warn("ensemble change failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			select {
+			case <-time.After(backoff):
+			case <-w.ctx.Done():
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		w.mu.Lock()
+		if w.mu.err != nil {
+			w.mu.changing = false
+			w.mu.Unlock()
+			return
+		}
+		w.log.Info("ensemble changed", zap.Int64("from-entry", segStart), zap.Strings("ensemble", newMeta.lastSegment().Bookies))
+		w.mu.meta = newMeta
+		w.mu.ensemble = slices.Clone(newMeta.lastSegment().Bookies)
+		w.sendLocked(w.mu.st.replace(failed))
+		w.mu.Unlock()
+	}
+}
+
+// replaceBookies writes metadata in which the failed positions have new
+// bookies from entry segStart on. ErrFenced if the ledger is no longer
+// open (someone is recovering it).
+func (w *Writer) replaceBookies(meta *Metadata, ensemble []string, failed []int, segStart int64) (*Metadata, error) {
+	ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
+	defer cancel()
+	repl, err := w.c.pick(ctx, len(failed), ensemble)
+	if err != nil {
+		return nil, err
+	}
+	next := slices.Clone(ensemble)
+	for i, p := range failed {
+		next[p] = repl[i]
+	}
+	for {
+		m := meta.clone()
+		if last := &m.Segments[len(m.Segments)-1]; last.First == segStart {
+			last.Bookies = next // nothing completed on it yet: replace in place
+		} else {
+			m.Segments = append(m.Segments, Segment{First: segStart, Bookies: next})
+		}
+		err := writeMetadata(ctx, w.c.store, m)
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, metastore.ErrBadVersion) {
+			return nil, err
+		}
+		cur, rerr := readMetadata(ctx, w.c.store, w.id)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if cur.State != StateOpen {
+			return nil, fmt.Errorf("%w: ledger %d is %s", ErrFenced, w.id, cur.State)
+		}
+		meta = cur
+	}
+}
+
+// lacLoop sends the last add confirmed to the ensemble when no add has
+// carried it, so that readers can see the last entries of an idle ledger.
+func (w *Writer) lacLoop() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.c.cfg.ExplicitLACInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		lac := w.mu.st.lac
+		if w.mu.err != nil || lac <= w.mu.lacSent {
+			w.mu.Unlock()
+			continue
+		}
+		w.mu.lacSent = lac
+		ensemble := slices.Clone(w.mu.ensemble)
+		w.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, addr := range ensemble {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cli, err := w.c.bookie(addr)
+				if err != nil {
+					return
+				}
+				ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
+				defer cancel()
+				if _, err := cli.WriteLAC(ctx, &bookiepb.WriteLACRequest{LedgerId: w.id, MasterKey: w.masterKey, LastAddConfirmed: lac}); err != nil {
+					w.log.Debug("explicit LAC failed", zap.String("bookie", addr), zap.Error(err))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// Close waits for pending appends (until ctx ends: then they fail), then
+// closes the ledger in the metadata at the last complete entry, so that
+// readers and the next owner need no recovery. It returns ErrFenced if the
+// ledger was taken over by a recovery. Close is idempotent.
+func (w *Writer) Close(ctx context.Context) error {
+	w.closeOnce.Do(func() { w.closeErr = w.close(ctx) })
+	return w.closeErr
+}
+
+func (w *Writer) close(ctx context.Context) error {
+	w.mu.Lock()
+	w.mu.closing = true
+	for len(w.mu.st.pending) > 0 && w.mu.err == nil {
+		idle := w.mu.idle
+		w.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			w.mu.Lock()
+			w.abortLocked(fmt.Errorf("%w: ledger %d closed before the entry completed: %w", ErrWriterClosed, w.id, ctx.Err()))
+			w.mu.Unlock()
+		}
+		w.mu.Lock()
+	}
+	prevErr := w.mu.err
+	lac, length := w.mu.st.lac, w.mu.st.lacLen
+	meta := w.mu.meta.clone()
+	if w.mu.err == nil {
+		w.mu.err = ErrWriterClosed
+	}
+	w.mu.Unlock()
+
+	var err error
+	if errors.Is(prevErr, ErrFenced) {
+		err = prevErr
+	} else {
+		err = w.closeMetadata(ctx, meta, lac, length)
+	}
+	w.cancel()
+	w.wg.Wait()
+	close(w.stopDeliver)
+	<-w.delivered
+	return err
+}
+
+// closeMetadata marks the ledger closed at lac.
+func (w *Writer) closeMetadata(ctx context.Context, meta *Metadata, lac, length int64) error {
+	for {
+		m := meta.clone()
+		m.State, m.LastEntry, m.Length = StateClosed, lac, length
+		err := writeMetadata(ctx, w.c.store, m)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, metastore.ErrBadVersion) {
+			return fmt.Errorf("ledger: close %d: %w", w.id, err)
+		}
+		cur, rerr := readMetadata(ctx, w.c.store, w.id)
+		if rerr != nil {
+			return rerr
+		}
+		switch {
+		case cur.State == StateClosed && cur.LastEntry == lac:
+			return nil // closed by a recovery at the same point
+		case cur.State != StateOpen:
+			return fmt.Errorf("%w: ledger %d is %s (last entry %d, ours %d)", ErrFenced, w.id, cur.State, cur.LastEntry, lac)
+		}
+		meta = cur
+	}
+}
