@@ -423,7 +423,9 @@ func TestRecoveryAfterWriterCrashWithDeadBookie(t *testing.T) {
 			// The broker "crashes": connections gone, ledger left open.
 			writerCl.Close()
 			writerStore.Close()
-			w.Close(ctx) // stops the writer's goroutines; closing the metadata fails
+			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			w.Close(cctx) // stops the writer's goroutines; closing the metadata fails
+			cancel()
 			if m, _ := c.Client(ledger.Config{}).Metadata(ctx, w.ID()); m.State != ledger.StateOpen {
 				t.Fatalf("ledger not left open by the crashed writer: %s", m.State)
 			}

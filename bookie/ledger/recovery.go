@@ -14,6 +14,10 @@ import (
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
+// recoveryWindow is how many entries recovery reads, and re-replicates,
+// at once.
+const recoveryWindow = 64
+
 // maxRecoveryAttempts bounds the restarts of a recovery that lost a
 // metadata race with another recovery.
 const maxRecoveryAttempts = 5
@@ -93,17 +97,37 @@ func (c *Client) recover(ctx context.Context, m *Metadata) (*Metadata, error) {
 	}
 
 	// 2. Read forward from the highest LAC seen until an entry is proven
-	// absent. Recovery reads fence too (BookKeeper issue 2614).
+	// absent, a window of entries at a time. Recovery reads fence too
+	// (BookKeeper issue 2614). An entry after the first absent one was never
+	// acknowledged (acknowledgements go in order), whatever its copies.
 	var found []*bookiepb.ReadEntryResponse
-	for e := maxLAC + 1; ; e++ {
-		outcome, resp, err := c.recoveryRead(ctx, m, e)
-		if err != nil {
-			return nil, err
+	for start, done := maxLAC+1, false; !done; start += recoveryWindow {
+		type outcome struct {
+			o    readOutcome
+			resp *bookiepb.ReadEntryResponse
+			err  error
 		}
-		if outcome == entryAbsent {
-			break
+		outs := make([]outcome, recoveryWindow)
+		var wg sync.WaitGroup
+		for i := range outs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o, resp, err := c.recoveryRead(ctx, m, start+int64(i))
+				outs[i] = outcome{o, resp, err}
+			}()
 		}
-		found = append(found, resp)
+		wg.Wait()
+		for _, o := range outs {
+			if o.o == entryAbsent {
+				done = true
+				break
+			}
+			if o.err != nil {
+				return nil, o.err
+			}
+			found = append(found, o.resp)
+		}
 	}
 	last := maxLAC + int64(len(found))
 	var length int64
@@ -148,10 +172,8 @@ func (c *Client) recover(ctx context.Context, m *Metadata) (*Metadata, error) {
 			m = nm
 			log.Info("recovery replaced unreachable bookies", zap.Int64("from-entry", maxLAC+1), zap.Strings("ensemble", next))
 		}
-		for _, resp := range found {
-			if err := c.recoveryAdd(ctx, m, resp); err != nil {
-				return nil, err
-			}
+		if err := c.recoveryAddAll(ctx, m, found); err != nil {
+			return nil, err
 		}
 	}
 
@@ -220,6 +242,35 @@ func (c *Client) recoveryRead(ctx context.Context, m *Metadata, entry int64) (re
 	}
 	return entryUnknown, nil, fmt.Errorf("%w: ledger %d entry %d: %d of %d bookies said absent, need %d: %w",
 		ErrRecoveryIncomplete, m.ID, entry, noSuch, m.WriteQuorum, m.WriteQuorum-m.AckQuorum+1, errors.Join(errs...))
+}
+
+// recoveryAddAll re-replicates the found entries, recoveryWindow at a time.
+func (c *Client) recoveryAddAll(ctx context.Context, m *Metadata, found []*bookiepb.ReadEntryResponse) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, recoveryWindow)
+	errc := make(chan error, len(found))
+	for _, e := range found {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			err := c.recoveryAdd(ctx, m, e)
+			if err != nil {
+				cancel()
+			}
+			errc <- err
+		}()
+	}
+	var errs []error
+	for range found {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
 }
 
 // recoveryAdd writes a found entry, as it was, to its whole write set in
