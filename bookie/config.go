@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -12,9 +13,13 @@ import (
 type Config struct {
 	// Listen is the gRPC address. Default 127.0.0.1:3181.
 	Listen string `mapstructure:"listen" yaml:"listen"`
-	// AdvertisedAddress is the host:port other components dial, and the
-	// bookie's id in ledger metadata. Default: the bound listen address.
+	// AdvertisedAddress is the host:port other components dial. Default:
+	// the bound listen address.
 	AdvertisedAddress string `mapstructure:"advertised-address" yaml:"advertised-address"`
+	// ID names the bookie in ledger metadata; clients find its address in
+	// the registry. It must stay the same for the life of the data
+	// directory. Default: the advertised address.
+	ID string `mapstructure:"id" yaml:"id"`
 	// DataDir holds the Pebble database. Default ./data/bookie.
 	DataDir string `mapstructure:"data-dir" yaml:"data-dir"`
 	// Metastore lists the etcd endpoints.
@@ -63,6 +68,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.AdvertisedAddress); err != nil {
 			errs = append(errs, fmt.Errorf("advertised address %q: %v", c.AdvertisedAddress, err))
 		}
+	}
+	if strings.ContainsAny(c.ID, "/ \t\n") {
+		errs = append(errs, fmt.Errorf("bookie id %q must not contain '/' or spaces", c.ID))
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data directory is empty"))

@@ -44,7 +44,7 @@ func (s *Server) publish(ctx context.Context, r *registration) error {
 	now := time.Now()
 	secs := now.Sub(r.lastAt).Seconds()
 	info := &metapb.BookieInfo{
-		Address:         s.id,
+		Address:         s.addr,
 		LedgerCount:     int64(st.Ledgers),
 		UpdatedAtUnixMs: now.UnixMilli(),
 		InstanceId:      s.instanceID,

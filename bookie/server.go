@@ -56,7 +56,8 @@ type Server struct {
 	db         *storage.DB
 	ln         net.Listener
 	grpc       *grpc.Server
-	id         string
+	id         string // name in ledger metadata
+	addr       string // advertised address
 	instanceID string
 
 	stop     chan struct{} // closed by Close: background loops exit
@@ -126,9 +127,13 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	s.ln = ln
 	undo = append(undo, func() { ln.Close() })
-	s.id = cfg.AdvertisedAddress
+	s.addr = cfg.AdvertisedAddress
+	if s.addr == "" {
+		s.addr = ln.Addr().String()
+	}
+	s.id = cfg.ID
 	if s.id == "" {
-		s.id = ln.Addr().String()
+		s.id = s.addr
 	}
 	s.log = s.log.With(zap.String("bookie", s.id))
 
@@ -161,8 +166,11 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	return s, nil
 }
 
-// ID is the bookie's id: its advertised address.
+// ID is the bookie's id in ledger metadata.
 func (s *Server) ID() string { return s.id }
+
+// AdvertisedAddress is the address the bookie registers for clients.
+func (s *Server) AdvertisedAddress() string { return s.addr }
 
 // Addr is the address the gRPC server is bound to.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
@@ -217,7 +225,7 @@ func (s *Server) checkCookie(ctx context.Context) error {
 			return fmt.Errorf("bookie: cookie in %s is corrupt: %w", s.cfg.DataDir, err)
 		}
 		if lc.BookieId != s.id {
-			return fmt.Errorf("bookie: data directory %s belongs to bookie %s, not %s: start it with --advertised-address %s", s.cfg.DataDir, lc.BookieId, s.id, lc.BookieId)
+			return fmt.Errorf("bookie: data directory %s belongs to bookie %s, not %s: start it with --id %s", s.cfg.DataDir, lc.BookieId, s.id, lc.BookieId)
 		}
 	}
 	key := metastore.BookieCookieKey(s.id)
@@ -235,7 +243,7 @@ func (s *Server) checkCookie(ctx context.Context) error {
 	switch {
 	case haveLocal && haveRemote:
 		if lc.InstanceId != rc.InstanceId {
-			return fmt.Errorf("bookie: data directory %s holds instance %s but bookie %s is registered as instance %s: wrong directory, or a second bookie with the same address", s.cfg.DataDir, lc.InstanceId, s.id, rc.InstanceId)
+			return fmt.Errorf("bookie: data directory %s holds instance %s but bookie %s is registered as instance %s: wrong directory, or a second bookie with the same id", s.cfg.DataDir, lc.InstanceId, s.id, rc.InstanceId)
 		}
 		s.instanceID = lc.InstanceId
 		return nil

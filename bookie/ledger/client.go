@@ -15,8 +15,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
+	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
 // Config tunes a Client. Zero values take the defaults noted.
@@ -84,7 +86,8 @@ type Client struct {
 
 	mu struct {
 		sync.Mutex
-		conns  map[string]*grpc.ClientConn
+		conns  map[string]*grpc.ClientConn // by address
+		addrs  map[string]string           // bookie id -> address
 		rng    *mrand.Rand
 		closed bool
 	}
@@ -97,6 +100,7 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, store: store, log: cfg.Logger}
 	c.mu.conns = make(map[string]*grpc.ClientConn)
+	c.mu.addrs = make(map[string]string)
 	c.mu.rng = mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
 	return c, nil
 }
@@ -117,8 +121,50 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// bookie returns a gRPC client for a bookie, dialing lazily.
-func (c *Client) bookie(addr string) (bookiepb.BookieClient, error) {
+// bookie returns a gRPC client for the bookie with the given id. Its
+// address comes from the registry (and is cached until a transport failure
+// makes the caller forget it); connections are dialed lazily and shared.
+func (c *Client) bookie(ctx context.Context, id string) (bookiepb.BookieClient, error) {
+	c.mu.Lock()
+	closed := c.mu.closed
+	addr, ok := c.mu.addrs[id]
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if !ok {
+		kv, err := c.store.Get(ctx, metastore.BookieAvailableKey(id))
+		if errors.Is(err, metastore.ErrNotFound) {
+			return nil, fmt.Errorf("%w: bookie %s is not registered", wire.ErrUnavailable, id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: look up bookie %s: %v", wire.ErrUnavailable, id, err)
+		}
+		var info metapb.BookieInfo
+		if err := proto.Unmarshal(kv.Value, &info); err != nil {
+			return nil, fmt.Errorf("%w: registration of bookie %s is corrupt: %v", wire.ErrUnavailable, id, err)
+		}
+		addr = info.Address
+		if addr == "" {
+			addr = id
+		}
+		c.mu.Lock()
+		c.mu.addrs[id] = addr
+		c.mu.Unlock()
+	}
+	return c.conn(addr)
+}
+
+// forget drops a bookie's cached address after it failed to answer: it may
+// have restarted elsewhere.
+func (c *Client) forget(id string) {
+	c.mu.Lock()
+	delete(c.mu.addrs, id)
+	c.mu.Unlock()
+}
+
+// conn returns the shared connection to an address.
+func (c *Client) conn(addr string) (bookiepb.BookieClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.closed {
@@ -134,11 +180,32 @@ func (c *Client) bookie(addr string) (bookiepb.BookieClient, error) {
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		)
 		if err != nil {
-			return nil, fmt.Errorf("ledger: dial bookie %s: %w", addr, err)
+			return nil, fmt.Errorf("%w: dial bookie at %s: %v", wire.ErrUnavailable, addr, err)
 		}
 		c.mu.conns[addr] = conn
 	}
 	return bookiepb.NewBookieClient(conn), nil
+}
+
+// call runs one RPC to a bookie, translating its status, and forgets the
+// bookie's address when it could not be reached.
+func call[T any](ctx context.Context, c *Client, id string, timeout time.Duration, fn func(context.Context, bookiepb.BookieClient) (T, error)) (T, error) {
+	var zero T
+	cli, err := c.bookie(ctx, id)
+	if err != nil {
+		return zero, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := fn(ctx, cli)
+	if err != nil {
+		err = wire.FromStatus(err)
+		if errors.Is(err, wire.ErrUnavailable) {
+			c.forget(id)
+		}
+		return zero, err
+	}
+	return resp, nil
 }
 
 // CreateOptions choose a new ledger's replication.
@@ -200,6 +267,11 @@ func (c *Client) pick(ctx context.Context, n int, exclude []string) ([]string, e
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for _, b := range live {
+		if b.Info.Address != "" {
+			c.mu.addrs[b.ID] = b.Info.Address
+		}
+	}
 	return pickBookies(live, n, exclude, c.mu.rng)
 }
 

@@ -631,3 +631,51 @@ func bookieHasLedger(t *testing.T, addr string, id int64) bool {
 func metastoreGet(t *testing.T, s *metastore.Store, key string) (metastore.KV, error) {
 	return s.Get(ctxT(t), key)
 }
+
+// Bookies are named by id, not address: a bookie that comes back on
+// another address still serves its ledgers, found through the registry.
+func TestBookieMovesToNewAddress(t *testing.T) {
+	n := 0
+	c := testcluster.Start(t, 3, testcluster.Options{Configure: func(cfg *bookie.Config) {
+		n++
+		cfg.ID = fmt.Sprintf("bookie-%d", n)
+	}})
+	ctx := ctxT(t)
+	w, err := c.Client(ledger.Config{}).Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[int64][]byte{}
+	for i := int64(0); i < 20; i++ {
+		if _, err := w.Append(ctx, payload(w.ID(), i)); err != nil {
+			t.Fatal(err)
+		}
+		sent[i] = payload(w.ID(), i)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Metadata().Segments[0].Bookies; !slices.Contains(got, "bookie-1") {
+		t.Fatalf("ensemble %v is not made of bookie ids", got)
+	}
+	bs := c.Bookies()
+	for _, b := range bs {
+		b.Stop()
+	}
+	// bookie-1 restarts on a new port, without its proxy.
+	cfg := bs[0].Config()
+	cfg.Listen, cfg.AdvertisedAddress = "127.0.0.1:0", ""
+	s, err := bookie.Start(ctx, cfg, bookie.WithStore(c.Store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.AdvertisedAddress() == bs[0].ID {
+		t.Fatal("restarted on the same address")
+	}
+	r, err := c.Client(ledger.Config{SpeculativeReadTimeout: 10 * time.Millisecond}).Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, r, sent)
+}

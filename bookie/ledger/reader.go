@@ -180,14 +180,11 @@ func (r *Reader) pollLAC(ctx context.Context, longPoll bool, previous int64) (in
 	answers := make(chan answer, len(seg.Bookies))
 	for _, addr := range seg.Bookies {
 		go func() {
-			cli, err := r.c.bookie(addr)
+			resp, err := call(ctx, r.c, addr, timeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.ReadLACResponse, error) {
+				return b.ReadLAC(ctx, &bookiepb.ReadLACRequest{LedgerId: r.id, LongPoll: longPoll, PreviousLac: previous, TimeoutMs: uint32(wait / time.Millisecond)})
+			})
 			if err != nil {
-				answers <- answer{-1, err}
-				return
-			}
-			resp, err := cli.ReadLAC(ctx, &bookiepb.ReadLACRequest{LedgerId: r.id, LongPoll: longPoll, PreviousLac: previous, TimeoutMs: uint32(wait / time.Millisecond)})
-			if err != nil {
-				answers <- answer{-1, fmt.Errorf("%s: %w", addr, wire.FromStatus(err))}
+				answers <- answer{-1, fmt.Errorf("%s: %w", addr, err)}
 				return
 			}
 			answers <- answer{resp.LastAddConfirmed, nil}
@@ -350,13 +347,8 @@ func (c *Client) readEntry(ctx context.Context, m *Metadata, entry int64) (*book
 
 // readOne reads an entry from one bookie; with masterKey set it is a
 // fencing (recovery) read.
-func (c *Client) readOne(ctx context.Context, addr string, ledger, entry int64, masterKey []byte) (*bookiepb.ReadEntryResponse, error) {
-	cli, err := c.bookie(addr)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
-	defer cancel()
-	resp, err := cli.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: ledger, EntryId: entry, Fence: masterKey != nil, MasterKey: masterKey})
-	return resp, wire.FromStatus(err)
+func (c *Client) readOne(ctx context.Context, bookieID string, ledger, entry int64, masterKey []byte) (*bookiepb.ReadEntryResponse, error) {
+	return call(ctx, c, bookieID, c.cfg.ReadTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.ReadEntryResponse, error) {
+		return b.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: ledger, EntryId: entry, Fence: masterKey != nil, MasterKey: masterKey})
+	})
 }

@@ -187,15 +187,10 @@ func (c *Client) recover(ctx context.Context, m *Metadata) (*Metadata, error) {
 	return m, nil
 }
 
-func (c *Client) fenceOne(ctx context.Context, addr string, ledger int64, key []byte) (*bookiepb.FenceResponse, error) {
-	cli, err := c.bookie(addr)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
-	defer cancel()
-	resp, err := cli.Fence(ctx, &bookiepb.FenceRequest{LedgerId: ledger, MasterKey: key})
-	return resp, wire.FromStatus(err)
+func (c *Client) fenceOne(ctx context.Context, bookieID string, ledger int64, key []byte) (*bookiepb.FenceResponse, error) {
+	return call(ctx, c, bookieID, c.cfg.ReadTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.FenceResponse, error) {
+		return b.Fence(ctx, &bookiepb.FenceRequest{LedgerId: ledger, MasterKey: key})
+	})
 }
 
 // recoveryRead asks every bookie of the entry's write set, with fencing
@@ -287,13 +282,9 @@ func (c *Client) recoveryAdd(ctx context.Context, m *Metadata, e *bookiepb.ReadE
 	for _, p := range ws {
 		addr := seg.Bookies[p]
 		go func() {
-			cli, err := c.bookie(addr)
-			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, c.cfg.AddTimeout)
-				_, err = cli.AddEntry(actx, req)
-				cancel()
-				err = wire.FromStatus(err)
-			}
+			_, err := call(ctx, c, addr, c.cfg.AddTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.AddEntryResponse, error) {
+				return b.AddEntry(ctx, req)
+			})
 			if err != nil {
 				err = fmt.Errorf("%s: %w", addr, err)
 			}

@@ -203,13 +203,9 @@ func (w *Writer) sendLocked(ts []target) {
 func (w *Writer) send(req *bookiepb.AddEntryRequest, pos int, addr string) {
 	defer w.wg.Done()
 	req.Crc32C = wire.Checksum(req.LedgerId, req.EntryId, req.LastAddConfirmed, req.Length, req.Payload)
-	cli, err := w.c.bookie(addr)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
-		_, err = cli.AddEntry(ctx, req)
-		cancel()
-		err = wire.FromStatus(err)
-	}
+	_, err := call(w.ctx, w.c, addr, w.c.cfg.AddTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.AddEntryResponse, error) {
+		return b.AddEntry(ctx, req)
+	})
 	w.onResult(req.EntryId, pos, addr, err)
 }
 
@@ -432,13 +428,10 @@ func (w *Writer) lacLoop() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cli, err := w.c.bookie(addr)
+				_, err := call(w.ctx, w.c, addr, w.c.cfg.AddTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.WriteLACResponse, error) {
+					return b.WriteLAC(ctx, &bookiepb.WriteLACRequest{LedgerId: w.id, MasterKey: w.masterKey, LastAddConfirmed: lac})
+				})
 				if err != nil {
-					return
-				}
-				ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
-				defer cancel()
-				if _, err := cli.WriteLAC(ctx, &bookiepb.WriteLACRequest{LedgerId: w.id, MasterKey: w.masterKey, LastAddConfirmed: lac}); err != nil {
 					w.log.Debug("explicit LAC failed", zap.String("bookie", addr), zap.Error(err))
 				}
 			}()

@@ -96,6 +96,9 @@ func (b *Bookie) start(c *Cluster) error {
 	return nil
 }
 
+// Config is the bookie's configuration.
+func (b *Bookie) Config() bookie.Config { return b.cfg }
+
 // Restart starts a stopped bookie again on its data directory.
 func (c *Cluster) Restart(b *Bookie) {
 	c.t.Helper()
