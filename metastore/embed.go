@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // EmbeddedConfig configures an etcd server run inside the process.
@@ -33,6 +35,7 @@ type EmbeddedConfig struct {
 type Embedded struct {
 	etcd      *embed.Etcd
 	endpoints []string
+	closing   *atomic.Bool
 }
 
 // StartEmbedded starts etcd in cfg.Dir and waits until it serves clients.
@@ -72,7 +75,13 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	ec.ListenPeerUrls = []url.URL{*purl}
 	ec.AdvertisePeerUrls = []url.URL{*purl}
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	closing := &atomic.Bool{}
+	elog := log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel), zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return quietOnClose{Core: c, closing: closing}
+	}))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(elog)
+	// Only requests slower than this are logged.
+	ec.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	// Keep history bounded: metadata is rewritten often (cursors, ledgers).
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = "10m"
@@ -99,7 +108,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	for _, l := range e.Clients {
 		eps = append(eps, l.Addr().String())
 	}
-	return &Embedded{etcd: e, endpoints: eps}, nil
+	return &Embedded{etcd: e, endpoints: eps, closing: closing}, nil
 }
 
 // Endpoints are the addresses clients connect to.
@@ -110,5 +119,28 @@ func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 
 // Close stops the server.
 func (e *Embedded) Close() {
+	e.closing.Store(true)
 	e.etcd.Close()
+}
+
+// quietOnClose drops what etcd logs while it is being closed on purpose:
+// only errors about its listeners closing ("use of closed network
+// connection").
+type quietOnClose struct {
+	zapcore.Core
+	closing *atomic.Bool
+}
+
+func (q quietOnClose) With(fields []zapcore.Field) zapcore.Core {
+	return quietOnClose{Core: q.Core.With(fields), closing: q.closing}
+}
+
+func (q quietOnClose) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if q.closing.Load() && e.Level < zapcore.DPanicLevel {
+		return ce
+	}
+	if q.Enabled(e.Level) {
+		return ce.AddCore(e, q)
+	}
+	return ce
 }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/internal/config"
+)
+
+func newBookieCmd(g *globals) *cobra.Command {
+	def := bookie.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "bookie",
+		Short: "Run a bookie (storage node)",
+		Long: `Run a bookie: it stores ledger entries on local disk (Pebble) and registers
+itself in the metastore (etcd). Every flag can also be set with a MAGNETAR_*
+environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := bookie.DefaultConfig()
+			if err := config.Load(cmd.Flags(), g.config, &cfg); err != nil {
+				return err
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			bookie.Version = version
+			s, err := bookie.Start(cmd.Context(), cfg, bookie.WithLogger(log))
+			if err != nil {
+				return err
+			}
+			log.Info("serving", zap.String("id", s.ID()), zap.String("address", s.AdvertisedAddress()), zap.String("listen", s.Addr()))
+			<-cmd.Context().Done()
+			log.Info("stopping")
+			return s.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.String("listen", def.Listen, "gRPC listen address")
+	f.String("advertised-address", def.AdvertisedAddress, "address clients dial (default: the listen address)")
+	f.String("id", def.ID, "bookie id in ledger metadata, fixed for the life of the data directory (default: the advertised address)")
+	f.String("data-dir", def.DataDir, "data directory")
+	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
+	f.String("metastore-root", def.MetastoreRoot, "key prefix of this cluster in etcd")
+	f.Int("max-entry-size", def.MaxEntrySize, "largest entry accepted, in bytes")
+	f.Duration("session-ttl", def.SessionTTL, "TTL of the registration lease")
+	f.Duration("registration-interval", def.RegistrationInterval, "how often the load report is refreshed")
+	f.Duration("gc-interval", def.GCInterval, "how often ledgers deleted from metadata are removed")
+	f.Bool("value-separation", def.ValueSeparation, "keep payloads of 1 KiB and more in Pebble blob files")
+	return cmd
+}

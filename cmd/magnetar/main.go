@@ -1,0 +1,67 @@
+// Command magnetar is Magnetar's single binary: every daemon and tool is a
+// subcommand (standalone, bookie, version, ...). Run `magnetar --help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/internal/logging"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// globals are the flags every command takes.
+type globals struct {
+	config    string
+	logLevel  string
+	logFormat string
+}
+
+func (g *globals) logger() (*zap.Logger, error) { return logging.New(g.logLevel, g.logFormat) }
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "magnetar",
+		Short:         "Magnetar: a messaging and streaming platform with separate compute and storage",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file with the command's settings (keys are flag names)")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "console", "log format: console or json")
+	root.AddCommand(newStandaloneCmd(g), newBookieCmd(g), newVersionCmd())
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		if !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(os.Stderr, "magnetar: %v\n", err)
+		}
+		stop()
+		os.Exit(1)
+	}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "magnetar", version)
+		},
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnetar-io/magnetar/internal/config"
+	"github.com/magnetar-io/magnetar/internal/standalone"
+)
+
+func newStandaloneCmd(g *globals) *cobra.Command {
+	def := standalone.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "standalone",
+		Short: "Run a whole cluster in one process (embedded etcd and bookies)",
+		Long: `Run Magnetar on one machine: an embedded etcd and bookies in one process,
+with all data under --data-dir. Stop it with Ctrl-C; starting it again on the
+same data directory keeps everything.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := standalone.DefaultConfig()
+			if err := config.Load(cmd.Flags(), g.config, &cfg); err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			s, err := standalone.Start(cmd.Context(), cfg, log)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			abs, _ := filepath.Abs(cfg.DataDir)
+			fmt.Fprintf(out, "Magnetar standalone is running (data in %s)\n", abs)
+			fmt.Fprintf(out, "  metastore (etcd)  %s\n", s.Etcd.Endpoints()[0])
+			for _, b := range s.Bookies {
+				fmt.Fprintf(out, "  bookie            %s  (id %s)\n", b.AdvertisedAddress(), b.ID())
+			}
+			fmt.Fprintln(out, "Press Ctrl-C to stop.")
+			<-cmd.Context().Done()
+			fmt.Fprintln(out, "Stopping.")
+			return s.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.String("data-dir", def.DataDir, "directory for all data")
+	f.Int("bookies", def.Bookies, "number of bookies")
+	f.String("metastore-listen", def.MetastoreListen, "client address of the embedded etcd")
+	f.String("bookie-listen", def.BookieListen, "address of the first bookie; bookie i uses port+i (port 0: free ports)")
+	f.Int("max-entry-size", def.MaxEntrySize, "largest entry accepted, in bytes")
+	return cmd
+}

@@ -1,0 +1,62 @@
+// Package config fills a daemon's configuration struct from, in order of
+// precedence: command-line flags that were set, MAGNETAR_* environment
+// variables, an optional YAML file (--config), and the struct's defaults
+// (the flags' default values). Keys are the flag names: --data-dir,
+// MAGNETAR_DATA_DIR and `data-dir:` in YAML all set the same field, the one
+// tagged `mapstructure:"data-dir"`.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// EnvPrefix is the prefix of environment variables.
+const EnvPrefix = "MAGNETAR"
+
+// Load fills out from flags, environment and the YAML file at path (none
+// if path is empty). Unknown keys in the file are an error, so that a typo
+// does not silently leave a default in place.
+func Load(flags *pflag.FlagSet, path string, out any) error {
+	v := viper.New()
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
+	v.AutomaticEnv()
+	var skip = map[string]bool{"config": true, "help": true, "log-level": true, "log-format": true}
+	var bindErr error
+	flags.VisitAll(func(f *pflag.Flag) {
+		if skip[f.Name] {
+			return
+		}
+		if err := v.BindPFlag(f.Name, f); err != nil {
+			bindErr = errors.Join(bindErr, err)
+		}
+	})
+	if bindErr != nil {
+		return bindErr
+	}
+	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("config file: %w", err)
+		}
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
+		}
+		for _, k := range v.AllKeys() {
+			if flags.Lookup(k) == nil && !skip[k] {
+				return fmt.Errorf("config file %s: unknown key %q", path, k)
+			}
+		}
+	}
+	if err := v.Unmarshal(out); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
+}

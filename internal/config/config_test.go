@@ -1,0 +1,92 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+type testConfig struct {
+	Listen    string        `mapstructure:"listen"`
+	DataDir   string        `mapstructure:"data-dir"`
+	Metastore []string      `mapstructure:"metastore"`
+	Interval  time.Duration `mapstructure:"interval"`
+	Size      int           `mapstructure:"size"`
+	Enabled   bool          `mapstructure:"enabled"`
+}
+
+func flags(args ...string) *pflag.FlagSet {
+	f := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	f.String("listen", "127.0.0.1:1", "")
+	f.String("data-dir", "./data", "")
+	f.StringSlice("metastore", []string{"127.0.0.1:2379"}, "")
+	f.Duration("interval", time.Second, "")
+	f.Int("size", 10, "")
+	f.Bool("enabled", true, "")
+	if err := f.Parse(args); err != nil {
+		panic(err)
+	}
+	return f
+}
+
+func writeFile(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, "listen: 10.0.0.1:5\ndata-dir: /from/file\nsize: 30\nmetastore: [a:1, b:2]\n")
+	t.Setenv("MAGNETAR_DATA_DIR", "/from/env")
+	t.Setenv("MAGNETAR_INTERVAL", "5s")
+	var got testConfig
+	if err := Load(flags("--size=99"), file, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := testConfig{
+		Listen:    "10.0.0.1:5",           // file over default
+		DataDir:   "/from/env",            // env over file
+		Metastore: []string{"a:1", "b:2"}, // file list
+		Interval:  5 * time.Second,        // env over default
+		Size:      99,                     // flag over file
+		Enabled:   true,                   // default
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestDefaultsAndEnvList(t *testing.T) {
+	t.Setenv("MAGNETAR_METASTORE", "x:1,y:2")
+	t.Setenv("MAGNETAR_ENABLED", "false")
+	var got testConfig
+	if err := Load(flags(), "", &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Metastore, []string{"x:1", "y:2"}) || got.Enabled || got.Listen != "127.0.0.1:1" || got.Interval != time.Second {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	var c testConfig
+	if err := Load(flags(), writeFile(t, "lisen: typo\n"), &c); err == nil || !strings.Contains(err.Error(), `unknown key "lisen"`) {
+		t.Fatalf("unknown key: %v", err)
+	}
+	if err := Load(flags(), filepath.Join(t.TempDir(), "missing.yaml"), &c); err == nil {
+		t.Fatal("missing file accepted")
+	}
+	if err := Load(flags(), writeFile(t, "size: [not, an, int]\n"), &c); err == nil {
+		t.Fatal("bad value accepted")
+	}
+	if err := Load(flags(), writeFile(t, "listen: [unclosed\n"), &c); err == nil {
+		t.Fatal("bad YAML accepted")
+	}
+}
