@@ -141,7 +141,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		return nil, err
 	}
 
-	maxMsg := cfg.MaxEntrySize + 64<<10
+	// An entry of the maximum size, or a batch of smaller ones (clients cap
+	// batches at 1 MiB of payload), plus framing.
+	maxMsg := cfg.MaxEntrySize + 1<<20
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),

@@ -66,7 +66,7 @@ func (e *env) start(t *testing.T, cfg bookie.Config) *bookie.Server {
 	return s
 }
 
-func dial(t *testing.T, addr string) bookiepb.BookieClient {
+func dial(t testing.TB, addr string) bookiepb.BookieClient {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
@@ -192,7 +192,7 @@ func TestBadInputGetsClearStatus(t *testing.T) {
 		{"wrong master key", func() error { _, err := c.AddEntry(ctx, wrongKey); return err }, codes.PermissionDenied, "BAD_MASTER_KEY"},
 		{"missing master key", func() error { _, err := c.AddEntry(ctx, noKey); return err }, codes.InvalidArgument, "INVALID_ARGUMENT"},
 		{"entry too large", func() error { _, err := c.AddEntry(ctx, addReq(1, 1, make([]byte, 1001))); return err }, codes.InvalidArgument, "ENTRY_TOO_LARGE"},
-		{"message over the gRPC limit", func() error { _, err := c.AddEntry(ctx, addReq(1, 1, make([]byte, 200<<10))); return err }, codes.ResourceExhausted, ""},
+		{"message over the gRPC limit", func() error { _, err := c.AddEntry(ctx, addReq(1, 1, make([]byte, 2<<20))); return err }, codes.ResourceExhausted, ""},
 		{"bad checksum", func() error { _, err := c.AddEntry(ctx, corrupt); return err }, codes.DataLoss, "BAD_CHECKSUM"},
 		{"zero ledger id", func() error { _, err := c.AddEntry(ctx, addReq(0, 1, []byte("x"))); return err }, codes.InvalidArgument, "INVALID_ARGUMENT"},
 		{"negative entry id", func() error {

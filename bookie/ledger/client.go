@@ -86,8 +86,9 @@ type Client struct {
 
 	mu struct {
 		sync.Mutex
-		conns  map[string]*grpc.ClientConn // by address
-		addrs  map[string]string           // bookie id -> address
+		conns   map[string]*grpc.ClientConn // by address
+		addrs   map[string]string           // bookie id -> address
+		streams map[string]*addStream       // by bookie id
 		rng    *mrand.Rand
 		closed bool
 	}
@@ -101,6 +102,7 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, store: store, log: cfg.Logger}
 	c.mu.conns = make(map[string]*grpc.ClientConn)
 	c.mu.addrs = make(map[string]string)
+	c.mu.streams = make(map[string]*addStream)
 	c.mu.rng = mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
 	return c, nil
 }
@@ -109,13 +111,18 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 // client stop working.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.mu.closed {
+		c.mu.Unlock()
 		return nil
 	}
 	c.mu.closed = true
+	streams, conns := c.mu.streams, c.mu.conns
+	c.mu.Unlock()
+	for _, s := range streams {
+		s.close() // fails pending adds with ErrClosed
+	}
 	var errs []error
-	for _, conn := range c.mu.conns {
+	for _, conn := range conns {
 		errs = append(errs, conn.Close())
 	}
 	return errors.Join(errs...)
@@ -172,7 +179,7 @@ func (c *Client) conn(addr string) (bookiepb.BookieClient, error) {
 	}
 	conn := c.mu.conns[addr]
 	if conn == nil {
-		maxMsg := c.cfg.MaxEntrySize + 64<<10
+		maxMsg := c.cfg.MaxEntrySize + 1<<20 // as the bookie: room for a batch's framing
 		var err error
 		conn, err = grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
 func TestWriteSetStriping(t *testing.T) {
@@ -293,4 +295,29 @@ func TestWriteStateAbort(t *testing.T) {
 	s.ack(1, 0)
 	s.ack(1, 1)
 	s.expectDone(t, 0)
+}
+
+func TestBatchLen(t *testing.T) {
+	q := func(sizes ...int) []*bookiepb.AddEntryRequest {
+		var out []*bookiepb.AddEntryRequest
+		for _, s := range sizes {
+			out = append(out, &bookiepb.AddEntryRequest{Payload: make([]byte, s)})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		q    []*bookiepb.AddEntryRequest
+		want int
+	}{
+		{nil, 0},
+		{q(10, 10, 10), 3},
+		{q(5 << 20), 1},             // one large entry always goes
+		{q(600<<10, 600<<10, 1), 1}, // the second would pass 1 MiB
+		{q(512<<10, 512<<10, 1), 2}, // exactly 1 MiB
+		{q(make([]int, maxSendBatch+5)...), maxSendBatch},
+	} {
+		if got := batchLen(tc.q); got != tc.want {
+			t.Errorf("batchLen of %d adds = %d, want %d", len(tc.q), got, tc.want)
+		}
+	}
 }

@@ -21,9 +21,9 @@ import (
 // that fails or times out is replaced (ensemble change) and the pending
 // entries it held are sent to its replacement.
 //
-// Goroutines: one per in-flight bookie request, one for completions, one
-// for the explicit LAC, one during an ensemble change. Close stops them
-// all; a Writer must always be closed.
+// Adds travel on the client's per-bookie streams. Goroutines: one for
+// completions, one for the explicit LAC, one during an ensemble change.
+// Close stops them all; a Writer must always be closed.
 type Writer struct {
 	c         *Client
 	id        int64
@@ -31,9 +31,9 @@ type Writer struct {
 	ensembleN int
 	log       *zap.Logger
 
-	ctx    context.Context // cancelled when the writer stops: in-flight requests end
+	ctx    context.Context // cancelled when the writer stops
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // requests, ensemble change, LAC loop
+	wg     sync.WaitGroup // ensemble change, LAC loop
 
 	signal      chan struct{} // wakes the completion loop
 	stopDeliver chan struct{} // closed after wg is done: the completion loop drains and exits
@@ -171,42 +171,59 @@ func (w *Writer) AppendAsync(ctx context.Context, payload []byte, cb func(entryI
 		}
 		w.mu.Lock()
 	}
-	defer w.mu.Unlock()
 	if len(w.mu.st.pending) == 0 {
 		w.mu.idle = make(chan struct{})
 	}
 	w.mu.pendingBytes += int64(len(payload))
 	_, ts := w.mu.st.append(payload, cb)
-	w.sendLocked(ts)
+	sends := w.sendsLocked(ts)
+	w.mu.Unlock()
+	w.dispatch(sends)
 	return nil
 }
 
-// sendLocked starts one request per target.
-func (w *Writer) sendLocked(ts []target) {
-	lac := w.mu.st.lac
-	w.mu.lacSent = max(w.mu.lacSent, lac)
-	for _, t := range ts {
-		req := &bookiepb.AddEntryRequest{
-			LedgerId:         w.id,
-			EntryId:          t.e.id,
-			MasterKey:        w.masterKey,
-			LastAddConfirmed: lac,
-			Length:           t.e.length,
-			Payload:          t.e.payload,
-		}
-		addr := w.mu.ensemble[t.pos]
-		w.wg.Add(1)
-		go w.send(req, t.pos, addr)
-	}
+// send is one add to one bookie, prepared under the lock and made after.
+type send struct {
+	req    *bookiepb.AddEntryRequest
+	pos    int
+	bookie string
 }
 
-func (w *Writer) send(req *bookiepb.AddEntryRequest, pos int, addr string) {
-	defer w.wg.Done()
-	req.Crc32C = wire.Checksum(req.LedgerId, req.EntryId, req.LastAddConfirmed, req.Length, req.Payload)
-	_, err := call(w.ctx, w.c, addr, w.c.cfg.AddTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.AddEntryResponse, error) {
-		return b.AddEntry(ctx, req)
-	})
-	w.onResult(req.EntryId, pos, addr, err)
+// sendsLocked prepares one add per target, carrying the current LAC.
+func (w *Writer) sendsLocked(ts []target) []send {
+	lac := w.mu.st.lac
+	w.mu.lacSent = max(w.mu.lacSent, lac)
+	sends := make([]send, 0, len(ts))
+	var last *pendingEntry
+	var req *bookiepb.AddEntryRequest
+	for _, t := range ts {
+		if t.e != last { // targets of one entry share a request
+			last = t.e
+			req = &bookiepb.AddEntryRequest{
+				LedgerId:         w.id,
+				EntryId:          t.e.id,
+				MasterKey:        w.masterKey,
+				LastAddConfirmed: lac,
+				Length:           t.e.length,
+				Payload:          t.e.payload,
+			}
+		}
+		sends = append(sends, send{req: req, pos: t.pos, bookie: w.mu.ensemble[t.pos]})
+	}
+	return sends
+}
+
+// dispatch makes the adds, without the lock held.
+func (w *Writer) dispatch(sends []send) {
+	var last *bookiepb.AddEntryRequest
+	for _, s := range sends {
+		if s.req != last {
+			last = s.req
+			s.req.Crc32C = wire.Checksum(s.req.LedgerId, s.req.EntryId, s.req.LastAddConfirmed, s.req.Length, s.req.Payload)
+		}
+		id, pos, bookie := s.req.EntryId, s.pos, s.bookie
+		w.c.addAsync(bookie, s.req, w.c.cfg.AddTimeout, func(err error) { w.onResult(id, pos, bookie, err) })
+	}
 }
 
 // onResult feeds one bookie's answer to the protocol state.
@@ -358,8 +375,9 @@ func (w *Writer) changeEnsemble() {
 		w.log.Info("ensemble changed", zap.Int64("from-entry", segStart), zap.Strings("ensemble", newMeta.lastSegment().Bookies))
 		w.mu.meta = newMeta
 		w.mu.ensemble = slices.Clone(newMeta.lastSegment().Bookies)
-		w.sendLocked(w.mu.st.replace(failed))
+		sends := w.sendsLocked(w.mu.st.replace(failed))
 		w.mu.Unlock()
+		w.dispatch(sends)
 	}
 }
 

@@ -142,3 +142,31 @@ func FromStatus(err error) error {
 	}
 	return err
 }
+
+// ToResult is ToStatus for the results of a stream: the code, reason and
+// message an error travels as (code 0 for nil).
+func ToResult(err error) (code uint32, reason, msg string) {
+	if err == nil {
+		return 0, "", ""
+	}
+	st := status.Convert(ToStatus(err))
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
+			reason = info.Reason
+		}
+	}
+	return uint32(st.Code()), reason, st.Message()
+}
+
+// FromResult is FromStatus for a result received on a stream.
+func FromResult(code uint32, reason, msg string) error {
+	if code == 0 {
+		return nil
+	}
+	for _, row := range table {
+		if row.reason == reason {
+			return &Error{Sentinel: row.err, Code: codes.Code(code), Msg: msg}
+		}
+	}
+	return FromStatus(status.Error(codes.Code(code), msg))
+}

@@ -39,7 +39,9 @@ type AddEntryRequest struct {
 	Payload []byte `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
 	// A recovery add re-replicates an entry while the ledger is being
 	// recovered; it bypasses the fence.
-	Recovery      bool `protobuf:"varint,8,opt,name=recovery,proto3" json:"recovery,omitempty"`
+	Recovery bool `protobuf:"varint,8,opt,name=recovery,proto3" json:"recovery,omitempty"`
+	// On AddEntries: the client's id for this add, echoed in its result.
+	RequestId     uint64 `protobuf:"varint,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -130,6 +132,172 @@ func (x *AddEntryRequest) GetRecovery() bool {
 	return false
 }
 
+func (x *AddEntryRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+type AddEntriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AddEntryRequest     `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddEntriesRequest) Reset() {
+	*x = AddEntriesRequest{}
+	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddEntriesRequest) ProtoMessage() {}
+
+func (x *AddEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddEntriesRequest.ProtoReflect.Descriptor instead.
+func (*AddEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AddEntriesRequest) GetEntries() []*AddEntryRequest {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type AddEntriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*AddResult           `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddEntriesResponse) Reset() {
+	*x = AddEntriesResponse{}
+	mi := &file_bookiepb_bookie_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddEntriesResponse) ProtoMessage() {}
+
+func (x *AddEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bookiepb_bookie_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddEntriesResponse.ProtoReflect.Descriptor instead.
+func (*AddEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AddEntriesResponse) GetResults() []*AddResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// AddResult answers one add of an AddEntries stream. code 0 (OK): the entry
+// is durable. Otherwise code, reason and message are what AddEntry would
+// have returned as a status.
+type AddResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Code          uint32                 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddResult) Reset() {
+	*x = AddResult{}
+	mi := &file_bookiepb_bookie_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddResult) ProtoMessage() {}
+
+func (x *AddResult) ProtoReflect() protoreflect.Message {
+	mi := &file_bookiepb_bookie_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddResult.ProtoReflect.Descriptor instead.
+func (*AddResult) Descriptor() ([]byte, []int) {
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AddResult) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *AddResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *AddResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AddResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type AddEntryResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -138,7 +306,7 @@ type AddEntryResponse struct {
 
 func (x *AddEntryResponse) Reset() {
 	*x = AddEntryResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	mi := &file_bookiepb_bookie_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +318,7 @@ func (x *AddEntryResponse) String() string {
 func (*AddEntryResponse) ProtoMessage() {}
 
 func (x *AddEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	mi := &file_bookiepb_bookie_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +331,7 @@ func (x *AddEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEntryResponse.ProtoReflect.Descriptor instead.
 func (*AddEntryResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{1}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{4}
 }
 
 type ReadEntryRequest struct {
@@ -180,7 +348,7 @@ type ReadEntryRequest struct {
 
 func (x *ReadEntryRequest) Reset() {
 	*x = ReadEntryRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[2]
+	mi := &file_bookiepb_bookie_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +360,7 @@ func (x *ReadEntryRequest) String() string {
 func (*ReadEntryRequest) ProtoMessage() {}
 
 func (x *ReadEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[2]
+	mi := &file_bookiepb_bookie_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +373,7 @@ func (x *ReadEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEntryRequest.ProtoReflect.Descriptor instead.
 func (*ReadEntryRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{2}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReadEntryRequest) GetLedgerId() int64 {
@@ -251,7 +419,7 @@ type ReadEntryResponse struct {
 
 func (x *ReadEntryResponse) Reset() {
 	*x = ReadEntryResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[3]
+	mi := &file_bookiepb_bookie_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +431,7 @@ func (x *ReadEntryResponse) String() string {
 func (*ReadEntryResponse) ProtoMessage() {}
 
 func (x *ReadEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[3]
+	mi := &file_bookiepb_bookie_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +444,7 @@ func (x *ReadEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEntryResponse.ProtoReflect.Descriptor instead.
 func (*ReadEntryResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{3}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadEntryResponse) GetEntryId() int64 {
@@ -335,7 +503,7 @@ type ReadLACRequest struct {
 
 func (x *ReadLACRequest) Reset() {
 	*x = ReadLACRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	mi := &file_bookiepb_bookie_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +515,7 @@ func (x *ReadLACRequest) String() string {
 func (*ReadLACRequest) ProtoMessage() {}
 
 func (x *ReadLACRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	mi := &file_bookiepb_bookie_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +528,7 @@ func (x *ReadLACRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLACRequest.ProtoReflect.Descriptor instead.
 func (*ReadLACRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{4}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadLACRequest) GetLedgerId() int64 {
@@ -403,7 +571,7 @@ type ReadLACResponse struct {
 
 func (x *ReadLACResponse) Reset() {
 	*x = ReadLACResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	mi := &file_bookiepb_bookie_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +583,7 @@ func (x *ReadLACResponse) String() string {
 func (*ReadLACResponse) ProtoMessage() {}
 
 func (x *ReadLACResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	mi := &file_bookiepb_bookie_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +596,7 @@ func (x *ReadLACResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLACResponse.ProtoReflect.Descriptor instead.
 func (*ReadLACResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{5}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadLACResponse) GetLastAddConfirmed() int64 {
@@ -463,7 +631,7 @@ type WriteLACRequest struct {
 
 func (x *WriteLACRequest) Reset() {
 	*x = WriteLACRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[6]
+	mi := &file_bookiepb_bookie_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -475,7 +643,7 @@ func (x *WriteLACRequest) String() string {
 func (*WriteLACRequest) ProtoMessage() {}
 
 func (x *WriteLACRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[6]
+	mi := &file_bookiepb_bookie_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -488,7 +656,7 @@ func (x *WriteLACRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteLACRequest.ProtoReflect.Descriptor instead.
 func (*WriteLACRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{6}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WriteLACRequest) GetLedgerId() int64 {
@@ -520,7 +688,7 @@ type WriteLACResponse struct {
 
 func (x *WriteLACResponse) Reset() {
 	*x = WriteLACResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[7]
+	mi := &file_bookiepb_bookie_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +700,7 @@ func (x *WriteLACResponse) String() string {
 func (*WriteLACResponse) ProtoMessage() {}
 
 func (x *WriteLACResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[7]
+	mi := &file_bookiepb_bookie_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +713,7 @@ func (x *WriteLACResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteLACResponse.ProtoReflect.Descriptor instead.
 func (*WriteLACResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{7}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{10}
 }
 
 type FenceRequest struct {
@@ -558,7 +726,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[8]
+	mi := &file_bookiepb_bookie_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +738,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[8]
+	mi := &file_bookiepb_bookie_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +751,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{8}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FenceRequest) GetLedgerId() int64 {
@@ -610,7 +778,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[9]
+	mi := &file_bookiepb_bookie_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +790,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[9]
+	mi := &file_bookiepb_bookie_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +803,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{9}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FenceResponse) GetLastAddConfirmed() int64 {
@@ -656,7 +824,7 @@ var File_bookiepb_bookie_proto protoreflect.FileDescriptor
 
 const file_bookiepb_bookie_proto_rawDesc = "" +
 	"\n" +
-	"\x15bookiepb/bookie.proto\x12\x12magnetar.bookie.v1\"\xfc\x01\n" +
+	"\x15bookiepb/bookie.proto\x12\x12magnetar.bookie.v1\"\x9b\x02\n" +
 	"\x0fAddEntryRequest\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1d\n" +
@@ -666,7 +834,19 @@ const file_bookiepb_bookie_proto_rawDesc = "" +
 	"\x06length\x18\x05 \x01(\x03R\x06length\x12\x16\n" +
 	"\x06crc32c\x18\x06 \x01(\aR\x06crc32c\x12\x18\n" +
 	"\apayload\x18\a \x01(\fR\apayload\x12\x1a\n" +
-	"\brecovery\x18\b \x01(\bR\brecovery\"\x12\n" +
+	"\brecovery\x18\b \x01(\bR\brecovery\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\t \x01(\x04R\trequestId\"R\n" +
+	"\x11AddEntriesRequest\x12=\n" +
+	"\aentries\x18\x01 \x03(\v2#.magnetar.bookie.v1.AddEntryRequestR\aentries\"M\n" +
+	"\x12AddEntriesResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.magnetar.bookie.v1.AddResultR\aresults\"p\n" +
+	"\tAddResult\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x12\n" +
 	"\x10AddEntryResponse\"\x7f\n" +
 	"\x10ReadEntryRequest\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
@@ -703,9 +883,11 @@ const file_bookiepb_bookie_proto_rawDesc = "" +
 	"master_key\x18\x02 \x01(\fR\tmasterKey\"a\n" +
 	"\rFenceResponse\x12,\n" +
 	"\x12last_add_confirmed\x18\x01 \x01(\x03R\x10lastAddConfirmed\x12\"\n" +
-	"\rlast_entry_id\x18\x02 \x01(\x03R\vlastEntryId2\xb2\x03\n" +
+	"\rlast_entry_id\x18\x02 \x01(\x03R\vlastEntryId2\x93\x04\n" +
 	"\x06Bookie\x12U\n" +
-	"\bAddEntry\x12#.magnetar.bookie.v1.AddEntryRequest\x1a$.magnetar.bookie.v1.AddEntryResponse\x12X\n" +
+	"\bAddEntry\x12#.magnetar.bookie.v1.AddEntryRequest\x1a$.magnetar.bookie.v1.AddEntryResponse\x12_\n" +
+	"\n" +
+	"AddEntries\x12%.magnetar.bookie.v1.AddEntriesRequest\x1a&.magnetar.bookie.v1.AddEntriesResponse(\x010\x01\x12X\n" +
 	"\tReadEntry\x12$.magnetar.bookie.v1.ReadEntryRequest\x1a%.magnetar.bookie.v1.ReadEntryResponse\x12R\n" +
 	"\aReadLAC\x12\".magnetar.bookie.v1.ReadLACRequest\x1a#.magnetar.bookie.v1.ReadLACResponse\x12U\n" +
 	"\bWriteLAC\x12#.magnetar.bookie.v1.WriteLACRequest\x1a$.magnetar.bookie.v1.WriteLACResponse\x12L\n" +
@@ -723,35 +905,42 @@ func file_bookiepb_bookie_proto_rawDescGZIP() []byte {
 	return file_bookiepb_bookie_proto_rawDescData
 }
 
-var file_bookiepb_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_bookiepb_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_bookiepb_bookie_proto_goTypes = []any{
-	(*AddEntryRequest)(nil),   // 0: magnetar.bookie.v1.AddEntryRequest
-	(*AddEntryResponse)(nil),  // 1: magnetar.bookie.v1.AddEntryResponse
-	(*ReadEntryRequest)(nil),  // 2: magnetar.bookie.v1.ReadEntryRequest
-	(*ReadEntryResponse)(nil), // 3: magnetar.bookie.v1.ReadEntryResponse
-	(*ReadLACRequest)(nil),    // 4: magnetar.bookie.v1.ReadLACRequest
-	(*ReadLACResponse)(nil),   // 5: magnetar.bookie.v1.ReadLACResponse
-	(*WriteLACRequest)(nil),   // 6: magnetar.bookie.v1.WriteLACRequest
-	(*WriteLACResponse)(nil),  // 7: magnetar.bookie.v1.WriteLACResponse
-	(*FenceRequest)(nil),      // 8: magnetar.bookie.v1.FenceRequest
-	(*FenceResponse)(nil),     // 9: magnetar.bookie.v1.FenceResponse
+	(*AddEntryRequest)(nil),    // 0: magnetar.bookie.v1.AddEntryRequest
+	(*AddEntriesRequest)(nil),  // 1: magnetar.bookie.v1.AddEntriesRequest
+	(*AddEntriesResponse)(nil), // 2: magnetar.bookie.v1.AddEntriesResponse
+	(*AddResult)(nil),          // 3: magnetar.bookie.v1.AddResult
+	(*AddEntryResponse)(nil),   // 4: magnetar.bookie.v1.AddEntryResponse
+	(*ReadEntryRequest)(nil),   // 5: magnetar.bookie.v1.ReadEntryRequest
+	(*ReadEntryResponse)(nil),  // 6: magnetar.bookie.v1.ReadEntryResponse
+	(*ReadLACRequest)(nil),     // 7: magnetar.bookie.v1.ReadLACRequest
+	(*ReadLACResponse)(nil),    // 8: magnetar.bookie.v1.ReadLACResponse
+	(*WriteLACRequest)(nil),    // 9: magnetar.bookie.v1.WriteLACRequest
+	(*WriteLACResponse)(nil),   // 10: magnetar.bookie.v1.WriteLACResponse
+	(*FenceRequest)(nil),       // 11: magnetar.bookie.v1.FenceRequest
+	(*FenceResponse)(nil),      // 12: magnetar.bookie.v1.FenceResponse
 }
 var file_bookiepb_bookie_proto_depIdxs = []int32{
-	0, // 0: magnetar.bookie.v1.Bookie.AddEntry:input_type -> magnetar.bookie.v1.AddEntryRequest
-	2, // 1: magnetar.bookie.v1.Bookie.ReadEntry:input_type -> magnetar.bookie.v1.ReadEntryRequest
-	4, // 2: magnetar.bookie.v1.Bookie.ReadLAC:input_type -> magnetar.bookie.v1.ReadLACRequest
-	6, // 3: magnetar.bookie.v1.Bookie.WriteLAC:input_type -> magnetar.bookie.v1.WriteLACRequest
-	8, // 4: magnetar.bookie.v1.Bookie.Fence:input_type -> magnetar.bookie.v1.FenceRequest
-	1, // 5: magnetar.bookie.v1.Bookie.AddEntry:output_type -> magnetar.bookie.v1.AddEntryResponse
-	3, // 6: magnetar.bookie.v1.Bookie.ReadEntry:output_type -> magnetar.bookie.v1.ReadEntryResponse
-	5, // 7: magnetar.bookie.v1.Bookie.ReadLAC:output_type -> magnetar.bookie.v1.ReadLACResponse
-	7, // 8: magnetar.bookie.v1.Bookie.WriteLAC:output_type -> magnetar.bookie.v1.WriteLACResponse
-	9, // 9: magnetar.bookie.v1.Bookie.Fence:output_type -> magnetar.bookie.v1.FenceResponse
-	5, // [5:10] is the sub-list for method output_type
-	0, // [0:5] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0,  // 0: magnetar.bookie.v1.AddEntriesRequest.entries:type_name -> magnetar.bookie.v1.AddEntryRequest
+	3,  // 1: magnetar.bookie.v1.AddEntriesResponse.results:type_name -> magnetar.bookie.v1.AddResult
+	0,  // 2: magnetar.bookie.v1.Bookie.AddEntry:input_type -> magnetar.bookie.v1.AddEntryRequest
+	1,  // 3: magnetar.bookie.v1.Bookie.AddEntries:input_type -> magnetar.bookie.v1.AddEntriesRequest
+	5,  // 4: magnetar.bookie.v1.Bookie.ReadEntry:input_type -> magnetar.bookie.v1.ReadEntryRequest
+	7,  // 5: magnetar.bookie.v1.Bookie.ReadLAC:input_type -> magnetar.bookie.v1.ReadLACRequest
+	9,  // 6: magnetar.bookie.v1.Bookie.WriteLAC:input_type -> magnetar.bookie.v1.WriteLACRequest
+	11, // 7: magnetar.bookie.v1.Bookie.Fence:input_type -> magnetar.bookie.v1.FenceRequest
+	4,  // 8: magnetar.bookie.v1.Bookie.AddEntry:output_type -> magnetar.bookie.v1.AddEntryResponse
+	2,  // 9: magnetar.bookie.v1.Bookie.AddEntries:output_type -> magnetar.bookie.v1.AddEntriesResponse
+	6,  // 10: magnetar.bookie.v1.Bookie.ReadEntry:output_type -> magnetar.bookie.v1.ReadEntryResponse
+	8,  // 11: magnetar.bookie.v1.Bookie.ReadLAC:output_type -> magnetar.bookie.v1.ReadLACResponse
+	10, // 12: magnetar.bookie.v1.Bookie.WriteLAC:output_type -> magnetar.bookie.v1.WriteLACResponse
+	12, // 13: magnetar.bookie.v1.Bookie.Fence:output_type -> magnetar.bookie.v1.FenceResponse
+	8,  // [8:14] is the sub-list for method output_type
+	2,  // [2:8] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_bookiepb_bookie_proto_init() }
@@ -765,7 +954,7 @@ func file_bookiepb_bookie_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bookiepb_bookie_proto_rawDesc), len(file_bookiepb_bookie_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

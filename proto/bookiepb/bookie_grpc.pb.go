@@ -22,11 +22,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Bookie_AddEntry_FullMethodName  = "/magnetar.bookie.v1.Bookie/AddEntry"
-	Bookie_ReadEntry_FullMethodName = "/magnetar.bookie.v1.Bookie/ReadEntry"
-	Bookie_ReadLAC_FullMethodName   = "/magnetar.bookie.v1.Bookie/ReadLAC"
-	Bookie_WriteLAC_FullMethodName  = "/magnetar.bookie.v1.Bookie/WriteLAC"
-	Bookie_Fence_FullMethodName     = "/magnetar.bookie.v1.Bookie/Fence"
+	Bookie_AddEntry_FullMethodName   = "/magnetar.bookie.v1.Bookie/AddEntry"
+	Bookie_AddEntries_FullMethodName = "/magnetar.bookie.v1.Bookie/AddEntries"
+	Bookie_ReadEntry_FullMethodName  = "/magnetar.bookie.v1.Bookie/ReadEntry"
+	Bookie_ReadLAC_FullMethodName    = "/magnetar.bookie.v1.Bookie/ReadLAC"
+	Bookie_WriteLAC_FullMethodName   = "/magnetar.bookie.v1.Bookie/WriteLAC"
+	Bookie_Fence_FullMethodName      = "/magnetar.bookie.v1.Bookie/Fence"
 )
 
 // BookieClient is the client API for Bookie service.
@@ -42,6 +43,11 @@ type BookieClient interface {
 	// on a bookie records its master key; later requests must carry the same
 	// key. Adds to a fenced ledger are rejected unless recovery is set.
 	AddEntry(ctx context.Context, in *AddEntryRequest, opts ...grpc.CallOption) (*AddEntryResponse, error)
+	// AddEntries is AddEntry on a stream, the way ledger writers use it:
+	// each request message carries a batch of adds, each answered (in any
+	// order, possibly batched) by a result with its request_id once durable
+	// or refused. A client keeps one stream per bookie.
+	AddEntries(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AddEntriesRequest, AddEntriesResponse], error)
 	// ReadEntry returns one stored entry. With fence set it first fences the
 	// ledger durably, as a recovery reader must.
 	ReadEntry(ctx context.Context, in *ReadEntryRequest, opts ...grpc.CallOption) (*ReadEntryResponse, error)
@@ -72,6 +78,19 @@ func (c *bookieClient) AddEntry(ctx context.Context, in *AddEntryRequest, opts .
 	}
 	return out, nil
 }
+
+func (c *bookieClient) AddEntries(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AddEntriesRequest, AddEntriesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Bookie_ServiceDesc.Streams[0], Bookie_AddEntries_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AddEntriesRequest, AddEntriesResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Bookie_AddEntriesClient = grpc.BidiStreamingClient[AddEntriesRequest, AddEntriesResponse]
 
 func (c *bookieClient) ReadEntry(ctx context.Context, in *ReadEntryRequest, opts ...grpc.CallOption) (*ReadEntryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -126,6 +145,11 @@ type BookieServer interface {
 	// on a bookie records its master key; later requests must carry the same
 	// key. Adds to a fenced ledger are rejected unless recovery is set.
 	AddEntry(context.Context, *AddEntryRequest) (*AddEntryResponse, error)
+	// AddEntries is AddEntry on a stream, the way ledger writers use it:
+	// each request message carries a batch of adds, each answered (in any
+	// order, possibly batched) by a result with its request_id once durable
+	// or refused. A client keeps one stream per bookie.
+	AddEntries(grpc.BidiStreamingServer[AddEntriesRequest, AddEntriesResponse]) error
 	// ReadEntry returns one stored entry. With fence set it first fences the
 	// ledger durably, as a recovery reader must.
 	ReadEntry(context.Context, *ReadEntryRequest) (*ReadEntryResponse, error)
@@ -149,6 +173,9 @@ type UnimplementedBookieServer struct{}
 
 func (UnimplementedBookieServer) AddEntry(context.Context, *AddEntryRequest) (*AddEntryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddEntry not implemented")
+}
+func (UnimplementedBookieServer) AddEntries(grpc.BidiStreamingServer[AddEntriesRequest, AddEntriesResponse]) error {
+	return status.Error(codes.Unimplemented, "method AddEntries not implemented")
 }
 func (UnimplementedBookieServer) ReadEntry(context.Context, *ReadEntryRequest) (*ReadEntryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadEntry not implemented")
@@ -200,6 +227,13 @@ func _Bookie_AddEntry_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Bookie_AddEntries_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BookieServer).AddEntries(&grpc.GenericServerStream[AddEntriesRequest, AddEntriesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Bookie_AddEntriesServer = grpc.BidiStreamingServer[AddEntriesRequest, AddEntriesResponse]
 
 func _Bookie_ReadEntry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadEntryRequest)
@@ -301,6 +335,13 @@ var Bookie_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Bookie_Fence_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "AddEntries",
+			Handler:       _Bookie_AddEntries_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "bookiepb/bookie.proto",
 }

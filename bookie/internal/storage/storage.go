@@ -124,10 +124,22 @@ type request struct {
 	sysKey    []byte // reqSystem
 	sysValue  []byte
 
-	// Set by the committer or syncer, then done is closed.
+	// Set by the committer or syncer, then finish closes done or calls cb.
 	err  error
 	info LedgerInfo // reqFence
 	done chan struct{}
+	cb   func(error) // asynchronous requests
+}
+
+// finish answers the request. Called once, by the committer, the syncer or
+// Close.
+func (r *request) finish(err error) {
+	r.err = err
+	if r.cb != nil {
+		r.cb(err)
+		return
+	}
+	close(r.done)
 }
 
 type inflight struct {
@@ -146,6 +158,9 @@ type DB struct {
 	quit    chan struct{} // closed by Close
 	stopped sync.WaitGroup
 	done    chan struct{} // closed by Close once both loops have stopped
+
+	sendMu     sync.RWMutex // held (read) while enqueueing; Close takes it to stop enqueues
+	sendClosed bool
 	failed  chan struct{} // closed on the first storage failure
 
 	// Counters of acknowledged adds, for the bookie's load report.
@@ -310,10 +325,15 @@ func (d *DB) Close() error {
 		st.wake()
 	}
 	d.mu.Unlock()
+	// Wait for enqueues in progress (the committer still runs and takes
+	// them); none starts after this.
+	d.sendMu.Lock()
+	d.sendClosed = true
+	d.sendMu.Unlock()
 	close(d.quit)
 	d.stopped.Wait()
 	close(d.done)
-	d.drainClosed() // requests that raced with the committer's exit
+	d.drainClosed() // requests queued after the committer's last look
 	return d.db.Close()
 }
 
@@ -342,19 +362,32 @@ func (d *DB) fail(err error) {
 	close(d.failed)
 }
 
-// submit queues r and waits for its answer. If ctx ends first the request
-// may still be applied, but the caller is not told it succeeded.
-func (d *DB) submit(ctx context.Context, r *request) error {
-	r.done = make(chan struct{})
+// enqueue hands r to the committer; after a nil return r is answered
+// exactly once. Close waits for enqueue calls in progress, so nothing is
+// queued after the committer drained the queue.
+func (d *DB) enqueue(ctx context.Context, r *request) error {
+	d.sendMu.RLock()
+	defer d.sendMu.RUnlock()
+	if d.sendClosed {
+		return ErrClosed
+	}
 	if err := d.Err(); err != nil {
 		return err
 	}
 	select {
 	case d.reqs <- r:
-	case <-d.quit:
-		return ErrClosed
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// submit queues r and waits for its answer. If ctx ends first the request
+// may still be applied, but the caller is not told it succeeded.
+func (d *DB) submit(ctx context.Context, r *request) error {
+	r.done = make(chan struct{})
+	if err := d.enqueue(ctx, r); err != nil {
+		return err
 	}
 	d.pending.Add(1)
 	defer d.pending.Add(-1)
@@ -387,15 +420,41 @@ func validate(ledger, entry int64, masterKey []byte) error {
 	return nil
 }
 
-// AddEntry stores an entry and returns once it is durable.
-func (d *DB) AddEntry(ctx context.Context, e Entry, masterKey []byte, recovery bool) error {
+func checkAdd(e Entry, masterKey []byte) error {
 	if err := validate(e.LedgerID, e.EntryID, masterKey); err != nil {
 		return err
 	}
 	if e.LAC < -1 || e.LAC >= e.EntryID || e.Length < int64(len(e.Payload)) {
 		return fmt.Errorf("%w: entry %d of ledger %d carries last add confirmed %d and length %d", wire.ErrInvalidArgument, e.EntryID, e.LedgerID, e.LAC, e.Length)
 	}
+	return nil
+}
+
+// AddEntry stores an entry and returns once it is durable.
+func (d *DB) AddEntry(ctx context.Context, e Entry, masterKey []byte, recovery bool) error {
+	if err := checkAdd(e, masterKey); err != nil {
+		return err
+	}
 	return d.submit(ctx, &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery})
+}
+
+// AddEntryAsync queues an add and returns; cb gets its outcome once the
+// entry is durable (nil) or refused. cb runs on the storage's goroutines:
+// it must not block. AddEntryAsync itself blocks while the queue is full.
+func (d *DB) AddEntryAsync(e Entry, masterKey []byte, recovery bool, cb func(error)) {
+	if err := checkAdd(e, masterKey); err != nil {
+		cb(err)
+		return
+	}
+	r := &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery}
+	r.cb = func(err error) {
+		d.pending.Add(-1)
+		cb(err)
+	}
+	d.pending.Add(1)
+	if err := d.enqueue(context.Background(), r); err != nil {
+		r.cb(err)
+	}
 }
 
 // Fence marks the ledger fenced, durably, and returns its state. Fencing a
@@ -595,8 +654,7 @@ func (d *DB) drainClosed() {
 	for {
 		select {
 		case r := <-d.reqs:
-			r.err = ErrClosed
-			close(r.done)
+			r.finish(ErrClosed)
 		default:
 			return
 		}
@@ -608,19 +666,24 @@ func (d *DB) commit(reqs []*request) {
 	accepted := make([]*request, 0, len(reqs))
 	d.mu.Lock()
 	failed := d.mu.err
+	var refused []*request
 	for _, r := range reqs {
-		if failed != nil {
-			r.err = failed
-		} else {
-			r.err = d.applyLocked(b, r)
+		err := failed
+		if err == nil {
+			err = d.applyLocked(b, r)
 		}
-		if r.err != nil {
-			close(r.done)
+		if err != nil {
+			r.err = err
+			refused = append(refused, r)
 			continue
 		}
 		accepted = append(accepted, r)
 	}
 	d.mu.Unlock()
+	// Answered outside the lock: callbacks may do anything but block.
+	for _, r := range refused {
+		r.finish(r.err)
+	}
 	if len(accepted) == 0 {
 		b.Close()
 		return
@@ -629,8 +692,7 @@ func (d *DB) commit(reqs []*request) {
 		d.fail(err)
 		err = d.Err()
 		for _, r := range accepted {
-			r.err = err
-			close(r.done)
+			r.finish(err)
 		}
 		b.Close()
 		return
@@ -665,12 +727,11 @@ func (d *DB) syncLoop() {
 			err = d.Err()
 		}
 		for _, r := range f.reqs {
-			r.err = err
 			if err == nil && r.kind == reqAdd {
 				d.adds.Add(1)
 				d.addBytes.Add(int64(len(r.entry.Payload)))
 			}
-			close(r.done)
+			r.finish(err)
 		}
 		f.batch.Close()
 	}

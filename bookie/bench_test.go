@@ -1,0 +1,172 @@
+package bookie_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+)
+
+// A bookie over gRPC on loopback: durable adds to one ledger, closed loop
+// with a fixed number in flight. Compare with BenchmarkRawFsync in
+// bookie/internal/storage, run in the same invocation.
+func BenchmarkBookieAdd(b *testing.B) {
+	e := testutil.StartEtcd(b)
+	store := testutil.OpenStore(b, e.Endpoints(), "/magnetar")
+	cfg := bookie.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.DataDir = b.TempDir()
+	cfg.Metastore = e.Endpoints()
+	s, err := bookie.Start(context.Background(), cfg, bookie.WithStore(store), bookie.WithLogger(zap.NewNop()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	c := dial(b, s.Addr())
+	ledgerID := int64(0)
+	for _, size := range []int{1 << 10, 64 << 10} {
+		for _, inflight := range []int{1, 16, 256} {
+			b.Run(fmt.Sprintf("size=%dKiB/inflight=%d", size>>10, inflight), func(b *testing.B) {
+				ledgerID++
+				payload := make([]byte, size)
+				ctx := context.Background()
+				var lat testutil.Latencies
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
+					entry := int64(i)
+					length := (entry + 1) * int64(size)
+					_, err := c.AddEntry(ctx, &bookiepb.AddEntryRequest{
+						LedgerId: ledgerID, EntryId: entry, MasterKey: key, LastAddConfirmed: -1,
+						Length: length, Payload: payload, Crc32C: wire.Checksum(ledgerID, entry, -1, length, payload),
+					})
+					return err
+				})
+				b.StopTimer()
+				lat.Report(b)
+			})
+		}
+	}
+}
+
+// streamClient is a minimal AddEntries client for the benchmark: adds
+// queue while a batch is being sent, results are matched by request id.
+type streamClient struct {
+	stream  bookiepb.Bookie_AddEntriesClient
+	mu      sync.Mutex
+	nextID  uint64
+	queue   []*bookiepb.AddEntryRequest
+	waiters map[uint64]chan error
+	signal  chan struct{}
+}
+
+func newStreamClient(b *testing.B, c bookiepb.BookieClient) *streamClient {
+	stream, err := c.AddEntries(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := &streamClient{stream: stream, waiters: map[uint64]chan error{}, signal: make(chan struct{}, 1)}
+	go func() {
+		for range sc.signal {
+			for {
+				sc.mu.Lock()
+				n, bytes := 0, 0
+				for n < len(sc.queue) && (n == 0 || bytes+len(sc.queue[n].Payload) <= 1<<20) {
+					bytes += len(sc.queue[n].Payload)
+					n++
+				}
+				batch := sc.queue[:n:n]
+				sc.queue = sc.queue[n:]
+				sc.mu.Unlock()
+				if n == 0 {
+					break
+				}
+				if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: batch}); err != nil {
+					panic(err)
+				}
+			}
+		}
+	}()
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			sc.mu.Lock()
+			for _, r := range resp.Results {
+				sc.waiters[r.RequestId] <- wire.FromResult(r.Code, r.Reason, r.Message)
+				delete(sc.waiters, r.RequestId)
+			}
+			sc.mu.Unlock()
+		}
+	}()
+	return sc
+}
+
+func (sc *streamClient) add(req *bookiepb.AddEntryRequest) error {
+	ch := make(chan error, 1)
+	sc.mu.Lock()
+	sc.nextID++
+	req.RequestId = sc.nextID
+	sc.waiters[req.RequestId] = ch
+	sc.queue = append(sc.queue, req)
+	sc.mu.Unlock()
+	select {
+	case sc.signal <- struct{}{}:
+	default:
+	}
+	return <-ch
+}
+
+func (sc *streamClient) close() {
+	close(sc.signal)
+	sc.stream.CloseSend()
+}
+
+// The same over one AddEntries stream, as ledger writers send adds.
+func BenchmarkBookieAddStream(b *testing.B) {
+	e := testutil.StartEtcd(b)
+	store := testutil.OpenStore(b, e.Endpoints(), "/magnetar")
+	cfg := bookie.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.DataDir = b.TempDir()
+	cfg.Metastore = e.Endpoints()
+	s, err := bookie.Start(context.Background(), cfg, bookie.WithStore(store), bookie.WithLogger(zap.NewNop()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	c := dial(b, s.Addr())
+	ledgerID := int64(0)
+	for _, size := range []int{1 << 10, 64 << 10} {
+		for _, inflight := range []int{1, 16, 256} {
+			b.Run(fmt.Sprintf("size=%dKiB/inflight=%d", size>>10, inflight), func(b *testing.B) {
+				ledgerID++
+				sc := newStreamClient(b, c)
+				defer sc.close()
+				payload := make([]byte, size)
+				var lat testutil.Latencies
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
+					entry := int64(i)
+					length := (entry + 1) * int64(size)
+					return sc.add(&bookiepb.AddEntryRequest{
+						LedgerId: ledgerID, EntryId: entry, MasterKey: key, LastAddConfirmed: -1,
+						Length: length, Payload: payload, Crc32C: wire.Checksum(ledgerID, entry, -1, length, payload),
+					})
+				})
+				b.StopTimer()
+				lat.Report(b)
+			})
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/internal/testutil"
+)
+
+// The disk's raw rate: 4 KiB appends, each followed by fdatasync, one at a
+// time. The baseline every other figure is compared with.
+func BenchmarkRawFsync(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "raw"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	var lat testutil.Latencies
+	b.SetBytes(int64(len(buf)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			b.Fatal(err)
+		}
+		lat.Add(time.Since(start))
+	}
+	b.StopTimer()
+	lat.Report(b)
+}
+
+var benchSizes = []int{1 << 10, 64 << 10}
+var benchInflight = []int{1, 16, 256}
+
+// The storage engine alone (no network): durable adds of one ledger.
+func BenchmarkStorageAdd(b *testing.B) {
+	for _, vs := range []bool{false, true} {
+		for _, size := range benchSizes {
+			for _, inflight := range benchInflight {
+				b.Run(fmt.Sprintf("valuesep=%v/size=%dKiB/inflight=%d", vs, size>>10, inflight), func(b *testing.B) {
+					d, err := Open(Options{Dir: b.TempDir(), FS: vfs.Default, Logger: zap.NewNop(), ValueSeparation: vs})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer d.Close()
+					payload := make([]byte, size)
+					ctx := context.Background()
+					var lat testutil.Latencies
+					b.SetBytes(int64(size))
+					b.ResetTimer()
+					testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
+						e := Entry{LedgerID: 1, EntryID: int64(i), LAC: -1, Length: int64(size), Payload: payload}
+						return d.AddEntry(ctx, e, key, false)
+					})
+					b.StopTimer()
+					lat.Report(b)
+				})
+			}
+		}
+	}
+}
+
+// journal is the write path of the other storage design (BookKeeper's
+// DbLedgerStorage): a journal file with group commit, entries acknowledged
+// after its fdatasync. The entry log and the index it also needs are left
+// out, so this is an upper bound of that design's add rate.
+type journal struct {
+	f    *os.File
+	reqs chan journalReq
+	done chan struct{}
+}
+
+type journalReq struct {
+	data []byte
+	ack  chan error
+}
+
+func openJournal(dir string) (*journal, error) {
+	f, err := os.Create(filepath.Join(dir, "journal"))
+	if err != nil {
+		return nil, err
+	}
+	j := &journal{f: f, reqs: make(chan journalReq, 1024), done: make(chan struct{})}
+	go j.loop()
+	return j, nil
+}
+
+func (j *journal) loop() {
+	defer close(j.done)
+	var batch []journalReq
+	var buf []byte
+	for r := range j.reqs {
+		batch = append(batch[:0], r)
+	more:
+		for len(batch) < maxBatchRequests {
+			select {
+			case r, ok := <-j.reqs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		buf = buf[:0]
+		for _, r := range batch {
+			buf = append(buf, r.data...)
+		}
+		_, err := j.f.Write(buf)
+		if err == nil {
+			err = syscall.Fdatasync(int(j.f.Fd()))
+		}
+		for _, r := range batch {
+			r.ack <- err
+		}
+	}
+}
+
+func (j *journal) close() {
+	close(j.reqs)
+	<-j.done
+	j.f.Close()
+}
+
+var ackPool = sync.Pool{New: func() any { return make(chan error, 1) }}
+
+func (j *journal) add(data []byte) error {
+	ack := ackPool.Get().(chan error)
+	j.reqs <- journalReq{data: data, ack: ack}
+	err := <-ack
+	ackPool.Put(ack)
+	return err
+}
+
+func BenchmarkJournalPrototype(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, inflight := range benchInflight {
+			b.Run(fmt.Sprintf("size=%dKiB/inflight=%d", size>>10, inflight), func(b *testing.B) {
+				j, err := openJournal(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer j.close()
+				payload := make([]byte, size+entryHeaderLen+entryKeyLen)
+				var lat testutil.Latencies
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				testutil.RunClosedLoop(b, inflight, &lat, func(int) error { return j.add(payload) })
+				b.StopTimer()
+				lat.Report(b)
+			})
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+)
+
+// addStream carries a client's adds to one bookie over a single
+// AddEntries stream: adds queue up while a batch is being sent and go out
+// together, results come back batched. A broken stream fails its pending
+// adds (ErrUnavailable) and the next add opens a new one.
+//
+// Goroutines: a sender and a receiver per open stream, owned by the
+// streamConn and stopped when it breaks or the client closes.
+type addStream struct {
+	c      *Client
+	bookie string
+
+	mu     sync.Mutex
+	cur    *streamConn // nil until the next add connects
+	closed bool
+}
+
+// streamConn is one open AddEntries stream.
+type streamConn struct {
+	s      *addStream
+	stream bookiepb.Bookie_AddEntriesClient
+	cancel context.CancelFunc
+	signal chan struct{} // wakes the sender
+	done   chan struct{} // closed once both goroutines have exited
+
+	mu struct {
+		sync.Mutex
+		nextID  uint64
+		pending map[uint64]*pendingAdd
+		queue   []*bookiepb.AddEntryRequest
+		err     error // set once: the stream is broken
+	}
+}
+
+type pendingAdd struct {
+	cb    func(error)
+	timer *time.Timer
+}
+
+// addAsync sends one add to a bookie; cb gets nil once it is durable there,
+// or an error (wire sentinels; ErrUnavailable when the bookie could not be
+// reached or did not answer within timeout). cb may run before addAsync
+// returns, and never under a lock of the caller's: call it unlocked.
+func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout time.Duration, cb func(error)) {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		cb(ErrClosed)
+		return
+	}
+	s := c.mu.streams[bookie]
+	if s == nil {
+		s = &addStream{c: c, bookie: bookie}
+		c.mu.streams[bookie] = s
+	}
+	c.mu.Unlock()
+	conn, err := s.conn()
+	if err != nil {
+		c.forget(bookie)
+		cb(err)
+		return
+	}
+	conn.add(req, timeout, cb)
+}
+
+// conn returns the open stream, opening one if needed.
+func (s *addStream) conn() (*streamConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.cur != nil {
+		return s.cur, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	resolveCtx, rcancel := context.WithTimeout(ctx, s.c.cfg.AddTimeout)
+	cli, err := s.c.bookie(resolveCtx, s.bookie)
+	rcancel()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	stream, err := cli.AddEntries(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("%w: open add stream to bookie %s: %v", wire.ErrUnavailable, s.bookie, wire.FromStatus(err))
+	}
+	sc := &streamConn{s: s, stream: stream, cancel: cancel, signal: make(chan struct{}, 1), done: make(chan struct{})}
+	sc.mu.pending = make(map[uint64]*pendingAdd)
+	s.cur = sc
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); sc.sendLoop() }()
+	go func() { defer wg.Done(); sc.recvLoop() }()
+	go func() { wg.Wait(); close(sc.done) }()
+	return sc, nil
+}
+
+// close breaks the current stream and refuses new adds; it waits for the
+// stream's goroutines.
+func (s *addStream) close() {
+	s.mu.Lock()
+	s.closed = true
+	cur := s.cur
+	s.mu.Unlock()
+	if cur != nil {
+		cur.fail(ErrClosed)
+		<-cur.done
+	}
+}
+
+func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, cb func(error)) {
+	sc.mu.Lock()
+	if err := sc.mu.err; err != nil {
+		sc.mu.Unlock()
+		cb(err)
+		return
+	}
+	sc.mu.nextID++
+	id := sc.mu.nextID
+	// A copy per bookie: the caller shares req among an entry's bookies.
+	r := &bookiepb.AddEntryRequest{
+		LedgerId: req.LedgerId, EntryId: req.EntryId, MasterKey: req.MasterKey,
+		LastAddConfirmed: req.LastAddConfirmed, Length: req.Length, Crc32C: req.Crc32C,
+		Payload: req.Payload, Recovery: req.Recovery, RequestId: id,
+	}
+	p := &pendingAdd{cb: cb}
+	p.timer = time.AfterFunc(timeout, func() {
+		if sc.take(id) != nil {
+			cb(fmt.Errorf("%w: bookie %s did not acknowledge entry %d of ledger %d within %v", wire.ErrUnavailable, sc.s.bookie, req.EntryId, req.LedgerId, timeout))
+		}
+	})
+	sc.mu.pending[id] = p
+	sc.mu.queue = append(sc.mu.queue, r)
+	sc.mu.Unlock()
+	select {
+	case sc.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take removes a pending add, nil if it was already answered.
+func (sc *streamConn) take(id uint64) *pendingAdd {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	p := sc.mu.pending[id]
+	delete(sc.mu.pending, id)
+	return p
+}
+
+// fail breaks the stream: pending adds fail with err, and the bookie's
+// next add opens a new stream.
+func (sc *streamConn) fail(err error) {
+	sc.mu.Lock()
+	if sc.mu.err != nil {
+		sc.mu.Unlock()
+		return
+	}
+	if !errors.Is(err, ErrClosed) && !errors.Is(err, wire.ErrUnavailable) {
+		err = fmt.Errorf("%w: add stream to bookie %s: %v", wire.ErrUnavailable, sc.s.bookie, err)
+	}
+	sc.mu.err = err
+	pending := sc.mu.pending
+	sc.mu.pending = nil
+	sc.mu.queue = nil
+	sc.mu.Unlock()
+	sc.cancel()
+	sc.s.mu.Lock()
+	if sc.s.cur == sc {
+		sc.s.cur = nil
+	}
+	sc.s.mu.Unlock()
+	sc.s.c.forget(sc.s.bookie)
+	select {
+	case sc.signal <- struct{}{}:
+	default:
+	}
+	for _, p := range pending {
+		p.timer.Stop()
+		p.cb(err)
+	}
+}
+
+// Caps on one stream message: it holds at most maxSendBatch adds and, past
+// its first add, at most maxSendBatchBytes of payload. The bookie accepts
+// messages of its maximum entry size plus 1 MiB (see bookie.Start).
+const (
+	maxSendBatch      = 1024
+	maxSendBatchBytes = 1 << 20
+)
+
+// batchLen is how many adds of q the next message takes.
+func batchLen(q []*bookiepb.AddEntryRequest) int {
+	n, bytes := 0, 0
+	for n < len(q) && n < maxSendBatch {
+		if n > 0 && bytes+len(q[n].Payload) > maxSendBatchBytes {
+			break
+		}
+		bytes += len(q[n].Payload)
+		n++
+	}
+	return n
+}
+
+func (sc *streamConn) sendLoop() {
+	for {
+		<-sc.signal
+		sc.mu.Lock()
+		if sc.mu.err != nil {
+			sc.mu.Unlock()
+			sc.stream.CloseSend()
+			return
+		}
+		n := batchLen(sc.mu.queue)
+		batch := sc.mu.queue[:n:n]
+		if n < len(sc.mu.queue) {
+			sc.mu.queue = sc.mu.queue[n:]
+			select {
+			case sc.signal <- struct{}{}:
+			default:
+			}
+		} else {
+			sc.mu.queue = nil
+		}
+		sc.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if err := sc.stream.Send(&bookiepb.AddEntriesRequest{Entries: batch}); err != nil {
+			sc.fail(err)
+			return
+		}
+	}
+}
+
+func (sc *streamConn) recvLoop() {
+	for {
+		resp, err := sc.stream.Recv()
+		if err != nil {
+			sc.fail(wire.FromStatus(err))
+			return
+		}
+		for _, r := range resp.Results {
+			if p := sc.take(r.RequestId); p != nil {
+				p.timer.Stop()
+				p.cb(wire.FromResult(r.Code, r.Reason, r.Message))
+			}
+		}
+	}
+}
