@@ -89,8 +89,8 @@ type Client struct {
 		conns   map[string]*grpc.ClientConn // by address
 		addrs   map[string]string           // bookie id -> address
 		streams map[string]*addStream       // by bookie id
-		rng    *mrand.Rand
-		closed bool
+		rng     *mrand.Rand
+		closed  bool
 	}
 }
 

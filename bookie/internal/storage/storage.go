@@ -161,7 +161,7 @@ type DB struct {
 
 	sendMu     sync.RWMutex // held (read) while enqueueing; Close takes it to stop enqueues
 	sendClosed bool
-	failed  chan struct{} // closed on the first storage failure
+	failed     chan struct{} // closed on the first storage failure
 
 	// Counters of acknowledged adds, for the bookie's load report.
 	adds     atomic.Int64
