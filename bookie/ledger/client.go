@@ -132,24 +132,30 @@ func (c *Client) Close() error {
 // address comes from the registry (and is cached until a transport failure
 // makes the caller forget it); connections are dialed lazily and shared.
 func (c *Client) bookie(ctx context.Context, id string) (bookiepb.BookieClient, error) {
+	cli, _, err := c.resolve(ctx, id)
+	return cli, err
+}
+
+// resolve is bookie, also returning the address used.
+func (c *Client) resolve(ctx context.Context, id string) (bookiepb.BookieClient, string, error) {
 	c.mu.Lock()
 	closed := c.mu.closed
 	addr, ok := c.mu.addrs[id]
 	c.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, "", ErrClosed
 	}
 	if !ok {
 		kv, err := c.store.Get(ctx, metastore.BookieAvailableKey(id))
 		if errors.Is(err, metastore.ErrNotFound) {
-			return nil, fmt.Errorf("%w: bookie %s is not registered", wire.ErrUnavailable, id)
+			return nil, "", fmt.Errorf("%w: bookie %s is not registered", wire.ErrUnavailable, id)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: look up bookie %s: %v", wire.ErrUnavailable, id, err)
+			return nil, "", fmt.Errorf("%w: look up bookie %s: %v", wire.ErrUnavailable, id, err)
 		}
 		var info metapb.BookieInfo
 		if err := proto.Unmarshal(kv.Value, &info); err != nil {
-			return nil, fmt.Errorf("%w: registration of bookie %s is corrupt: %v", wire.ErrUnavailable, id, err)
+			return nil, "", fmt.Errorf("%w: registration of bookie %s is corrupt: %v", wire.ErrUnavailable, id, err)
 		}
 		addr = info.Address
 		if addr == "" {
@@ -159,7 +165,8 @@ func (c *Client) bookie(ctx context.Context, id string) (bookiepb.BookieClient, 
 		c.mu.addrs[id] = addr
 		c.mu.Unlock()
 	}
-	return c.conn(addr)
+	cli, err := c.conn(addr)
+	return cli, addr, err
 }
 
 // forget drops a bookie's cached address after it failed to answer: it may
@@ -194,25 +201,34 @@ func (c *Client) conn(addr string) (bookiepb.BookieClient, error) {
 	return bookiepb.NewBookieClient(conn), nil
 }
 
-// call runs one RPC to a bookie, translating its status, and forgets the
-// bookie's address when it could not be reached.
+// call runs one RPC to a bookie, translating its status. When the bookie
+// cannot be reached its cached address is dropped, and if the registry
+// then names another address (the bookie restarted elsewhere) the call is
+// made once more there.
 func call[T any](ctx context.Context, c *Client, id string, timeout time.Duration, fn func(context.Context, bookiepb.BookieClient) (T, error)) (T, error) {
 	var zero T
-	cli, err := c.bookie(ctx, id)
-	if err != nil {
-		return zero, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	resp, err := fn(ctx, cli)
-	if err != nil {
-		err = wire.FromStatus(err)
-		if errors.Is(err, wire.ErrUnavailable) {
-			c.forget(id)
+	var tried string
+	for attempt := 0; ; attempt++ {
+		cli, addr, err := c.resolve(ctx, id)
+		if err != nil {
+			return zero, err
 		}
-		return zero, err
+		if attempt > 0 && addr == tried {
+			return zero, fmt.Errorf("%w: bookie %s at %s", wire.ErrUnavailable, id, addr)
+		}
+		tried = addr
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := fn(cctx, cli)
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		err = wire.FromStatus(err)
+		if !errors.Is(err, wire.ErrUnavailable) || attempt > 0 || ctx.Err() != nil {
+			return zero, err
+		}
+		c.forget(id)
 	}
-	return resp, nil
 }
 
 // CreateOptions choose a new ledger's replication.

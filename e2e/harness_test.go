@@ -1,0 +1,199 @@
+// Package e2e runs Magnetar as real processes (the magnetar binary, built
+// once per run) and injects faults such as kill -9. These tests are part of
+// `make test`; they bind only 127.0.0.1 and end only the processes they
+// started.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/metastore"
+)
+
+// binary is the magnetar binary built by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "magnetar-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "magnetar")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/magnetar")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build magnetar:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a magnetar process started by a test.
+type proc struct {
+	t    *testing.T
+	name string
+	args []string
+	log  string // file with its output
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// startProc runs `magnetar args...`; the process is killed when the test
+// ends, and its output is shown if the test failed.
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, args: args, log: filepath.Join(t.TempDir(), name+".log")}
+	p.start()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			out, _ := os.ReadFile(p.log)
+			t.Logf("--- output of %s:\n%s", name, tail(out, 4000))
+		}
+	})
+	return p
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func (p *proc) start() {
+	p.t.Helper()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cmd := exec.Command(binary, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start %s: %v", p.name, err)
+	}
+	f.Close()
+	p.mu.Lock()
+	p.cmd = cmd
+	p.mu.Unlock()
+}
+
+// kill sends SIGKILL to the process, if it runs, and reaps it.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop() error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		return fmt.Errorf("%s did not stop within 30s", p.name)
+	}
+}
+
+// cluster is an in-test etcd (not a fault target here) and bookie
+// processes.
+type cluster struct {
+	t       *testing.T
+	etcd    *metastore.Embedded
+	store   *metastore.Store
+	bookies []*proc
+}
+
+func newCluster(t *testing.T, bookies int) *cluster {
+	e := testutil.StartEtcd(t)
+	c := &cluster{t: t, etcd: e, store: testutil.OpenStore(t, e.Endpoints(), "/magnetar")}
+	for i := 0; i < bookies; i++ {
+		id := fmt.Sprintf("bookie-%d", i)
+		p := startProc(t, id, "bookie",
+			"--id", id,
+			"--listen", "127.0.0.1:0",
+			"--data-dir", filepath.Join(t.TempDir(), id),
+			"--metastore", e.Endpoints()[0],
+			"--session-ttl", "3s",
+			"--registration-interval", "500ms",
+			"--log-level", "warn")
+		c.bookies = append(c.bookies, p)
+		c.waitRegistered(id, 0)
+	}
+	return c
+}
+
+// registration returns the lease of the bookie's registration, 0 if none.
+func (c *cluster) registration(id string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	kv, err := c.store.Get(ctx, metastore.BookieAvailableKey(id))
+	if err != nil {
+		return 0
+	}
+	return kv.Lease
+}
+
+// waitRegistered waits until the bookie registers on a lease other than
+// notLease (a previous incarnation's).
+func (c *cluster) waitRegistered(id string, notLease int64) {
+	c.t.Helper()
+	testutil.Eventually(c.t, time.Minute, "bookie "+id+" to register", func() bool {
+		l := c.registration(id)
+		return l != 0 && l != notLease
+	})
+}
+
+func (c *cluster) bookie(id string) *proc {
+	for _, b := range c.bookies {
+		if b.name == id {
+			return b
+		}
+	}
+	c.t.Fatalf("no bookie %s", id)
+	return nil
+}
+
+// restart starts a killed bookie again on its data directory.
+func (c *cluster) restart(b *proc) {
+	c.t.Helper()
+	old := c.registration(b.name)
+	b.start()
+	c.waitRegistered(b.name, old)
+}
+
+func payloadOf(n int64) []byte {
+	return append([]byte(fmt.Sprintf("value-%08d-", n)), bytes.Repeat([]byte{'x'}, int(n%100))...)
+}
