@@ -11,28 +11,29 @@ PROTO_FILES   := $(wildcard proto/*/*.proto)
 RACE_PKGS     := ./metastore/... ./bookie/... ./internal/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build test test-short test-race test-e2e bench fuzz proto proto-check lint run tools clean
+.PHONY: all build test test-race test-e2e bench fuzz proto proto-check lint run tools clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/magnetar ./cmd/magnetar
 
-# The test command in README.md: unit, integration and race tests.
+# The test command in README.md: generated code check, vet, every test
+# (e2e included), then the concurrent packages under the race detector.
 test: proto-check
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) test-race
+
+test-race:
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
-test-short:
-	$(GO) test -short -count=1 ./...
-
-# Real processes: builds the binary and kills bookie processes with SIGKILL.
+# Only the tests against real processes (part of `make test` too).
 test-e2e:
-	$(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/...
+	$(GO) test -count=1 -timeout 30m -v ./e2e/...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3s -timeout 60m ./bookie/...
+	$(GO) test -p 1 -run '^$$' -bench . -benchtime 2s -timeout 60m ./bookie/...
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./bookie/internal/storage
@@ -47,6 +48,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
+	@scripts/ensure-protoc.sh $(PROTOC_VERSION)
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -56,7 +58,6 @@ $(BIN)/protoc-gen-go-grpc:
 
 # Regenerates the committed Go code from proto/*/*.proto.
 proto: tools
-	@protoc --version | grep -q "$(PROTOC_VERSION)" || { echo "need protoc $(PROTOC_VERSION) (Debian package protobuf-compiler), have: $$(protoc --version)"; exit 1; }
 	PATH=$(BIN):$$PATH protoc -I proto \
 		--go_out=proto --go_opt=paths=source_relative \
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
@@ -65,7 +66,6 @@ proto: tools
 # Fails when the committed generated code differs from what `make proto` makes.
 proto-check: tools
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	protoc --version | grep -q "$(PROTOC_VERSION)" || { echo "need protoc $(PROTOC_VERSION), have: $$(protoc --version)"; exit 1; }; \
 	PATH=$(BIN):$$PATH protoc -I proto \
 		--go_out=$$tmp --go_opt=paths=source_relative \
 		--go-grpc_out=$$tmp --go-grpc_opt=paths=source_relative \

@@ -69,7 +69,9 @@ func (e *env) start(t *testing.T, cfg bookie.Config) *bookie.Server {
 func dial(t testing.TB, addr string) bookiepb.BookieClient {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		grpc.WithWriteBufferSize(512<<10), grpc.WithReadBufferSize(512<<10),
+		grpc.WithInitialWindowSize(8<<20), grpc.WithInitialConnWindowSize(8<<20))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,6 +192,11 @@ func (c *Client) conn(addr string) (bookiepb.BookieClient, error) {
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+			// As on the bookie: batched adds make large messages.
+			grpc.WithWriteBufferSize(512<<10),
+			grpc.WithReadBufferSize(512<<10),
+			grpc.WithInitialWindowSize(8<<20),
+			grpc.WithInitialConnWindowSize(8<<20),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("%w: dial bookie at %s: %v", wire.ErrUnavailable, addr, err)
