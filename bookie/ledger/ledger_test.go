@@ -679,3 +679,46 @@ func TestBookieMovesToNewAddress(t *testing.T) {
 	}
 	readAll(t, r, sent)
 }
+
+// Closing the client under an active writer fails its pending appends at
+// once (no search for replacement bookies), and the ledger can still be
+// closed at what was acknowledged.
+func TestClientCloseStopsWriters(t *testing.T) {
+	c := testcluster.Start(t, 4, testcluster.Options{})
+	ctx := ctxT(t)
+	cl := c.Client(ledger.Config{EnsembleChangeTimeout: time.Minute})
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAppender(w)
+	for n := int64(0); n < 100; n++ {
+		if err := a.append(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Close()
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("appends still pending 20s after the client was closed")
+	}
+	a.checkInOrder(t)
+	if len(a.failed) == 0 {
+		t.Fatal("every append completed before the client closed: the test proves nothing")
+	}
+	for _, err := range a.failed {
+		if !errors.Is(err, ledger.ErrWriterClosed) && !errors.Is(err, ledger.ErrClosed) {
+			t.Fatalf("append failed with %v", err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Client(ledger.Config{}).Metadata(ctx, w.ID())
+	if err != nil || m.State != ledger.StateClosed || m.LastEntry != int64(len(a.acked))-1 {
+		t.Fatalf("metadata %+v %v, %d acknowledged", m, err, len(a.acked))
+	}
+}

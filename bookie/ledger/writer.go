@@ -240,6 +240,11 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 	if w.ctx.Err() != nil {
 		return
 	}
+	if errors.Is(err, ErrClosed) {
+		// The client is closed: no bookie can be reached any more.
+		w.abortLocked(fmt.Errorf("%w: ledger %d: %w", ErrWriterClosed, w.id, err))
+		return
+	}
 	if errors.Is(err, wire.ErrFenced) {
 		w.log.Info("writer fenced: the ledger is being recovered", zap.String("bookie", addr))
 		w.abortLocked(fmt.Errorf("%w: ledger %d (bookie %s refused entry %d)", ErrFenced, w.id, addr, id))
