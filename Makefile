@@ -39,6 +39,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./bookie/internal/storage
 	$(GO) test -run '^$$' -fuzz FuzzDecodeLedgerState -fuzztime 30s ./bookie/internal/storage
 	$(GO) test -run '^$$' -fuzz FuzzDecodeKey -fuzztime 30s ./bookie/internal/storage
+	$(GO) test -run '^$$' -fuzz FuzzParseLedgerKey -fuzztime 30s ./metastore
 
 run: build
 	$(BIN)/magnetar standalone

@@ -33,7 +33,7 @@ func LedgerKey(ledgerID int64) string { return fmt.Sprintf("%s%020d", LedgersPre
 // ParseLedgerKey returns the ledger id of a key made by LedgerKey.
 func ParseLedgerKey(key string) (int64, error) {
 	s, ok := strings.CutPrefix(key, LedgersPrefix)
-	if !ok || len(s) != 20 {
+	if !ok || len(s) != 20 || strings.Trim(s, "0123456789") != "" {
 		return 0, fmt.Errorf("metastore: %q is not a ledger key", key)
 	}
 	id, err := strconv.ParseInt(s, 10, 64)

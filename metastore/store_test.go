@@ -420,3 +420,18 @@ func TestOpenUnreachable(t *testing.T) {
 		t.Fatal("open of an unreachable etcd succeeded")
 	}
 }
+
+func FuzzParseLedgerKey(f *testing.F) {
+	f.Add(metastore.LedgerKey(42))
+	f.Add("ledgers/-0000000000000000001")
+	f.Add("ledgers/+0000000000000000001")
+	f.Fuzz(func(t *testing.T, key string) {
+		id, err := metastore.ParseLedgerKey(key)
+		if err != nil {
+			return
+		}
+		if id <= 0 || metastore.LedgerKey(id) != key {
+			t.Fatalf("%q parsed as %d, which is key %q", key, id, metastore.LedgerKey(id))
+		}
+	})
+}
