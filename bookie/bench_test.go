@@ -14,10 +14,8 @@ import (
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
-// A bookie over gRPC on loopback: durable adds to one ledger, closed loop
-// with a fixed number in flight. Compare with BenchmarkRawFsync in
-// bookie/internal/storage, run in the same invocation.
-func BenchmarkBookieAdd(b *testing.B) {
+// startBenchBookie runs a bookie on disk, stopped when the benchmark ends.
+func startBenchBookie(b *testing.B) bookiepb.BookieClient {
 	e := testutil.StartEtcd(b)
 	store := testutil.OpenStore(b, e.Endpoints(), "/magnetar")
 	cfg := bookie.DefaultConfig()
@@ -28,8 +26,15 @@ func BenchmarkBookieAdd(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	c := dial(b, s.Addr())
+	b.Cleanup(func() { s.Close() })
+	return dial(b, s.Addr())
+}
+
+// A bookie over gRPC on loopback: durable adds to one ledger, closed loop
+// with a fixed number in flight. Compare with BenchmarkRawFsync in
+// bookie/internal/storage, run in the same invocation.
+func BenchmarkBookieAdd(b *testing.B) {
+	c := startBenchBookie(b)
 	ledgerID := int64(0)
 	for _, size := range []int{1 << 10, 64 << 10} {
 		for _, inflight := range []int{1, 16, 256} {
@@ -133,18 +138,7 @@ func (sc *streamClient) close() {
 
 // The same over one AddEntries stream, as ledger writers send adds.
 func BenchmarkBookieAddStream(b *testing.B) {
-	e := testutil.StartEtcd(b)
-	store := testutil.OpenStore(b, e.Endpoints(), "/magnetar")
-	cfg := bookie.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = b.TempDir()
-	cfg.Metastore = e.Endpoints()
-	s, err := bookie.Start(context.Background(), cfg, bookie.WithStore(store), bookie.WithLogger(zap.NewNop()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	c := dial(b, s.Addr())
+	c := startBenchBookie(b)
 	ledgerID := int64(0)
 	for _, size := range []int{1 << 10, 64 << 10} {
 		for _, inflight := range []int{1, 16, 256} {

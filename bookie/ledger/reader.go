@@ -297,24 +297,12 @@ func (c *Client) readEntry(ctx context.Context, m *Metadata, entry int64) (*book
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type result struct {
-		addr string
-		resp *bookiepb.ReadEntryResponse
-		err  error
-	}
-	results := make(chan result, len(order))
+	results := make(chan readResult, len(order))
 	next, outstanding := 0, 0
 	launch := func() {
-		addr := seg.Bookies[order[next]]
+		go c.readChecked(ctx, m, seg.Bookies[order[next]], entry, nil, results)
 		next++
 		outstanding++
-		go func() {
-			resp, err := c.readOne(ctx, addr, m.ID, entry, nil)
-			if err == nil {
-				err = verify(m.ID, entry, resp)
-			}
-			results <- result{addr, resp, err}
-		}()
 	}
 	launch()
 	timer := time.NewTimer(c.cfg.SpeculativeReadTimeout)
@@ -343,6 +331,23 @@ func (c *Client) readEntry(ctx context.Context, m *Metadata, entry int64) (*book
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// readResult is one bookie's answer to a read.
+type readResult struct {
+	addr string
+	resp *bookiepb.ReadEntryResponse
+	err  error
+}
+
+// readChecked reads an entry from one bookie (fencing if masterKey is set),
+// verifies it, and delivers the outcome on out (which must have room).
+func (c *Client) readChecked(ctx context.Context, m *Metadata, bookie string, entry int64, masterKey []byte, out chan<- readResult) {
+	resp, err := c.readOne(ctx, bookie, m.ID, entry, masterKey)
+	if err == nil {
+		err = verify(m.ID, entry, resp)
+	}
+	out <- readResult{bookie, resp, err}
 }
 
 // readOne reads an entry from one bookie; with masterKey set it is a

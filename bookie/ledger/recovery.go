@@ -200,21 +200,9 @@ func (c *Client) recoveryRead(ctx context.Context, m *Metadata, entry int64) (re
 	ws := writeSet(entry, m.Ensemble, m.WriteQuorum)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type result struct {
-		addr string
-		resp *bookiepb.ReadEntryResponse
-		err  error
-	}
-	results := make(chan result, len(ws))
+	results := make(chan readResult, len(ws))
 	for _, p := range ws {
-		addr := seg.Bookies[p]
-		go func() {
-			resp, err := c.readOne(ctx, addr, m.ID, entry, m.MasterKey)
-			if err == nil {
-				err = verify(m.ID, entry, resp)
-			}
-			results <- result{addr, resp, err}
-		}()
+		go c.readChecked(ctx, m, seg.Bookies[p], entry, m.MasterKey, results)
 	}
 	noSuch := 0
 	var errs []error
