@@ -28,6 +28,10 @@ type Config struct {
 	MetastoreRoot string `mapstructure:"metastore-root" yaml:"metastore-root"`
 	// MaxEntrySize caps one entry's payload. Default 5 MiB.
 	MaxEntrySize int `mapstructure:"max-entry-size" yaml:"max-entry-size"`
+	// MaxInflightBytes bounds the payload bytes of adds the bookie holds at
+	// once (all clients together); past it, it stops reading requests.
+	// Default 256 MiB; at least MaxEntrySize.
+	MaxInflightBytes int64 `mapstructure:"max-inflight-bytes" yaml:"max-inflight-bytes"`
 	// SessionTTL is the lease TTL of the registration. Default 10s.
 	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
 	// RegistrationInterval is how often the load report is refreshed.
@@ -48,6 +52,7 @@ func DefaultConfig() Config {
 		DataDir:              "./data/bookie",
 		MetastoreRoot:        "/magnetar",
 		MaxEntrySize:         5 << 20,
+		MaxInflightBytes:     256 << 20,
 		SessionTTL:           10 * time.Second,
 		RegistrationInterval: 5 * time.Second,
 		GCInterval:           time.Minute,
@@ -80,6 +85,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxEntrySize <= 0 || c.MaxEntrySize > MaxEntrySizeLimit {
 		errs = append(errs, fmt.Errorf("max entry size %d must be in 1..%d", c.MaxEntrySize, MaxEntrySizeLimit))
+	}
+	if c.MaxInflightBytes < int64(c.MaxEntrySize) {
+		errs = append(errs, fmt.Errorf("max in-flight bytes %d is below the max entry size %d", c.MaxInflightBytes, c.MaxEntrySize))
 	}
 	if c.SessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("session TTL %v is below 1s", c.SessionTTL))

@@ -21,7 +21,7 @@ func (s *Server) gcLoop() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.GCInterval)
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.GCInterval)
 		n, err := s.collectGarbage(ctx)
 		cancel()
 		if err != nil {

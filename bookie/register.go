@@ -105,7 +105,7 @@ func (s *Server) registrationLoop(r *registration) {
 			continue
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SessionTTL)
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.SessionTTL)
 		var err error
 		if r == nil {
 			r, err = s.register(ctx)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
@@ -66,7 +67,10 @@ type Server struct {
 	addr       string // advertised address
 	instanceID string
 
-	stop     chan struct{} // closed by Close: background loops exit
+	budget   *semaphore.Weighted // payload bytes of adds in progress
+	stop     chan struct{}       // closed by Close: background loops and add streams end
+	ctx      context.Context     // cancelled by Close: background work in progress ends
+	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	served   chan error // the gRPC server's exit
 	closeMu  sync.Mutex
@@ -87,9 +91,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	if o.logger == nil {
 		o.logger = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), served: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), served: make(chan error, 1), budget: semaphore.NewWeighted(cfg.MaxInflightBytes)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Undo what was started if a later step fails.
-	var undo []func()
+	undo := []func(){s.cancel}
 	defer func() {
 		if err != nil {
 			for i := len(undo) - 1; i >= 0; i-- {
@@ -164,6 +169,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		grpc.InitialWindowSize(transportWindow),
 		grpc.InitialConnWindowSize(transportWindow),
 		grpc.ChainUnaryInterceptor(errorInterceptor, recoverInterceptor(s.log)),
+		// Stop waits for handlers to return, so storage is never closed
+		// under one.
+		grpc.WaitForHandlers(true),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	bookiepb.RegisterBookieServer(s.grpc, &service{s: s})
@@ -200,6 +208,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
+	s.cancel()
 	s.wg.Wait() // the registration loop closes the session: unregistered
 
 	done := make(chan struct{})

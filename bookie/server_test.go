@@ -386,3 +386,38 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// Close does not wait for clients to end their add streams: the streams are
+// ended by the bookie once the adds they carried are answered.
+func TestCloseEndsAddStreams(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, e.config(t.TempDir()))
+	c := dial(t, s.Addr())
+	ctx := ctxT(t)
+	stream, err := c.AddEntries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := addReq(1, 0, []byte("x"))
+	req.RequestId = 7
+	if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: []*bookiepb.AddEntryRequest{req}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil || len(resp.Results) != 1 || resp.Results[0].RequestId != 7 || resp.Results[0].Code != 0 {
+		t.Fatalf("result: %+v %v", resp, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(4 * time.Second): // the grace period for unary calls is 5s
+		t.Fatal("Close waited for the client's open add stream")
+	}
+	if _, err := stream.Recv(); err == nil {
+		t.Fatal("stream still open after Close")
+	}
+}

@@ -65,6 +65,11 @@ func (v *service) AddEntry(ctx context.Context, req *bookiepb.AddEntryRequest) (
 	if err != nil {
 		return nil, err
 	}
+	n := int64(len(e.Payload))
+	if err := v.s.budget.Acquire(ctx, n); err != nil {
+		return nil, err
+	}
+	defer v.s.budget.Release(n)
 	if err := v.s.db.AddEntry(ctx, e, req.MasterKey, req.Recovery); err != nil {
 		return nil, err
 	}
@@ -72,46 +77,75 @@ func (v *service) AddEntry(ctx context.Context, req *bookiepb.AddEntryRequest) (
 }
 
 // maxStreamOutstanding bounds the adds one AddEntries stream may have
-// outstanding; past it the bookie stops reading the stream and HTTP/2 flow
-// control holds the client back.
+// outstanding (the bookie's byte budget bounds them all together); past it
+// the bookie stops reading the stream and HTTP/2 flow control holds the
+// client back.
 const maxStreamOutstanding = 8192
 
 // AddEntries serves a stream of add batches. Each add goes to the storage
 // without waiting for the previous one, so the adds of one stream share
-// group commits; results go back as they complete, batched.
+// group commits; results go back as they complete, batched. The stream
+// ends when the client ends it or the bookie stops: the adds taken are
+// answered first.
 func (v *service) AddEntries(stream bookiepb.Bookie_AddEntriesServer) error {
 	results := newResultQueue()
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- results.sendLoop(stream) }()
 
-	sem := make(chan struct{}, maxStreamOutstanding)
-	var outstanding sync.WaitGroup
+	st := newOutstanding()
+	recvDone := make(chan error, 1)
+	// The receiver outlives this handler when the bookie stops: it ends as
+	// soon as the stream's context does, which returning cancels.
+	go func() { recvDone <- v.receiveAdds(stream, st, results) }()
 	var recvErr error
-recv:
+	select {
+	case recvErr = <-recvDone:
+	case <-v.s.stop:
+	}
+	st.close() // no new adds; wait for the ones taken
+	<-st.zero
+	results.close()
+	if err := <-sendDone; err != nil {
+		return err
+	}
+	return recvErr
+}
+
+// receiveAdds reads add batches and hands each add to the storage.
+func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outstanding, results *resultQueue) error {
+	ctx := stream.Context()
 	for {
 		batch, err := stream.Recv()
 		if err != nil {
-			if err != io.EOF {
-				recvErr = err
+			if err == io.EOF {
+				return nil
 			}
-			break
+			return err
 		}
 		for _, req := range batch.Entries {
-			select {
-			case sem <- struct{}{}:
-			case <-stream.Context().Done():
-				recvErr = stream.Context().Err()
-				break recv
+			e, err := v.toEntry(req)
+			n := int64(len(req.Payload))
+			if err == nil {
+				if err = v.s.budget.Acquire(ctx, n); err != nil {
+					return err
+				}
 			}
-			outstanding.Add(1)
+			if !st.add() {
+				if err == nil {
+					v.s.budget.Release(n)
+				}
+				return nil // the bookie is stopping; the client sees the stream end
+			}
 			id := req.RequestId
+			budgeted := err == nil
 			done := func(err error) {
 				code, reason, msg := wire.ToResult(err)
 				results.push(&bookiepb.AddResult{RequestId: id, Code: code, Reason: reason, Message: msg})
-				<-sem
-				outstanding.Done()
+				if budgeted {
+					v.s.budget.Release(n)
+				}
+				st.done()
 			}
-			e, err := v.toEntry(req)
 			if err != nil {
 				done(err)
 				continue
@@ -119,12 +153,60 @@ recv:
 			v.s.db.AddEntryAsync(e, req.MasterKey, req.Recovery, done)
 		}
 	}
-	outstanding.Wait()
-	results.close()
-	if err := <-sendDone; err != nil {
-		return err
+}
+
+// outstanding counts a stream's adds in progress, and refuses new ones
+// once closed; zero is closed when it is closed and none is left.
+type outstanding struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	zero   chan struct{}
+	slots  chan struct{} // maxStreamOutstanding
+}
+
+func newOutstanding() *outstanding {
+	return &outstanding{zero: make(chan struct{}), slots: make(chan struct{}, maxStreamOutstanding)}
+}
+
+// add takes a slot, waiting while maxStreamOutstanding are in progress;
+// false once closed.
+func (o *outstanding) add() bool {
+	select {
+	case o.slots <- struct{}{}:
+	case <-o.zero:
+		return false
 	}
-	return recvErr
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		<-o.slots
+		return false
+	}
+	o.n++
+	return true
+}
+
+func (o *outstanding) done() {
+	<-o.slots
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n--
+	if o.n == 0 && o.closed {
+		close(o.zero)
+	}
+}
+
+func (o *outstanding) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	o.closed = true
+	if o.n == 0 {
+		close(o.zero)
+	}
 }
 
 // resultQueue collects the results of one stream for its send loop. push

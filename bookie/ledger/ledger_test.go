@@ -16,6 +16,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/testcluster"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -720,5 +721,194 @@ func TestClientCloseStopsWriters(t *testing.T) {
 	m, err := c.Client(ledger.Config{}).Metadata(ctx, w.ID())
 	if err != nil || m.State != ledger.StateClosed || m.LastEntry != int64(len(a.acked))-1 {
 		t.Fatalf("metadata %+v %v, %d acknowledged", m, err, len(a.acked))
+	}
+}
+
+// A recovery that dies while re-replicating the tail to a replacement
+// bookie must not leave that replacement in the metadata: a later recovery
+// would count its "no such entry" towards absence and cut acknowledged
+// entries off. (Found in review: the replacement used to be written first.)
+func TestInterruptedRecoveryNeverLosesAcknowledged(t *testing.T) {
+	c := testcluster.Start(t, 5, testcluster.Options{})
+	ctx := ctxT(t)
+	writerStore := testutil.OpenStore(t, c.Etcd.Endpoints(), c.Store.Root())
+	writerCl, err := ledger.New(writerStore, ledger.Config{ExplicitLACInterval: -1, AddTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := writerCl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := w.Metadata().Segments[0].Bookies
+	A, B, C := c.Bookie(ens[0]), c.Bookie(ens[1]), c.Bookie(ens[2])
+	var spares []*testcluster.Bookie
+	for _, b := range c.Bookies() {
+		if b != A && b != B && b != C {
+			spares = append(spares, b)
+		}
+	}
+	// C is partitioned: every entry is acknowledged by A and B only.
+	C.Proxy.Pause()
+	a := newAppender(w)
+	const n = 300
+	for i := int64(0); i < n; i++ {
+		if err := a.append(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.wg.Wait()
+	a.checkInOrder(t)
+	if a.ackedCount() != n || len(w.Metadata().Segments) != 1 {
+		t.Fatalf("acked %d of %d, segments %+v", a.ackedCount(), n, w.Metadata().Segments)
+	}
+	// The writer's process dies.
+	writerCl.Close()
+	writerStore.Close()
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	w.Close(cctx)
+	cancel()
+	C.Proxy.CutAll()
+	C.Proxy.Resume()
+
+	// B dies. Recovery R1 fences A and C, finds the entries, replaces B by
+	// a spare, and dies while copying the tail to it (the spares are
+	// black-holed).
+	B.Kill()
+	accepted := 0
+	for _, b := range spares {
+		b.Proxy.Pause()
+		accepted += b.Proxy.Accepted()
+	}
+	r1ctx, r1cancel := context.WithCancel(ctx)
+	r1done := make(chan error, 1)
+	go func() {
+		_, err := c.Client(ledger.Config{AddTimeout: time.Minute}).OpenRecover(r1ctx, w.ID())
+		r1done <- err
+	}()
+	testutil.Eventually(t, time.Minute, "R1 to start copying to a spare", func() bool {
+		n := 0
+		for _, b := range spares {
+			n += b.Proxy.Accepted()
+		}
+		return n > accepted
+	})
+	r1cancel()
+	if err := <-r1done; err == nil {
+		t.Fatal("R1 completed although its replacement bookie was black-holed")
+	}
+	for _, b := range spares {
+		b.Proxy.CutAll()
+		b.Proxy.Resume()
+	}
+	// A is down while R2 runs: R2 must fail rather than decide on too few
+	// bookies; once A is back, R3 closes after every acknowledged entry.
+	A.Kill()
+	if r, err := c.Client(ledger.Config{}).OpenRecover(ctx, w.ID()); err == nil {
+		if r.LastAddConfirmed() < n-1 {
+			t.Fatalf("lost acknowledged entries: closed at %d, acknowledged up to %d", r.LastAddConfirmed(), n-1)
+		}
+	} else if !errors.Is(err, ledger.ErrRecoveryIncomplete) {
+		t.Fatalf("R2: %v", err)
+	}
+	c.Restart(A)
+	r, err := c.Client(ledger.Config{}).OpenRecover(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LastAddConfirmed() < n-1 {
+		t.Fatalf("lost acknowledged entries: closed at %d, acknowledged up to %d", r.LastAddConfirmed(), n-1)
+	}
+	readAll(t, r, a.sent)
+}
+
+// A black-holed bookie does not make Append outlive its context: streams
+// connect in the background, each add's timeout runs from when it is
+// queued. (Found in review: the stream was opened in the caller.)
+func TestAppendWithBlackholedBookieHonoursContext(t *testing.T) {
+	c := testcluster.Start(t, 4, testcluster.Options{})
+	ctx := ctxT(t)
+	cl := c.Client(ledger.Config{AddTimeout: time.Second})
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	c.Bookie(w.Metadata().Segments[0].Bookies[2]).Proxy.Pause()
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() {
+		_, err := w.Append(actx, []byte("x"))
+		returned <- err
+	}()
+	select {
+	case <-returned:
+		// Acknowledged by the two others (Qa 2), or failed at the deadline.
+	case <-time.After(10 * time.Second):
+		t.Fatal("Append blocked 10s with a 1s context")
+	}
+}
+
+// A tailing reader of a ledger with no entry yet long-polls (the bookies
+// wait for the ledger to appear) and wakes up on the first confirmed
+// entry; a deadline ends the wait with the context's error.
+func TestWaitLACOnEmptyLedger(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	w, err := c.Client(ledger.Config{}).Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	r, err := c.Client(ledger.Config{}).Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := r.WaitLAC(short, -1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitLAC at its deadline: %v", err)
+	}
+	got := make(chan int64, 1)
+	go func() {
+		lac, err := r.WaitLAC(ctx, -1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lac
+	}()
+	for i := 0; i < 2; i++ {
+		if _, err := w.Append(ctx, []byte("e")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lac := <-got; lac < 0 {
+		t.Fatalf("WaitLAC returned %d", lac)
+	}
+}
+
+// An add every bookie refuses the same way (here: larger than the bookies
+// accept) fails the writer at once instead of replacing bookies forever.
+func TestNonRetryableAddFailsWriter(t *testing.T) {
+	c := testcluster.Start(t, 4, testcluster.Options{Configure: func(cfg *bookie.Config) { cfg.MaxEntrySize = 1000 }})
+	ctx := ctxT(t)
+	cl := c.Client(ledger.Config{MaxEntrySize: 1 << 20})
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(ctx, []byte("fits")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.Append(ctx, make([]byte, 2000))
+	if !errors.Is(err, wire.ErrEntryTooLarge) {
+		t.Fatalf("oversized append: %v", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := w.Metadata(); len(m.Segments) != 1 || m.LastEntry != 0 {
+		t.Fatalf("metadata after the refusal: %+v", m)
 	}
 }

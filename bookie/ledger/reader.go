@@ -111,11 +111,16 @@ func (r *Reader) ReadLAC(ctx context.Context) (int64, error) {
 // confirmed passes previous, and returns it; at ctx's end it returns the
 // current bound and ctx's error.
 func (r *Reader) WaitLAC(ctx context.Context, previous int64) (int64, error) {
+	backoff := 10 * time.Millisecond
 	for {
 		if lac := r.LastAddConfirmed(); lac > previous || r.Closed() {
 			return lac, nil
 		}
+		start := time.Now()
 		lac, err := r.pollLAC(ctx, true, previous)
+		if ctx.Err() != nil {
+			return r.LastAddConfirmed(), ctx.Err()
+		}
 		if err != nil {
 			return lac, err
 		}
@@ -123,10 +128,21 @@ func (r *Reader) WaitLAC(ctx context.Context, previous int64) (int64, error) {
 			return lac, nil
 		}
 		if err := r.refreshMetadata(ctx); err != nil {
+			if ctx.Err() != nil {
+				return r.LastAddConfirmed(), ctx.Err()
+			}
 			return r.LastAddConfirmed(), err
 		}
-		if ctx.Err() != nil {
-			return r.LastAddConfirmed(), ctx.Err()
+		// Bookies normally hold a long poll; one that answered at once
+		// without news must not make this loop spin.
+		if time.Since(start) < backoff {
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			backoff = min(2*backoff, time.Second)
+		} else {
+			backoff = 10 * time.Millisecond
 		}
 	}
 }
@@ -235,6 +251,21 @@ func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
 		return nil, fmt.Errorf("%w: ledger %d entry %d, last confirmed is %d", ErrReadPastEnd, r.id, last, bound)
 	}
 	meta := r.Metadata()
+	out, err := r.read(ctx, meta, first, last)
+	if errors.Is(err, ErrEntryUnreadable) && meta.State != StateClosed {
+		// The writer may have moved these entries to a new ensemble since
+		// the reader last looked at the metadata.
+		if rerr := r.refreshMetadata(ctx); rerr == nil {
+			if fresh := r.Metadata(); fresh.modRev != meta.modRev {
+				return r.read(ctx, fresh, first, last)
+			}
+		}
+	}
+	return out, err
+}
+
+// read fetches first..last with the given metadata.
+func (r *Reader) read(ctx context.Context, meta *Metadata, first, last int64) ([]Entry, error) {
 	out := make([]Entry, last-first+1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -142,8 +142,13 @@ func (c *Client) recover(ctx context.Context, m *Metadata) (*Metadata, error) {
 		length = resp.Length
 	}
 
-	// 3. Re-replicate what was found to full write sets, on a new ensemble
-	// for the bookies that did not answer the fence.
+	// 3. Re-replicate what was found to full write sets. Bookies that did
+	// not answer the fence are replaced for the recovered tail, but only in
+	// memory until step 4: a replacement must never appear in the metadata
+	// before it holds the entries, or a later recovery would count its "no
+	// such entry" towards an absence quorum (and could cut acknowledged
+	// entries off).
+	closed := m.clone()
 	if len(found) > 0 {
 		var dead []int
 		for p, ok := range fenced {
@@ -160,31 +165,26 @@ func (c *Client) recover(ctx context.Context, m *Metadata) (*Metadata, error) {
 			for i, p := range dead {
 				next[p] = repl[i]
 			}
-			nm := m.clone()
-			if l := &nm.Segments[len(nm.Segments)-1]; l.First == maxLAC+1 {
+			if l := &closed.Segments[len(closed.Segments)-1]; l.First == maxLAC+1 {
 				l.Bookies = next
 			} else {
-				nm.Segments = append(nm.Segments, Segment{First: maxLAC + 1, Bookies: next})
+				closed.Segments = append(closed.Segments, Segment{First: maxLAC + 1, Bookies: next})
 			}
-			if err := writeMetadata(ctx, c.store, nm); err != nil {
-				return nil, err
-			}
-			m = nm
-			log.Info("recovery replaced unreachable bookies", zap.Int64("from-entry", maxLAC+1), zap.Strings("ensemble", next))
+			log.Info("recovery replaces unreachable bookies", zap.Int64("from-entry", maxLAC+1), zap.Strings("ensemble", next))
 		}
-		if err := c.recoveryAddAll(ctx, m, found); err != nil {
+		if err := c.recoveryAddAll(ctx, closed, found); err != nil {
 			return nil, err
 		}
 	}
 
-	// 4. Close at the last entry.
-	m = m.clone()
-	m.State, m.LastEntry, m.Length = StateClosed, last, length
-	if err := writeMetadata(ctx, c.store, m); err != nil {
+	// 4. Close at the last entry, installing any new segment in the same
+	// compare-and-swap.
+	closed.State, closed.LastEntry, closed.Length = StateClosed, last, length
+	if err := writeMetadata(ctx, c.store, closed); err != nil {
 		return nil, err
 	}
 	log.Info("ledger recovered and closed", zap.Int64("last-entry", last), zap.Int("recovered", len(found)))
-	return m, nil
+	return closed, nil
 }
 
 func (c *Client) fenceOne(ctx context.Context, bookieID string, ledger int64, key []byte) (*bookiepb.FenceResponse, error) {

@@ -16,8 +16,9 @@ import (
 // together, results come back batched. A broken stream fails its pending
 // adds (ErrUnavailable) and the next add opens a new one.
 //
-// Goroutines: a sender and a receiver per open stream, owned by the
-// streamConn and stopped when it breaks or the client closes.
+// Goroutines: per stream, one that connects and then sends, and a
+// receiver; owned by the streamConn and stopped when it breaks or the
+// client closes.
 type addStream struct {
 	c      *Client
 	bookie string
@@ -27,13 +28,13 @@ type addStream struct {
 	closed bool
 }
 
-// streamConn is one open AddEntries stream.
+// streamConn is one AddEntries stream, connecting or open.
 type streamConn struct {
 	s      *addStream
-	stream bookiepb.Bookie_AddEntriesClient
+	ctx    context.Context // the stream's lifetime; cancelled by fail
 	cancel context.CancelFunc
 	signal chan struct{} // wakes the sender
-	done   chan struct{} // closed once both goroutines have exited
+	done   chan struct{} // closed once its goroutines have exited
 
 	mu struct {
 		sync.Mutex
@@ -51,8 +52,9 @@ type pendingAdd struct {
 
 // addAsync sends one add to a bookie; cb gets nil once it is durable there,
 // or an error (wire sentinels; ErrUnavailable when the bookie could not be
-// reached or did not answer within timeout). cb may run before addAsync
-// returns, and never under a lock of the caller's: call it unlocked.
+// reached or did not answer within timeout). addAsync never blocks on the
+// network; cb may run before it returns, and never under a lock of the
+// caller's: call it unlocked.
 func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout time.Duration, cb func(error)) {
 	c.mu.Lock()
 	if c.mu.closed {
@@ -66,47 +68,62 @@ func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout 
 		c.mu.streams[bookie] = s
 	}
 	c.mu.Unlock()
-	conn, err := s.conn()
-	if err != nil {
-		c.forget(bookie)
-		cb(err)
+	conn := s.conn()
+	if conn == nil {
+		cb(ErrClosed)
 		return
 	}
 	conn.add(req, timeout, cb)
 }
 
-// conn returns the open stream, opening one if needed.
-func (s *addStream) conn() (*streamConn, error) {
+// conn returns the current stream, starting a new one (which connects in
+// the background; adds queue meanwhile) if there is none. nil once closed.
+func (s *addStream) conn() *streamConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil
 	}
-	if s.cur != nil {
-		return s.cur, nil
+	if s.cur == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		sc := &streamConn{s: s, ctx: ctx, cancel: cancel, signal: make(chan struct{}, 1), done: make(chan struct{})}
+		sc.mu.pending = make(map[uint64]*pendingAdd)
+		s.cur = sc
+		go sc.run()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	resolveCtx, rcancel := context.WithTimeout(ctx, s.c.cfg.AddTimeout)
-	cli, err := s.c.bookie(resolveCtx, s.bookie)
-	rcancel()
+	return s.cur
+}
+
+// run connects, then sends until the stream breaks. The connection attempt
+// is bounded by AddTimeout.
+func (sc *streamConn) run() {
+	defer close(sc.done)
+	cli, err := func() (bookiepb.BookieClient, error) {
+		ctx, cancel := context.WithTimeout(sc.ctx, sc.s.c.cfg.AddTimeout)
+		defer cancel()
+		return sc.s.c.bookie(ctx, sc.s.bookie)
+	}()
 	if err != nil {
-		cancel()
-		return nil, err
+		sc.fail(err)
+		return
 	}
-	stream, err := cli.AddEntries(ctx)
+	// The stream lives as long as sc.ctx; only its opening is timed.
+	timer := time.AfterFunc(sc.s.c.cfg.AddTimeout, sc.cancel)
+	stream, err := cli.AddEntries(sc.ctx)
+	if !timer.Stop() && err == nil {
+		err = context.DeadlineExceeded
+	}
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("%w: open add stream to bookie %s: %v", wire.ErrUnavailable, s.bookie, wire.FromStatus(err))
+		sc.fail(fmt.Errorf("%w: open add stream to bookie %s: %v", wire.ErrUnavailable, sc.s.bookie, wire.FromStatus(err)))
+		return
 	}
-	sc := &streamConn{s: s, stream: stream, cancel: cancel, signal: make(chan struct{}, 1), done: make(chan struct{})}
-	sc.mu.pending = make(map[uint64]*pendingAdd)
-	s.cur = sc
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); sc.sendLoop() }()
-	go func() { defer wg.Done(); sc.recvLoop() }()
-	go func() { wg.Wait(); close(sc.done) }()
-	return sc, nil
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		sc.recvLoop(stream)
+	}()
+	sc.sendLoop(stream)
+	<-recvDone
 }
 
 // close breaks the current stream and refuses new adds; it waits for the
@@ -215,13 +232,13 @@ func batchLen(q []*bookiepb.AddEntryRequest) int {
 	return n
 }
 
-func (sc *streamConn) sendLoop() {
+func (sc *streamConn) sendLoop(stream bookiepb.Bookie_AddEntriesClient) {
 	for {
 		<-sc.signal
 		sc.mu.Lock()
 		if sc.mu.err != nil {
 			sc.mu.Unlock()
-			sc.stream.CloseSend()
+			stream.CloseSend()
 			return
 		}
 		n := batchLen(sc.mu.queue)
@@ -239,16 +256,16 @@ func (sc *streamConn) sendLoop() {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := sc.stream.Send(&bookiepb.AddEntriesRequest{Entries: batch}); err != nil {
+		if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: batch}); err != nil {
 			sc.fail(err)
 			return
 		}
 	}
 }
 
-func (sc *streamConn) recvLoop() {
+func (sc *streamConn) recvLoop(stream bookiepb.Bookie_AddEntriesClient) {
 	for {
-		resp, err := sc.stream.Recv()
+		resp, err := stream.Recv()
 		if err != nil {
 			sc.fail(wire.FromStatus(err))
 			return

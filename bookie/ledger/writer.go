@@ -245,6 +245,13 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 		w.abortLocked(fmt.Errorf("%w: ledger %d: %w", ErrWriterClosed, w.id, err))
 		return
 	}
+	if errors.Is(err, wire.ErrEntryTooLarge) || errors.Is(err, wire.ErrInvalidArgument) || errors.Is(err, wire.ErrBadMasterKey) {
+		// Every bookie would refuse it the same way: replacing this one
+		// cannot help.
+		w.log.Error("bookie refused an add for good; failing the writer", zap.String("bookie", addr), zap.Int64("entry", id), zap.Error(err))
+		w.abortLocked(fmt.Errorf("ledger %d entry %d refused by bookie %s: %w", w.id, id, addr, err))
+		return
+	}
 	if errors.Is(err, wire.ErrFenced) {
 		w.log.Info("writer fenced: the ledger is being recovered", zap.String("bookie", addr))
 		w.abortLocked(fmt.Errorf("%w: ledger %d (bookie %s refused entry %d)", ErrFenced, w.id, addr, id))
@@ -515,6 +522,9 @@ func (w *Writer) closeMetadata(ctx context.Context, meta *Metadata, lac, length 
 		m.State, m.LastEntry, m.Length = StateClosed, lac, length
 		err := writeMetadata(ctx, w.c.store, m)
 		if err == nil {
+			w.mu.Lock()
+			w.mu.meta = m
+			w.mu.Unlock()
 			return nil
 		}
 		if !errors.Is(err, metastore.ErrBadVersion) {

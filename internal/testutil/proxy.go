@@ -14,11 +14,12 @@ type Proxy struct {
 
 	mu struct {
 		sync.Mutex
-		target string
-		paused bool
-		resume chan struct{} // closed when paused ends
-		conns  map[net.Conn]struct{}
-		closed bool
+		target   string
+		paused   bool
+		resume   chan struct{} // closed when paused ends
+		conns    map[net.Conn]struct{}
+		accepted int
+		closed   bool
 	}
 	wg sync.WaitGroup
 }
@@ -101,6 +102,13 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
+// Accepted counts the connections accepted so far.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.accepted
+}
+
 func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -126,6 +134,9 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		p.mu.accepted++
+		p.mu.Unlock()
 		p.mu.Lock()
 		target := p.mu.target
 		p.mu.Unlock()

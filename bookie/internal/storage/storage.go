@@ -172,6 +172,9 @@ type DB struct {
 	mu struct {
 		sync.Mutex
 		ledgers map[int64]*ledgerState
+		// created is closed (and replaced) whenever a ledger is created,
+		// waking long polls on ledgers not seen yet.
+		created chan struct{}
 		// err is sticky: the first storage failure, or ErrClosed-like
 		// unavailability after Close.
 		err    error
@@ -215,6 +218,7 @@ func Open(opts Options) (*DB, error) {
 		failed: make(chan struct{}),
 	}
 	d.mu.ledgers = make(map[int64]*ledgerState)
+	d.mu.created = make(chan struct{})
 
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
@@ -324,6 +328,8 @@ func (d *DB) Close() error {
 	for _, st := range d.mu.ledgers {
 		st.wake()
 	}
+	close(d.mu.created)
+	d.mu.created = make(chan struct{})
 	d.mu.Unlock()
 	// Wait for enqueues in progress (the committer still runs and takes
 	// them); none starts after this.
@@ -359,6 +365,8 @@ func (d *DB) fail(err error) {
 	for _, st := range d.mu.ledgers {
 		st.wake()
 	}
+	close(d.mu.created)
+	d.mu.created = make(chan struct{})
 	close(d.failed)
 }
 
@@ -555,8 +563,11 @@ func (d *DB) Info(ledger int64) (LedgerInfo, error) {
 
 // WaitLAC returns the ledger's state once its LAC is greater than previous,
 // or its current state when ctx ends (ctx ending is not an error here: a
-// long poll that times out answers with what it has).
+// long poll that times out answers with what it has). A ledger not stored
+// yet is waited for; one deleted during the wait ends it with
+// ErrNoSuchLedger.
 func (d *DB) WaitLAC(ctx context.Context, ledger, previous int64) (LedgerInfo, error) {
+	known := false // the ledger existed during this wait
 	for {
 		d.mu.Lock()
 		if d.mu.err != nil {
@@ -565,10 +576,23 @@ func (d *DB) WaitLAC(ctx context.Context, ledger, previous int64) (LedgerInfo, e
 			return LedgerInfo{}, err
 		}
 		st := d.mu.ledgers[ledger]
-		if st == nil {
+		if st == nil && known {
 			d.mu.Unlock()
-			return LedgerInfo{}, fmt.Errorf("%w: ledger %d", wire.ErrNoSuchLedger, ledger)
+			return LedgerInfo{}, fmt.Errorf("%w: ledger %d was deleted", wire.ErrNoSuchLedger, ledger)
 		}
+		if st == nil {
+			// Wait for the ledger's first entry (a tailing reader of a
+			// ledger just created), or until ctx ends.
+			created := d.mu.created
+			d.mu.Unlock()
+			select {
+			case <-created:
+				continue
+			case <-ctx.Done():
+				return LedgerInfo{}, fmt.Errorf("%w: ledger %d", wire.ErrNoSuchLedger, ledger)
+			}
+		}
+		known = true
 		if st.lac > previous {
 			info := st.info()
 			d.mu.Unlock()
@@ -806,6 +830,8 @@ func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byt
 	if st == nil {
 		st = &ledgerState{masterKey: bytes.Clone(masterKey), lac: -1, lastEntry: -1}
 		d.mu.ledgers[ledger] = st
+		close(d.mu.created)
+		d.mu.created = make(chan struct{})
 	}
 	rec := st.record()
 	rec.Fenced = rec.Fenced || fence

@@ -499,3 +499,29 @@ func TestFenceAddRace(t *testing.T) {
 		t.Fatalf("%d writers were stopped by the fence, want %d", refused, writers)
 	}
 }
+
+// A long poll on a ledger not stored yet waits for it instead of failing
+// at once (a reader tailing a ledger that was just created).
+func TestWaitLACOnUnknownLedger(t *testing.T) {
+	d := open(t, Options{}, vfs.NewMem())
+	defer d.Close()
+	ctx := ctxT(t)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := d.WaitLAC(short, 9, -1); !errors.Is(err, wire.ErrNoSuchLedger) {
+		t.Fatalf("wait on an unknown ledger at its deadline: %v", err)
+	}
+	got := make(chan LedgerInfo, 1)
+	go func() {
+		info, err := d.WaitLAC(ctx, 9, -1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- info
+	}()
+	mustAdd(t, d, mkEntry(9, 0, 10)) // creates the ledger, LAC -1
+	mustAdd(t, d, mkEntry(9, 1, 10)) // LAC 0
+	if info := <-got; info.LAC != 0 {
+		t.Fatalf("woke with %+v", info)
+	}
+}
