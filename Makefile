@@ -40,6 +40,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeLedgerState -fuzztime 30s ./bookie/internal/storage
 	$(GO) test -run '^$$' -fuzz FuzzDecodeKey -fuzztime 30s ./bookie/internal/storage
 	$(GO) test -run '^$$' -fuzz FuzzParseLedgerKey -fuzztime 30s ./metastore
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 30s ./proto/entry
+	$(GO) test -run '^$$' -fuzz FuzzSplitBatch -fuzztime 30s ./proto/entry
+	$(GO) test -run '^$$' -fuzz FuzzDecompress -fuzztime 30s ./proto/entry
 
 run: build
 	$(BIN)/magnetar standalone

@@ -1,0 +1,174 @@
+package entry
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
+)
+
+func meta() *pulsarpb.MessageMetadata {
+	return &pulsarpb.MessageMetadata{
+		ProducerName: proto.String("p-1"),
+		SequenceId:   proto.Uint64(0), // zero still travels: proto2 presence
+		PublishTime:  proto.Uint64(1_700_000_000_000),
+		PartitionKey: proto.String("key"),
+		Properties:   []*pulsarpb.KeyValue{{Key: proto.String("a"), Value: proto.String("b")}},
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	b, err := Encode(meta(), []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != 0x0e || b[1] != 0x01 {
+		t.Fatalf("magic %x", b[:2])
+	}
+	md, payload, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(payload) != "hello" || !proto.Equal(md, meta()) || md.SequenceId == nil {
+		t.Fatalf("decoded %v %q", md, payload)
+	}
+	// Every single-byte corruption is caught.
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x40
+		if _, _, err := Decode(c); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("flipping byte %d went unnoticed: %v", i, err)
+		}
+	}
+	for _, n := range []int{0, 5, 9} {
+		if _, _, err := Decode(b[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%d bytes accepted", n)
+		}
+	}
+	// Pulsar's required fields are required here too.
+	if _, err := Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x")}, nil); err == nil {
+		t.Fatal("metadata without sequence id and publish time encoded")
+	}
+}
+
+func TestBatchRoundTrip(t *testing.T) {
+	var buf []byte
+	var want []Single
+	for i := 0; i < 10; i++ {
+		smm := &pulsarpb.SingleMessageMetadata{PartitionKey: proto.String(fmt.Sprint("k", i)), SequenceId: proto.Uint64(uint64(i))}
+		p := bytes.Repeat([]byte{byte(i)}, i*7)
+		var err error
+		if buf, err = AppendSingle(buf, smm, p); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, Single{Meta: smm, Payload: p})
+	}
+	got, err := SplitBatch(buf, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if !proto.Equal(got[i].Meta, want[i].Meta) || !bytes.Equal(got[i].Payload, want[i].Payload) {
+			t.Fatalf("message %d: %v %x", i, got[i].Meta, got[i].Payload)
+		}
+	}
+	for _, n := range []int{0, 9, 11, 1 << 30} {
+		if _, err := SplitBatch(buf, n); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("batch split into %d: %v", n, err)
+		}
+	}
+}
+
+func TestCompressionRoundTrip(t *testing.T) {
+	inputs := [][]byte{
+		nil,
+		[]byte("x"),
+		bytes.Repeat([]byte("magnetar "), 10000),
+		func() []byte { // incompressible
+			b := make([]byte, 5000)
+			for i := range b {
+				b[i] = byte(i*7919 + i*i)
+			}
+			return b
+		}(),
+	}
+	for _, ct := range []pulsarpb.CompressionType{pulsarpb.CompressionType_NONE, pulsarpb.CompressionType_LZ4, pulsarpb.CompressionType_ZLIB, pulsarpb.CompressionType_ZSTD, pulsarpb.CompressionType_SNAPPY} {
+		for i, in := range inputs {
+			c, err := Compress(ct, in)
+			if err != nil {
+				t.Fatalf("%s input %d: %v", ct, i, err)
+			}
+			out, err := Decompress(ct, c, len(in))
+			if err != nil {
+				t.Fatalf("%s input %d: %v", ct, i, err)
+			}
+			if !bytes.Equal(out, in) {
+				t.Fatalf("%s input %d: round trip changed the bytes", ct, i)
+			}
+			if len(in) > 0 {
+				if _, err := Decompress(ct, c, len(in)+1); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("%s input %d: wrong size accepted: %v", ct, i, err)
+				}
+			}
+		}
+		if _, err := Decompress(ct, []byte{1, 2, 3}, MaxUncompressedSize+1); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: oversized claim accepted", ct)
+		}
+	}
+	if _, err := Compress(pulsarpb.CompressionType(9), nil); err == nil {
+		t.Fatal("unknown compression accepted")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	b, _ := Encode(meta(), []byte("payload"))
+	f.Add(b)
+	f.Add([]byte{0x0e, 0x01, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		md, payload, err := Decode(b)
+		if err != nil {
+			return
+		}
+		again, err := Encode(md, payload)
+		if err != nil {
+			t.Fatalf("decoded entry does not encode: %v", err)
+		}
+		md2, p2, err := Decode(again)
+		if err != nil || !proto.Equal(md, md2) || !bytes.Equal(payload, p2) {
+			t.Fatalf("re-encoded entry differs: %v", err)
+		}
+	})
+}
+
+func FuzzSplitBatch(f *testing.F) {
+	buf, _ := AppendSingle(nil, &pulsarpb.SingleMessageMetadata{}, []byte("a"))
+	buf, _ = AppendSingle(buf, &pulsarpb.SingleMessageMetadata{PartitionKey: proto.String("k")}, []byte("bc"))
+	f.Add(buf, 2)
+	f.Add([]byte{0, 0, 0, 0}, 1)
+	f.Fuzz(func(t *testing.T, b []byte, n int) {
+		msgs, err := SplitBatch(b, n)
+		if err != nil {
+			return
+		}
+		if len(msgs) != n {
+			t.Fatalf("%d messages for n=%d", len(msgs), n)
+		}
+	})
+}
+
+func FuzzDecompress(f *testing.F) {
+	for _, ct := range []pulsarpb.CompressionType{pulsarpb.CompressionType_LZ4, pulsarpb.CompressionType_ZLIB, pulsarpb.CompressionType_ZSTD, pulsarpb.CompressionType_SNAPPY} {
+		c, _ := Compress(ct, []byte("some payload some payload"))
+		f.Add(int32(ct), c, 26)
+	}
+	f.Fuzz(func(t *testing.T, ct int32, b []byte, size int) {
+		out, err := Decompress(pulsarpb.CompressionType(ct), b, size)
+		if err == nil && len(out) != size {
+			t.Fatalf("decompressed to %d bytes, asked %d", len(out), size)
+		}
+	})
+}
