@@ -13,12 +13,23 @@ import (
 //	bookies/cookies/<bookie id>     metapb.Cookie, permanent
 //	ledgers/<ledger id, 20 digits>  metapb.LedgerMetadata
 //	idgen/<name>                    empty; its revision is the last id handed out
+//	topics/<tenant>/<ns>/<topic>/ledgers   metapb.ManagedLedgerInfo
+//	owners/<tenant>/<ns>/<topic>    the owning broker, under its session lease
 const (
 	BookiesAvailablePrefix = "bookies/available/"
 	BookieCookiesPrefix    = "bookies/cookies/"
 	LedgersPrefix          = "ledgers/"
 	idgenPrefix            = "idgen/"
+	TopicsPrefix           = "topics/"
+	OwnersPrefix           = "owners/"
 )
+
+// ManagedLedgerKey holds a topic partition's ledger list; topic is
+// "tenant/namespace/topic".
+func ManagedLedgerKey(topic string) string { return TopicsPrefix + topic + "/ledgers" }
+
+// OwnerKey is the ownership key of a topic partition.
+func OwnerKey(topic string) string { return OwnersPrefix + topic }
 
 // BookieAvailableKey is where a live bookie registers.
 func BookieAvailableKey(bookieID string) string { return BookiesAvailablePrefix + bookieID }

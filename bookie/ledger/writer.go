@@ -118,6 +118,15 @@ func (w *Writer) Metadata() *Metadata {
 	return w.mu.meta.clone()
 }
 
+// Reader returns a reader of the entries this writer has confirmed so far
+// (its LastAddConfirmed at the time of the call), using the writer's
+// current metadata. Cheap: make one per read.
+func (w *Writer) Reader() *Reader {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return newReader(w.c, w.mu.meta.clone(), w.mu.st.lac)
+}
+
 // Append adds an entry and waits until it is complete. It returns the
 // entry id. On error the entry may or may not be in the ledger (as after a
 // timeout), except for ErrInvalidArgument and ErrWriterClosed, which mean

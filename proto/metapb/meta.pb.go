@@ -433,6 +433,139 @@ func (x *LedgerMetadata) GetCustom() map[string][]byte {
 	return nil
 }
 
+// ManagedLedgerInfo is a topic partition's chain of ledgers, kept at
+// topics/<tenant>/<namespace>/<topic>/ledgers. Only the partition's owner
+// changes it, in transactions guarded by its ownership token.
+type ManagedLedgerInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In entry order; only the last one may be open (being written).
+	Ledgers       []*LedgerRef `protobuf:"bytes,1,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ManagedLedgerInfo) Reset() {
+	*x = ManagedLedgerInfo{}
+	mi := &file_metapb_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ManagedLedgerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ManagedLedgerInfo) ProtoMessage() {}
+
+func (x *ManagedLedgerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ManagedLedgerInfo.ProtoReflect.Descriptor instead.
+func (*ManagedLedgerInfo) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ManagedLedgerInfo) GetLedgers() []*LedgerRef {
+	if x != nil {
+		return x.Ledgers
+	}
+	return nil
+}
+
+type LedgerRef struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	// Entries and payload bytes; final once closed.
+	Entries         int64 `protobuf:"varint,2,opt,name=entries,proto3" json:"entries,omitempty"`
+	Size            int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	CreatedAtUnixMs int64 `protobuf:"varint,4,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	Closed          bool  `protobuf:"varint,5,opt,name=closed,proto3" json:"closed,omitempty"`
+	ClosedAtUnixMs  int64 `protobuf:"varint,6,opt,name=closed_at_unix_ms,json=closedAtUnixMs,proto3" json:"closed_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LedgerRef) Reset() {
+	*x = LedgerRef{}
+	mi := &file_metapb_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerRef) ProtoMessage() {}
+
+func (x *LedgerRef) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerRef.ProtoReflect.Descriptor instead.
+func (*LedgerRef) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LedgerRef) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *LedgerRef) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *LedgerRef) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *LedgerRef) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *LedgerRef) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+func (x *LedgerRef) GetClosedAtUnixMs() int64 {
+	if x != nil {
+		return x.ClosedAtUnixMs
+	}
+	return 0
+}
+
 var File_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_metapb_meta_proto_rawDesc = "" +
@@ -477,7 +610,16 @@ const file_metapb_meta_proto_rawDesc = "" +
 	" \x03(\v2,.magnetar.meta.v1.LedgerMetadata.CustomEntryR\x06custom\x1a9\n" +
 	"\vCustomEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01*y\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"J\n" +
+	"\x11ManagedLedgerInfo\x125\n" +
+	"\aledgers\x18\x01 \x03(\v2\x1b.magnetar.meta.v1.LedgerRefR\aledgers\"\xc6\x01\n" +
+	"\tLedgerRef\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
+	"\aentries\x18\x02 \x01(\x03R\aentries\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12+\n" +
+	"\x12created_at_unix_ms\x18\x04 \x01(\x03R\x0fcreatedAtUnixMs\x12\x16\n" +
+	"\x06closed\x18\x05 \x01(\bR\x06closed\x12)\n" +
+	"\x11closed_at_unix_ms\x18\x06 \x01(\x03R\x0eclosedAtUnixMs*y\n" +
 	"\vLedgerState\x12\x1c\n" +
 	"\x18LEDGER_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LEDGER_STATE_OPEN\x10\x01\x12\x1c\n" +
@@ -497,24 +639,27 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_metapb_meta_proto_goTypes = []any{
-	(LedgerState)(0),       // 0: magnetar.meta.v1.LedgerState
-	(*BookieInfo)(nil),     // 1: magnetar.meta.v1.BookieInfo
-	(*Cookie)(nil),         // 2: magnetar.meta.v1.Cookie
-	(*Segment)(nil),        // 3: magnetar.meta.v1.Segment
-	(*LedgerMetadata)(nil), // 4: magnetar.meta.v1.LedgerMetadata
-	nil,                    // 5: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	(LedgerState)(0),          // 0: magnetar.meta.v1.LedgerState
+	(*BookieInfo)(nil),        // 1: magnetar.meta.v1.BookieInfo
+	(*Cookie)(nil),            // 2: magnetar.meta.v1.Cookie
+	(*Segment)(nil),           // 3: magnetar.meta.v1.Segment
+	(*LedgerMetadata)(nil),    // 4: magnetar.meta.v1.LedgerMetadata
+	(*ManagedLedgerInfo)(nil), // 5: magnetar.meta.v1.ManagedLedgerInfo
+	(*LedgerRef)(nil),         // 6: magnetar.meta.v1.LedgerRef
+	nil,                       // 7: magnetar.meta.v1.LedgerMetadata.CustomEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
 	0, // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
 	3, // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	5, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	7, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	6, // 3: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_metapb_meta_proto_init() }
@@ -528,7 +673,7 @@ func file_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

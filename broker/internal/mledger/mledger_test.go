@@ -1,0 +1,338 @@
+package mledger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/internal/testcluster"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/metastore"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type env struct {
+	t     *testing.T
+	c     *testcluster.Cluster
+	cache *Cache
+}
+
+func newEnv(t *testing.T, bookies int) *env {
+	return &env{t: t, c: testcluster.Start(t, bookies, testcluster.Options{}), cache: NewCache(64 << 20)}
+}
+
+// own takes ownership of a topic: the owner key, and its token.
+func (e *env) own(topic string) *metastore.Guard {
+	e.t.Helper()
+	ctx := ctxT(e.t)
+	key := metastore.OwnerKey(topic)
+	e.c.Store.Delete(ctx, key)
+	rev, err := e.c.Store.Create(ctx, key, []byte("test-broker"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return &metastore.Guard{Key: key, Token: rev}
+}
+
+func (e *env) open(topic string, cfg Config, g *metastore.Guard) *ManagedLedger {
+	e.t.Helper()
+	ml, err := Open(ctxT(e.t), topic, cfg, Deps{
+		Store:   e.c.Store,
+		Ledgers: e.c.Client(ledger.Config{}),
+		Guard:   g,
+		Cache:   e.cache,
+		Log:     zaptest.NewLogger(e.t),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ml
+}
+
+func smallLedgers(n int64) Config {
+	cfg := DefaultConfig()
+	cfg.MaxEntriesPerLedger = n
+	cfg.MinLedgerAge = 0
+	return cfg
+}
+
+func data(i int) []byte { return []byte(fmt.Sprintf("entry-%05d", i)) }
+
+// readAll walks the partition from First with Next and Read.
+func readAll(t *testing.T, ml *ManagedLedger) [][]byte {
+	t.Helper()
+	var out [][]byte
+	p := ml.First()
+	for {
+		es, err := ml.Read(ctxT(t), p, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			return out
+		}
+		for _, e := range es {
+			if e.Pos != p {
+				t.Fatalf("entry at %v, expected %v", e.Pos, p)
+			}
+			out = append(out, e.Data)
+			p = ml.Next(p)
+		}
+	}
+}
+
+func appendN(t *testing.T, ml *ManagedLedger, from, n int) []Position {
+	t.Helper()
+	var ps []Position
+	for i := from; i < from+n; i++ {
+		p, err := ml.Append(ctxT(t), data(i))
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		if len(ps) > 0 && !ps[len(ps)-1].Before(p) {
+			t.Fatalf("position %v after %v", p, ps[len(ps)-1])
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func checkData(t *testing.T, got [][]byte, n int) {
+	t.Helper()
+	if len(got) != n {
+		t.Fatalf("read %d entries, want %d", len(got), n)
+	}
+	for i, d := range got {
+		if !bytes.Equal(d, data(i)) {
+			t.Fatalf("entry %d = %q", i, d)
+		}
+	}
+}
+
+func TestAppendReadRollover(t *testing.T) {
+	e := newEnv(t, 1)
+	g := e.own("public/default/t")
+	ml := e.open("public/default/t", smallLedgers(10), g)
+	appendN(t, ml, 0, 55)
+	testutil.Eventually(t, 30*time.Second, "rollovers", func() bool { return len(ml.Ledgers()) >= 6 })
+	checkData(t, readAll(t, ml), 55)
+	if err := ml.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// A new owner (the same broker after a restart) sees everything and
+	// goes on in a new ledger.
+	ml2 := e.open("public/default/t", smallLedgers(10), e.own("public/default/t"))
+	defer ml2.Close(ctxT(t))
+	appendN(t, ml2, 55, 5)
+	e.cache.Drop("public/default/t") // force reads from the bookies
+	checkData(t, readAll(t, ml2), 60)
+	for _, ref := range ml2.Ledgers()[:len(ml2.Ledgers())-1] {
+		if !ref.Closed {
+			t.Fatalf("ledger %d left open: %+v", ref.LedgerId, ref)
+		}
+	}
+}
+
+// Concurrent appenders: every acknowledged entry is stored once, at the
+// position returned, in a total order.
+func TestConcurrentAppends(t *testing.T) {
+	e := newEnv(t, 3)
+	cfg := smallLedgers(50)
+	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 3, 3, 2
+	ml := e.open("public/default/c", cfg, e.own("public/default/c"))
+	defer ml.Close(ctxT(t))
+	var mu sync.Mutex
+	at := map[Position][]byte{}
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				d := []byte(fmt.Sprintf("w%d-%d", w, i))
+				p, err := ml.Append(ctxT(t), d)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if _, dup := at[p]; dup {
+					t.Errorf("two entries at %v", p)
+				}
+				at[p] = d
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	e.cache.Drop("public/default/c")
+	p := ml.First()
+	n := 0
+	for {
+		es, err := ml.Read(ctxT(t), p, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, en := range es {
+			if !bytes.Equal(at[en.Pos], en.Data) {
+				t.Fatalf("entry at %v is %q, acknowledged %q", en.Pos, en.Data, at[en.Pos])
+			}
+			n++
+			p = ml.Next(en.Pos)
+		}
+	}
+	if n != 400 {
+		t.Fatalf("read %d entries, 400 acknowledged", n)
+	}
+}
+
+// A broker that lost ownership without noticing: the new owner's Open
+// recovers the ledger (fencing the old writer); the old owner's appends
+// fail, its metadata writes fail, and everything it had acknowledged is
+// in the partition.
+func TestTakeoverFencesOldOwner(t *testing.T) {
+	e := newEnv(t, 1)
+	old := e.open("public/default/f", smallLedgers(1000), e.own("public/default/f"))
+	acked := appendN(t, old, 0, 20)
+	// The new owner takes the key over and opens.
+	ml := e.open("public/default/f", smallLedgers(1000), e.own("public/default/f"))
+	defer ml.Close(ctxT(t))
+	_, err := old.Append(ctxT(t), []byte("late"))
+	if err == nil {
+		t.Fatal("the deposed owner's append succeeded")
+	}
+	if !errors.Is(err, ledger.ErrFenced) && !errors.Is(err, ErrFenced) && !errors.Is(err, ledger.ErrWriterClosed) {
+		t.Fatalf("deposed owner's append: %v", err)
+	}
+	if err := old.Close(ctxT(t)); err != nil && !errors.Is(err, ErrFenced) {
+		t.Logf("old owner's close: %v", err)
+	}
+	got := readAll(t, ml)
+	checkData(t, got, len(acked))
+	appendN(t, ml, 20, 3)
+	checkData(t, readAll(t, ml), 23)
+}
+
+// Ownership lost (the owner key re-created by someone else): the next
+// metadata write fails with ErrFenced and nothing more is accepted.
+func TestGuardFailureFences(t *testing.T) {
+	e := newEnv(t, 1)
+	ml := e.open("public/default/g", smallLedgers(5), e.own("public/default/g"))
+	defer ml.Close(ctxT(t))
+	appendN(t, ml, 0, 3)
+	e.own("public/default/g") // someone else owns it now
+	// The rollover after entry 5 needs a metadata write: it fails.
+	for i := 3; i < 6; i++ {
+		ml.Append(ctxT(t), data(i))
+	}
+	testutil.Eventually(t, 30*time.Second, "the managed ledger to be fenced", func() bool {
+		_, err := ml.Append(ctxT(t), []byte("x"))
+		return errors.Is(err, ErrFenced)
+	})
+}
+
+func TestTrimRetention(t *testing.T) {
+	e := newEnv(t, 1)
+	ml := e.open("public/default/r", smallLedgers(10), e.own("public/default/r"))
+	defer ml.Close(ctxT(t))
+	ps := appendN(t, ml, 0, 45) // ledgers of 10, 10, 10, 10, and the current one
+	testutil.Eventually(t, 30*time.Second, "rollovers", func() bool { return len(ml.Ledgers()) >= 5 })
+	refs := ml.Ledgers()
+	ctx := ctxT(t)
+
+	// Nothing consumed: nothing trimmed, whatever the retention.
+	if gone, err := ml.Trim(ctx, ml.First(), Retention{}); err != nil || len(gone) != 0 {
+		t.Fatalf("trim with nothing consumed: %v %v", gone, err)
+	}
+	// Consumed up to entry 25 (inside the third ledger): the first two go
+	// with zero retention; with infinite retention none does.
+	if gone, err := ml.Trim(ctx, ps[25], Retention{Time: -1, Size: -1}); err != nil || len(gone) != 0 {
+		t.Fatalf("trim with infinite retention: %v %v", gone, err)
+	}
+	// Size retention: each ledger holds 10 entries of 11 bytes, so 110
+	// bytes keep the second ledger only.
+	gone, err := ml.Trim(ctx, ps[25], Retention{Time: -1, Size: 110})
+	if err != nil || len(gone) != 1 || gone[0] != refs[0].LedgerId {
+		t.Fatalf("trim by size: %v %v", gone, err)
+	}
+	gone, err = ml.Trim(ctx, ps[25], Retention{})
+	if err != nil || len(gone) != 1 || gone[0] != refs[1].LedgerId {
+		t.Fatalf("trim with zero retention: %v %v", gone, err)
+	}
+	// What is left is readable, starting at the first kept entry; the
+	// trimmed ledgers are gone from the metadata.
+	got := readAll(t, ml)
+	if len(got) != 25 || !bytes.Equal(got[0], data(20)) {
+		t.Fatalf("after trim: %d entries from %q", len(got), got[0])
+	}
+	for _, id := range []int64{refs[0].LedgerId, refs[1].LedgerId} {
+		if _, err := e.c.Client(ledger.Config{}).Metadata(ctx, id); !errors.Is(err, ledger.ErrNoSuchLedger) {
+			t.Fatalf("trimmed ledger %d still has metadata: %v", id, err)
+		}
+	}
+	// Everything consumed: all but the current ledger go.
+	if _, err := ml.Trim(ctx, ml.Next(ml.LastConfirmed()), Retention{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ml.Ledgers()); n != 1 {
+		t.Fatalf("%d ledgers left after consuming everything, want the current one", n)
+	}
+}
+
+// Tail reads come from the cache, not from the bookies.
+func TestTailReadsFromCache(t *testing.T) {
+	e := newEnv(t, 1)
+	ml := e.open("public/default/tail", DefaultConfig(), e.own("public/default/tail"))
+	defer ml.Close(ctxT(t))
+	ps := appendN(t, ml, 0, 100)
+	_, hits0, misses0 := e.cache.Stats()
+	// Stop the bookie: reads can only be served from memory now.
+	for _, b := range e.c.Bookies() {
+		b.Kill()
+	}
+	es, err := ml.Read(ctxT(t), ps[0], 100)
+	if err != nil || len(es) != 100 {
+		t.Fatalf("tail read with the bookie down: %d entries, %v", len(es), err)
+	}
+	_, hits, misses := e.cache.Stats()
+	if hits-hits0 != 100 || misses != misses0 {
+		t.Fatalf("cache hits %d, misses %d", hits-hits0, misses-misses0)
+	}
+}
+
+func TestWaitAfter(t *testing.T) {
+	e := newEnv(t, 1)
+	ml := e.open("public/default/w", DefaultConfig(), e.own("public/default/w"))
+	defer ml.Close(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- ml.WaitAfter(ctxT(t), ml.LastConfirmed()) }()
+	appendN(t, ml, 0, 1)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctxT(t), 20*time.Millisecond)
+	defer cancel()
+	if err := ml.WaitAfter(short, ml.LastConfirmed()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait with nothing new: %v", err)
+	}
+}
