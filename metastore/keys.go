@@ -14,6 +14,7 @@ import (
 //	ledgers/<ledger id, 20 digits>  metapb.LedgerMetadata
 //	idgen/<name>                    empty; its revision is the last id handed out
 //	topics/<tenant>/<ns>/<topic>/ledgers   metapb.ManagedLedgerInfo
+//	topics/<tenant>/<ns>/<topic>/cursors/<subscription>   metapb.CursorInfo
 //	owners/<tenant>/<ns>/<topic>    the owning broker, under its session lease
 const (
 	BookiesAvailablePrefix = "bookies/available/"
@@ -27,6 +28,14 @@ const (
 // ManagedLedgerKey holds a topic partition's ledger list; topic is
 // "tenant/namespace/topic".
 func ManagedLedgerKey(topic string) string { return TopicsPrefix + topic + "/ledgers" }
+
+// CursorKey holds a durable subscription's cursor pointer.
+func CursorKey(topic, subscription string) string {
+	return TopicsPrefix + topic + "/cursors/" + subscription
+}
+
+// CursorsPrefix lists a topic partition's cursors.
+func CursorsPrefix(topic string) string { return TopicsPrefix + topic + "/cursors/" }
 
 // OwnerKey is the ownership key of a topic partition.
 func OwnerKey(topic string) string { return OwnersPrefix + topic }

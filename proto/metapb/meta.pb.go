@@ -566,6 +566,351 @@ func (x *LedgerRef) GetClosedAtUnixMs() int64 {
 	return 0
 }
 
+// CursorInfo is a durable subscription's entry at
+// topics/<tenant>/<namespace>/<topic>/cursors/<subscription>. The full
+// state (individual acks included, which can be large) is in the cursor
+// ledger; this key points at it and repeats the mark-delete position.
+type CursorInfo struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	CursorLedgerId   int64                  `protobuf:"varint,1,opt,name=cursor_ledger_id,json=cursorLedgerId,proto3" json:"cursor_ledger_id,omitempty"`
+	MarkDeleteLedger int64                  `protobuf:"varint,2,opt,name=mark_delete_ledger,json=markDeleteLedger,proto3" json:"mark_delete_ledger,omitempty"`
+	MarkDeleteEntry  int64                  `protobuf:"varint,3,opt,name=mark_delete_entry,json=markDeleteEntry,proto3" json:"mark_delete_entry,omitempty"`
+	CreatedAtUnixMs  int64                  `protobuf:"varint,4,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	Properties       map[string]string      `protobuf:"bytes,5,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CursorInfo) Reset() {
+	*x = CursorInfo{}
+	mi := &file_metapb_meta_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorInfo) ProtoMessage() {}
+
+func (x *CursorInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorInfo.ProtoReflect.Descriptor instead.
+func (*CursorInfo) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CursorInfo) GetCursorLedgerId() int64 {
+	if x != nil {
+		return x.CursorLedgerId
+	}
+	return 0
+}
+
+func (x *CursorInfo) GetMarkDeleteLedger() int64 {
+	if x != nil {
+		return x.MarkDeleteLedger
+	}
+	return 0
+}
+
+func (x *CursorInfo) GetMarkDeleteEntry() int64 {
+	if x != nil {
+		return x.MarkDeleteEntry
+	}
+	return 0
+}
+
+func (x *CursorInfo) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *CursorInfo) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+// CursorSnapshot is a cursor's whole state as written to its cursor ledger
+// (zstd-compressed, possibly in several chunks).
+type CursorSnapshot struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	MarkDeleteLedger int64                  `protobuf:"varint,1,opt,name=mark_delete_ledger,json=markDeleteLedger,proto3" json:"mark_delete_ledger,omitempty"`
+	MarkDeleteEntry  int64                  `protobuf:"varint,2,opt,name=mark_delete_entry,json=markDeleteEntry,proto3" json:"mark_delete_entry,omitempty"`
+	// Individually acknowledged entries after the mark-delete position.
+	Acked         []*AckedRanges `protobuf:"bytes,3,rep,name=acked,proto3" json:"acked,omitempty"`
+	BatchAcks     []*BatchAck    `protobuf:"bytes,4,rep,name=batch_acks,json=batchAcks,proto3" json:"batch_acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorSnapshot) Reset() {
+	*x = CursorSnapshot{}
+	mi := &file_metapb_meta_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorSnapshot) ProtoMessage() {}
+
+func (x *CursorSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorSnapshot.ProtoReflect.Descriptor instead.
+func (*CursorSnapshot) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CursorSnapshot) GetMarkDeleteLedger() int64 {
+	if x != nil {
+		return x.MarkDeleteLedger
+	}
+	return 0
+}
+
+func (x *CursorSnapshot) GetMarkDeleteEntry() int64 {
+	if x != nil {
+		return x.MarkDeleteEntry
+	}
+	return 0
+}
+
+func (x *CursorSnapshot) GetAcked() []*AckedRanges {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
+}
+
+func (x *CursorSnapshot) GetBatchAcks() []*BatchAck {
+	if x != nil {
+		return x.BatchAcks
+	}
+	return nil
+}
+
+// AckedRanges are ranges of acknowledged entries of one ledger, as packed
+// varints: for each range, its first entry minus the previous range's end
+// (the first range: minus zero), then its length minus one.
+type AckedRanges struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	Deltas        []uint64               `protobuf:"varint,2,rep,packed,name=deltas,proto3" json:"deltas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckedRanges) Reset() {
+	*x = AckedRanges{}
+	mi := &file_metapb_meta_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckedRanges) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckedRanges) ProtoMessage() {}
+
+func (x *AckedRanges) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckedRanges.ProtoReflect.Descriptor instead.
+func (*AckedRanges) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AckedRanges) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *AckedRanges) GetDeltas() []uint64 {
+	if x != nil {
+		return x.Deltas
+	}
+	return nil
+}
+
+// BatchAck records which messages of a batch entry are acknowledged.
+type BatchAck struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId  int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	EntryId   int64                  `protobuf:"varint,2,opt,name=entry_id,json=entryId,proto3" json:"entry_id,omitempty"`
+	BatchSize int32                  `protobuf:"varint,3,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// Bit i set: message i acknowledged.
+	Acked         []byte `protobuf:"bytes,4,opt,name=acked,proto3" json:"acked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchAck) Reset() {
+	*x = BatchAck{}
+	mi := &file_metapb_meta_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchAck) ProtoMessage() {}
+
+func (x *BatchAck) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchAck.ProtoReflect.Descriptor instead.
+func (*BatchAck) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BatchAck) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *BatchAck) GetEntryId() int64 {
+	if x != nil {
+		return x.EntryId
+	}
+	return 0
+}
+
+func (x *BatchAck) GetBatchSize() int32 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *BatchAck) GetAcked() []byte {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
+}
+
+// CursorChunk is one entry of a cursor ledger: part of a snapshot.
+type CursorChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      int64                  `protobuf:"varint,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Index         int32                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Count         int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorChunk) Reset() {
+	*x = CursorChunk{}
+	mi := &file_metapb_meta_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorChunk) ProtoMessage() {}
+
+func (x *CursorChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorChunk.ProtoReflect.Descriptor instead.
+func (*CursorChunk) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CursorChunk) GetSnapshot() int64 {
+	if x != nil {
+		return x.Snapshot
+	}
+	return 0
+}
+
+func (x *CursorChunk) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CursorChunk) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CursorChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_metapb_meta_proto_rawDesc = "" +
@@ -619,7 +964,39 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12+\n" +
 	"\x12created_at_unix_ms\x18\x04 \x01(\x03R\x0fcreatedAtUnixMs\x12\x16\n" +
 	"\x06closed\x18\x05 \x01(\bR\x06closed\x12)\n" +
-	"\x11closed_at_unix_ms\x18\x06 \x01(\x03R\x0eclosedAtUnixMs*y\n" +
+	"\x11closed_at_unix_ms\x18\x06 \x01(\x03R\x0eclosedAtUnixMs\"\xca\x02\n" +
+	"\n" +
+	"CursorInfo\x12(\n" +
+	"\x10cursor_ledger_id\x18\x01 \x01(\x03R\x0ecursorLedgerId\x12,\n" +
+	"\x12mark_delete_ledger\x18\x02 \x01(\x03R\x10markDeleteLedger\x12*\n" +
+	"\x11mark_delete_entry\x18\x03 \x01(\x03R\x0fmarkDeleteEntry\x12+\n" +
+	"\x12created_at_unix_ms\x18\x04 \x01(\x03R\x0fcreatedAtUnixMs\x12L\n" +
+	"\n" +
+	"properties\x18\x05 \x03(\v2,.magnetar.meta.v1.CursorInfo.PropertiesEntryR\n" +
+	"properties\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x01\n" +
+	"\x0eCursorSnapshot\x12,\n" +
+	"\x12mark_delete_ledger\x18\x01 \x01(\x03R\x10markDeleteLedger\x12*\n" +
+	"\x11mark_delete_entry\x18\x02 \x01(\x03R\x0fmarkDeleteEntry\x123\n" +
+	"\x05acked\x18\x03 \x03(\v2\x1d.magnetar.meta.v1.AckedRangesR\x05acked\x129\n" +
+	"\n" +
+	"batch_acks\x18\x04 \x03(\v2\x1a.magnetar.meta.v1.BatchAckR\tbatchAcks\"F\n" +
+	"\vAckedRanges\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x1a\n" +
+	"\x06deltas\x18\x02 \x03(\x04B\x02\x10\x01R\x06deltas\"w\n" +
+	"\bBatchAck\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
+	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\x03 \x01(\x05R\tbatchSize\x12\x14\n" +
+	"\x05acked\x18\x04 \x01(\fR\x05acked\"i\n" +
+	"\vCursorChunk\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\x03R\bsnapshot\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data*y\n" +
 	"\vLedgerState\x12\x1c\n" +
 	"\x18LEDGER_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LEDGER_STATE_OPEN\x10\x01\x12\x1c\n" +
@@ -639,7 +1016,7 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_metapb_meta_proto_goTypes = []any{
 	(LedgerState)(0),          // 0: magnetar.meta.v1.LedgerState
 	(*BookieInfo)(nil),        // 1: magnetar.meta.v1.BookieInfo
@@ -648,18 +1025,27 @@ var file_metapb_meta_proto_goTypes = []any{
 	(*LedgerMetadata)(nil),    // 4: magnetar.meta.v1.LedgerMetadata
 	(*ManagedLedgerInfo)(nil), // 5: magnetar.meta.v1.ManagedLedgerInfo
 	(*LedgerRef)(nil),         // 6: magnetar.meta.v1.LedgerRef
-	nil,                       // 7: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	(*CursorInfo)(nil),        // 7: magnetar.meta.v1.CursorInfo
+	(*CursorSnapshot)(nil),    // 8: magnetar.meta.v1.CursorSnapshot
+	(*AckedRanges)(nil),       // 9: magnetar.meta.v1.AckedRanges
+	(*BatchAck)(nil),          // 10: magnetar.meta.v1.BatchAck
+	(*CursorChunk)(nil),       // 11: magnetar.meta.v1.CursorChunk
+	nil,                       // 12: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	nil,                       // 13: magnetar.meta.v1.CursorInfo.PropertiesEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
-	0, // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
-	3, // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	7, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
-	6, // 3: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
+	3,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
+	12, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	6,  // 3: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
+	13, // 4: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
+	9,  // 5: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
+	10, // 6: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_metapb_meta_proto_init() }
@@ -673,7 +1059,7 @@ func file_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
