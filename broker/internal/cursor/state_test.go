@@ -14,16 +14,16 @@ import (
 func next(p Position) Position {
 	switch {
 	case p.Ledger < 1:
-		return Position{1, 0}
+		return pos(1, 0)
 	case p.Ledger == 1 && p.Entry+1 >= 10:
-		return Position{3, 0}
+		return pos(3, 0)
 	case p.Ledger == 2:
-		return Position{3, 0}
+		return pos(3, 0)
 	}
-	return Position{p.Ledger, p.Entry + 1}
+	return pos(p.Ledger, p.Entry + 1)
 }
 
-func pos(l, e int64) Position { return Position{l, e} }
+func pos(l, e int64) Position { return Position{Ledger: l, Entry: e} }
 
 func TestAckAdvancesMarkDelete(t *testing.T) {
 	s := NewState(pos(1, -1), next)
@@ -123,7 +123,7 @@ func TestResetForgets(t *testing.T) {
 // and its snapshot round trip agree with a plain set.
 func TestStateAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	seqNext := func(p Position) Position { return Position{1, p.Entry + 1} }
+	seqNext := func(p Position) Position { return pos(1, p.Entry + 1) }
 	for round := 0; round < 50; round++ {
 		s := NewState(pos(1, -1), seqNext)
 		model := map[int64]bool{}

@@ -1,0 +1,234 @@
+package cursor
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/internal/testcluster"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/metapb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type env struct {
+	t     *testing.T
+	c     *testcluster.Cluster
+	topic string
+}
+
+func newEnv(t *testing.T) *env {
+	return &env{t: t, c: testcluster.Start(t, 1, testcluster.Options{}), topic: "public/default/t"}
+}
+
+// owner takes the topic over (as a new broker would) and opens its
+// managed ledger.
+func (e *env) owner() (*mledger.ManagedLedger, Deps) {
+	e.t.Helper()
+	ctx := ctxT(e.t)
+	key := metastore.OwnerKey(e.topic)
+	e.c.Store.Delete(ctx, key)
+	rev, err := e.c.Store.Create(ctx, key, []byte("b"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	g := &metastore.Guard{Key: key, Token: rev}
+	cl := e.c.Client(ledger.Config{})
+	ml, err := mledger.Open(ctx, e.topic, mledger.DefaultConfig(), mledger.Deps{Store: e.c.Store, Ledgers: cl, Guard: g, Log: zaptest.NewLogger(e.t)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { ml.Close(context.Background()) })
+	return ml, Deps{Store: e.c.Store, Ledgers: cl, Guard: g, Log: zaptest.NewLogger(e.t), Ensemble: 1, WriteQuorum: 1, AckQuorum: 1}
+}
+
+func open(t *testing.T, ml *mledger.ManagedLedger, d Deps, name string) (*Cursor, bool) {
+	t.Helper()
+	c, created, err := Open(ctxT(t), ml, name, Position{Ledger: -1, Entry: -1}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, created
+}
+
+func TestPersistAndReload(t *testing.T) {
+	e := newEnv(t)
+	ml, d := e.owner()
+	ctx := ctxT(t)
+	var ps []Position
+	for i := 0; i < 20; i++ {
+		p, err := ml.Append(ctx, []byte{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	c, created := open(t, ml, d, "sub")
+	if !created || c.ReadPosition() != ps[0] {
+		t.Fatalf("new cursor: created %v, read position %v", created, c.ReadPosition())
+	}
+	c.Ack(ps[0], ps[1], ps[5], ps[7])
+	if err := c.AckBatchIndex(ps[9], 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c2, created := open(t, ml, d, "sub")
+	defer c2.Close(ctx)
+	if created {
+		t.Fatal("existing subscription created again")
+	}
+	st := c2.Stats()
+	if st.MarkDelete != ps[1] || st.Holes != 2 || c2.ReadPosition() != ps[2] {
+		t.Fatalf("reloaded: %+v", st)
+	}
+	if !c2.IsAcked(ps[5]) || c2.IsAcked(ps[6]) || !c2.BatchAcked(ps[9], 1) || c2.BatchAcked(ps[9], 0) {
+		t.Fatal("reloaded acknowledgements differ")
+	}
+	// The new incarnation has its own cursor ledger; the old one is gone.
+	if st.CursorLedger == 0 {
+		t.Fatal("no cursor ledger")
+	}
+}
+
+// A million ack holes persist across a crash of the owner (the cursor is
+// never closed; the next owner recovers the cursor ledger). The state is
+// far larger than etcd takes in one request.
+func TestMillionAckHolesSurviveCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a multi-megabyte cursor state")
+	}
+	e := newEnv(t)
+	ml, d := e.owner()
+	ctx := ctxT(t)
+	c, _ := open(t, ml, d, "holes")
+	// Stops the crashed owner's goroutines once the test is over (its
+	// snapshot fails then: it is fenced).
+	defer c.Close(ctx)
+	// Positions in the current ledger; the cursor does not need the entries
+	// to exist. Random gaps make the state compress poorly (several chunks).
+	ledgerID := ml.Next(Position{Ledger: -1, Entry: -1}).Ledger
+	rng := rand.New(rand.NewPCG(7, 7))
+	const holes = 1_000_000
+	var acked []int64
+	e2 := int64(0)
+	for i := 0; i < holes; i++ {
+		e2 += 2 + rng.Int64N(1000) // at least one unacknowledged entry between
+		acked = append(acked, e2)
+	}
+	for _, en := range acked {
+		c.Ack(Position{Ledger: ledgerID, Entry: en})
+	}
+	if got := c.Stats().Holes; got != holes {
+		t.Fatalf("%d holes, want %d", got, holes)
+	}
+	if err := c.Persist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cursor ledger holds %d bytes in %d snapshots", c.written, c.snapSeq)
+
+	// Crash: the owner is gone without closing anything. A new owner.
+	ml2, d2 := e.owner()
+	c2, created := open(t, ml2, d2, "holes")
+	defer c2.Close(ctx)
+	if created {
+		t.Fatal("the subscription was lost")
+	}
+	if got := c2.Stats().Holes; got != holes {
+		t.Fatalf("after the crash: %d holes, want %d", got, holes)
+	}
+	for i := 0; i < 1000; i++ {
+		en := acked[rng.IntN(len(acked))]
+		if !c2.IsAcked(Position{Ledger: ledgerID, Entry: en}) || c2.IsAcked(Position{Ledger: ledgerID, Entry: en - 1}) && !contains(acked, en-1) {
+			t.Fatalf("entry %d: acknowledgement lost or invented", en)
+		}
+	}
+}
+
+func contains(sorted []int64, v int64) bool {
+	lo, hi := 0, len(sorted)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if sorted[m] < v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo < len(sorted) && sorted[lo] == v
+}
+
+// A snapshot cut short by a crash (its last chunks never written) is
+// skipped: the one before is loaded.
+func TestIncompleteSnapshotIsSkipped(t *testing.T) {
+	e := newEnv(t)
+	ml, d := e.owner()
+	ctx := ctxT(t)
+	w, err := d.Ledgers.Create(ctx, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := NewState(Position{Ledger: 5, Entry: 3}, ml.Next).Snapshot()
+	data, _ := encodeSnapshot(good)
+	half := len(data) / 2
+	write := func(snap int64, idx, count int32, b []byte) {
+		raw, _ := proto.Marshal(&metapb.CursorChunk{Snapshot: snap, Index: idx, Count: count, Data: b})
+		if _, err := w.Append(ctx, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1, 0, 2, data[:half])
+	write(1, 1, 2, data[half:])
+	write(2, 0, 3, []byte("the start of a snapshot never finished"))
+	w.Close(ctx)
+	c := &Cursor{topic: e.topic, name: "x", ml: ml, d: d, log: zaptest.NewLogger(t)}
+	st, err := c.load(ctx, &metapb.CursorInfo{CursorLedgerId: w.ID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MarkDelete() != (Position{Ledger: 5, Entry: 3}) {
+		t.Fatalf("loaded mark-delete %v", st.MarkDelete())
+	}
+}
+
+func TestDeleteAndFencing(t *testing.T) {
+	e := newEnv(t)
+	ml, d := e.owner()
+	ctx := ctxT(t)
+	c, _ := open(t, ml, d, "gone")
+	cl := c.Stats().CursorLedger
+	if err := c.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Store.Get(ctx, metastore.CursorKey(e.topic, "gone")); !errors.Is(err, metastore.ErrNotFound) {
+		t.Fatalf("cursor metadata after delete: %v", err)
+	}
+	if _, err := d.Ledgers.Metadata(ctx, cl); !errors.Is(err, ledger.ErrNoSuchLedger) {
+		t.Fatalf("cursor ledger after delete: %v", err)
+	}
+	// Another broker owns the topic now: opening a cursor with the old
+	// token fails.
+	e.owner()
+	if _, _, err := Open(ctx, ml, "late", Position{Ledger: -1, Entry: -1}, d); !errors.Is(err, ErrFenced) {
+		t.Fatalf("open with a stale token: %v", err)
+	}
+}
