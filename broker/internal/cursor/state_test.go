@@ -20,7 +20,7 @@ func next(p Position) Position {
 	case p.Ledger == 2:
 		return pos(3, 0)
 	}
-	return pos(p.Ledger, p.Entry + 1)
+	return pos(p.Ledger, p.Entry+1)
 }
 
 func pos(l, e int64) Position { return Position{Ledger: l, Entry: e} }
@@ -123,7 +123,7 @@ func TestResetForgets(t *testing.T) {
 // and its snapshot round trip agree with a plain set.
 func TestStateAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	seqNext := func(p Position) Position { return pos(1, p.Entry + 1) }
+	seqNext := func(p Position) Position { return pos(1, p.Entry+1) }
 	for round := 0; round < 50; round++ {
 		s := NewState(pos(1, -1), seqNext)
 		model := map[int64]bool{}
