@@ -15,7 +15,12 @@ import (
 //	idgen/<name>                    empty; its revision is the last id handed out
 //	topics/<tenant>/<ns>/<topic>/ledgers   metapb.ManagedLedgerInfo
 //	topics/<tenant>/<ns>/<topic>/cursors/<subscription>   metapb.CursorInfo
+//	topics/<tenant>/<ns>/<topic>/dedup     metapb.DedupSnapshot
 //	owners/<tenant>/<ns>/<topic>    the owning broker, under its session lease
+//	tenants/<tenant>                metapb.TenantInfo
+//	namespaces/<tenant>/<ns>        metapb.NamespacePolicies
+//	partitioned/<tenant>/<ns>/<topic>   metapb.PartitionedTopic
+//	brokers/available/<broker id>   the broker's address, under its session lease
 const (
 	BookiesAvailablePrefix = "bookies/available/"
 	BookieCookiesPrefix    = "bookies/cookies/"
@@ -23,7 +28,26 @@ const (
 	idgenPrefix            = "idgen/"
 	TopicsPrefix           = "topics/"
 	OwnersPrefix           = "owners/"
+	TenantsPrefix          = "tenants/"
+	NamespacesPrefix       = "namespaces/"
+	PartitionedPrefix      = "partitioned/"
+	BrokersAvailablePrefix = "brokers/available/"
 )
+
+// DedupKey holds a topic partition's deduplication snapshot.
+func DedupKey(topic string) string { return TopicsPrefix + topic + "/dedup" }
+
+// TenantKey holds a tenant.
+func TenantKey(tenant string) string { return TenantsPrefix + tenant }
+
+// NamespaceKey holds a namespace's policies; ns is "tenant/namespace".
+func NamespaceKey(ns string) string { return NamespacesPrefix + ns }
+
+// PartitionedKey marks a partitioned topic; topic is "tenant/ns/topic".
+func PartitionedKey(topic string) string { return PartitionedPrefix + topic }
+
+// BrokerAvailableKey is where a live broker registers.
+func BrokerAvailableKey(id string) string { return BrokersAvailablePrefix + id }
 
 // ManagedLedgerKey holds a topic partition's ledger list; topic is
 // "tenant/namespace/topic".

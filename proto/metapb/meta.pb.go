@@ -911,6 +911,294 @@ func (x *CursorChunk) GetData() []byte {
 	return nil
 }
 
+// TenantInfo is kept at tenants/<tenant>.
+type TenantInfo struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AdminRoles      []string               `protobuf:"bytes,1,rep,name=admin_roles,json=adminRoles,proto3" json:"admin_roles,omitempty"`
+	AllowedClusters []string               `protobuf:"bytes,2,rep,name=allowed_clusters,json=allowedClusters,proto3" json:"allowed_clusters,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TenantInfo) Reset() {
+	*x = TenantInfo{}
+	mi := &file_metapb_meta_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantInfo) ProtoMessage() {}
+
+func (x *TenantInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
+func (*TenantInfo) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TenantInfo) GetAdminRoles() []string {
+	if x != nil {
+		return x.AdminRoles
+	}
+	return nil
+}
+
+func (x *TenantInfo) GetAllowedClusters() []string {
+	if x != nil {
+		return x.AllowedClusters
+	}
+	return nil
+}
+
+// NamespacePolicies are kept at namespaces/<tenant>/<namespace>. Unset
+// (has_*) values take the broker's defaults.
+type NamespacePolicies struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	HasPersistence bool                   `protobuf:"varint,1,opt,name=has_persistence,json=hasPersistence,proto3" json:"has_persistence,omitempty"`
+	Ensemble       int32                  `protobuf:"varint,2,opt,name=ensemble,proto3" json:"ensemble,omitempty"`
+	WriteQuorum    int32                  `protobuf:"varint,3,opt,name=write_quorum,json=writeQuorum,proto3" json:"write_quorum,omitempty"`
+	AckQuorum      int32                  `protobuf:"varint,4,opt,name=ack_quorum,json=ackQuorum,proto3" json:"ack_quorum,omitempty"`
+	HasRetention   bool                   `protobuf:"varint,5,opt,name=has_retention,json=hasRetention,proto3" json:"has_retention,omitempty"`
+	// -1: no limit.
+	RetentionMinutes  int64 `protobuf:"varint,6,opt,name=retention_minutes,json=retentionMinutes,proto3" json:"retention_minutes,omitempty"`
+	RetentionSizeMb   int64 `protobuf:"varint,7,opt,name=retention_size_mb,json=retentionSizeMb,proto3" json:"retention_size_mb,omitempty"`
+	HasMessageTtl     bool  `protobuf:"varint,8,opt,name=has_message_ttl,json=hasMessageTtl,proto3" json:"has_message_ttl,omitempty"`
+	MessageTtlSeconds int32 `protobuf:"varint,9,opt,name=message_ttl_seconds,json=messageTtlSeconds,proto3" json:"message_ttl_seconds,omitempty"`
+	HasDeduplication  bool  `protobuf:"varint,10,opt,name=has_deduplication,json=hasDeduplication,proto3" json:"has_deduplication,omitempty"`
+	Deduplication     bool  `protobuf:"varint,11,opt,name=deduplication,proto3" json:"deduplication,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *NamespacePolicies) Reset() {
+	*x = NamespacePolicies{}
+	mi := &file_metapb_meta_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespacePolicies) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespacePolicies) ProtoMessage() {}
+
+func (x *NamespacePolicies) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespacePolicies.ProtoReflect.Descriptor instead.
+func (*NamespacePolicies) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *NamespacePolicies) GetHasPersistence() bool {
+	if x != nil {
+		return x.HasPersistence
+	}
+	return false
+}
+
+func (x *NamespacePolicies) GetEnsemble() int32 {
+	if x != nil {
+		return x.Ensemble
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetWriteQuorum() int32 {
+	if x != nil {
+		return x.WriteQuorum
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetAckQuorum() int32 {
+	if x != nil {
+		return x.AckQuorum
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetHasRetention() bool {
+	if x != nil {
+		return x.HasRetention
+	}
+	return false
+}
+
+func (x *NamespacePolicies) GetRetentionMinutes() int64 {
+	if x != nil {
+		return x.RetentionMinutes
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetRetentionSizeMb() int64 {
+	if x != nil {
+		return x.RetentionSizeMb
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetHasMessageTtl() bool {
+	if x != nil {
+		return x.HasMessageTtl
+	}
+	return false
+}
+
+func (x *NamespacePolicies) GetMessageTtlSeconds() int32 {
+	if x != nil {
+		return x.MessageTtlSeconds
+	}
+	return 0
+}
+
+func (x *NamespacePolicies) GetHasDeduplication() bool {
+	if x != nil {
+		return x.HasDeduplication
+	}
+	return false
+}
+
+func (x *NamespacePolicies) GetDeduplication() bool {
+	if x != nil {
+		return x.Deduplication
+	}
+	return false
+}
+
+// PartitionedTopic is kept at partitioned/<tenant>/<namespace>/<topic>.
+type PartitionedTopic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partitions    int32                  `protobuf:"varint,1,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionedTopic) Reset() {
+	*x = PartitionedTopic{}
+	mi := &file_metapb_meta_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionedTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionedTopic) ProtoMessage() {}
+
+func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionedTopic.ProtoReflect.Descriptor instead.
+func (*PartitionedTopic) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PartitionedTopic) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+// DedupSnapshot is a partition's deduplication state at
+// topics/<tenant>/<namespace>/<topic>/dedup: the highest sequence id stored
+// per producer, up to and including the entry at (ledger, entry).
+type DedupSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	EntryId       int64                  `protobuf:"varint,2,opt,name=entry_id,json=entryId,proto3" json:"entry_id,omitempty"`
+	Sequences     map[string]int64       `protobuf:"bytes,3,rep,name=sequences,proto3" json:"sequences,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DedupSnapshot) Reset() {
+	*x = DedupSnapshot{}
+	mi := &file_metapb_meta_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DedupSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DedupSnapshot) ProtoMessage() {}
+
+func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DedupSnapshot.ProtoReflect.Descriptor instead.
+func (*DedupSnapshot) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DedupSnapshot) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *DedupSnapshot) GetEntryId() int64 {
+	if x != nil {
+		return x.EntryId
+	}
+	return 0
+}
+
+func (x *DedupSnapshot) GetSequences() map[string]int64 {
+	if x != nil {
+		return x.Sequences
+	}
+	return nil
+}
+
 var File_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_metapb_meta_proto_rawDesc = "" +
@@ -996,7 +1284,37 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\x03R\bsnapshot\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data*y\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"X\n" +
+	"\n" +
+	"TenantInfo\x12\x1f\n" +
+	"\vadmin_roles\x18\x01 \x03(\tR\n" +
+	"adminRoles\x12)\n" +
+	"\x10allowed_clusters\x18\x02 \x03(\tR\x0fallowedClusters\"\xc3\x03\n" +
+	"\x11NamespacePolicies\x12'\n" +
+	"\x0fhas_persistence\x18\x01 \x01(\bR\x0ehasPersistence\x12\x1a\n" +
+	"\bensemble\x18\x02 \x01(\x05R\bensemble\x12!\n" +
+	"\fwrite_quorum\x18\x03 \x01(\x05R\vwriteQuorum\x12\x1d\n" +
+	"\n" +
+	"ack_quorum\x18\x04 \x01(\x05R\tackQuorum\x12#\n" +
+	"\rhas_retention\x18\x05 \x01(\bR\fhasRetention\x12+\n" +
+	"\x11retention_minutes\x18\x06 \x01(\x03R\x10retentionMinutes\x12*\n" +
+	"\x11retention_size_mb\x18\a \x01(\x03R\x0fretentionSizeMb\x12&\n" +
+	"\x0fhas_message_ttl\x18\b \x01(\bR\rhasMessageTtl\x12.\n" +
+	"\x13message_ttl_seconds\x18\t \x01(\x05R\x11messageTtlSeconds\x12+\n" +
+	"\x11has_deduplication\x18\n" +
+	" \x01(\bR\x10hasDeduplication\x12$\n" +
+	"\rdeduplication\x18\v \x01(\bR\rdeduplication\"2\n" +
+	"\x10PartitionedTopic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x01 \x01(\x05R\n" +
+	"partitions\"\xd3\x01\n" +
+	"\rDedupSnapshot\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
+	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12L\n" +
+	"\tsequences\x18\x03 \x03(\v2..magnetar.meta.v1.DedupSnapshot.SequencesEntryR\tsequences\x1a<\n" +
+	"\x0eSequencesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*y\n" +
 	"\vLedgerState\x12\x1c\n" +
 	"\x18LEDGER_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LEDGER_STATE_OPEN\x10\x01\x12\x1c\n" +
@@ -1016,7 +1334,7 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_metapb_meta_proto_goTypes = []any{
 	(LedgerState)(0),          // 0: magnetar.meta.v1.LedgerState
 	(*BookieInfo)(nil),        // 1: magnetar.meta.v1.BookieInfo
@@ -1030,22 +1348,28 @@ var file_metapb_meta_proto_goTypes = []any{
 	(*AckedRanges)(nil),       // 9: magnetar.meta.v1.AckedRanges
 	(*BatchAck)(nil),          // 10: magnetar.meta.v1.BatchAck
 	(*CursorChunk)(nil),       // 11: magnetar.meta.v1.CursorChunk
-	nil,                       // 12: magnetar.meta.v1.LedgerMetadata.CustomEntry
-	nil,                       // 13: magnetar.meta.v1.CursorInfo.PropertiesEntry
+	(*TenantInfo)(nil),        // 12: magnetar.meta.v1.TenantInfo
+	(*NamespacePolicies)(nil), // 13: magnetar.meta.v1.NamespacePolicies
+	(*PartitionedTopic)(nil),  // 14: magnetar.meta.v1.PartitionedTopic
+	(*DedupSnapshot)(nil),     // 15: magnetar.meta.v1.DedupSnapshot
+	nil,                       // 16: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	nil,                       // 17: magnetar.meta.v1.CursorInfo.PropertiesEntry
+	nil,                       // 18: magnetar.meta.v1.DedupSnapshot.SequencesEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
 	3,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	12, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	16, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
 	6,  // 3: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
-	13, // 4: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
+	17, // 4: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
 	9,  // 5: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
 	10, // 6: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	18, // 7: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_metapb_meta_proto_init() }
@@ -1059,7 +1383,7 @@ func file_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

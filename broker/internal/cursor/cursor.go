@@ -60,12 +60,23 @@ type Cursor struct {
 	snapSeq   int64
 	written   int64 // bytes written to the cursor ledger
 
+	ephemeral bool // a reader's cursor: never persisted
+
 	mu struct {
 		sync.Mutex
 		st      *State
 		dirty   bool // acks since the last snapshot
 		readPos Position
 	}
+}
+
+// NewEphemeral returns a cursor that lives in memory only (a reader's):
+// Persist, Close and Delete do nothing.
+func NewEphemeral(ml *mledger.ManagedLedger, name string, markDelete Position) *Cursor {
+	c := &Cursor{topic: ml.Name(), name: name, ml: ml, log: zap.NewNop(), ephemeral: true}
+	c.mu.st = NewState(markDelete, ml.Next)
+	c.mu.readPos = ml.Next(markDelete)
+	return c
 }
 
 // Open loads the subscription's cursor, or creates it with everything up
@@ -317,6 +328,9 @@ func (c *Cursor) Stats() Stats {
 // Persist writes a snapshot if anything changed since the last one. It
 // moves to a new cursor ledger when the current one is full or failed.
 func (c *Cursor) Persist(ctx context.Context) error {
+	if c.ephemeral {
+		return nil
+	}
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
@@ -434,6 +448,9 @@ func (c *Cursor) Close(ctx context.Context) error {
 
 // Delete removes the subscription: its metadata, then its cursor ledger.
 func (c *Cursor) Delete(ctx context.Context) error {
+	if c.ephemeral {
+		return nil
+	}
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	_, err := c.d.Store.Commit(ctx, c.d.Guard, metastore.DeleteOp(metastore.CursorKey(c.topic, c.name), metastore.AnyVersion))

@@ -50,6 +50,8 @@ var (
 	ErrFenced = errors.New("mledger: fenced: the partition is owned elsewhere")
 	// ErrClosed: the managed ledger was closed.
 	ErrClosed = errors.New("mledger: closed")
+	// ErrUnavailable: the append was refused for now; retry it.
+	ErrUnavailable = errors.New("mledger: temporarily unavailable")
 )
 
 // Config holds the rollover and replication settings.
@@ -101,6 +103,9 @@ type ManagedLedger struct {
 		modRev  int64               // revision of the stored ledger list
 		writer  *ledger.Writer      // nil while rolling over
 		rolling bool
+		// recovering: the rollover replaces a failed ledger; appends are
+		// refused meanwhile (see AppendAsync).
+		recovering bool
 		queue   []*appendOp // appends waiting for the next ledger
 		err     error       // terminal: fenced or closed
 		last    Position    // last confirmed entry; Ledger -1 if none
@@ -257,7 +262,7 @@ func (ml *ManagedLedger) failQueueLocked(err error) {
 	q := ml.mu.queue
 	ml.mu.queue = nil
 	for _, op := range q {
-		go op.cb(Position{}, err)
+		op.cb(Position{}, err)
 	}
 }
 
@@ -277,15 +282,23 @@ func (ml *ManagedLedger) Append(ctx context.Context, data []byte) (Position, err
 	}
 }
 
-// AppendAsync stores data as the next entry; cb gets its position, or an
-// error after which the entry is not in the partition (the ledger it was
-// sent to is closed before it). Entries are stored, and cb called, in the
-// order of the AppendAsync calls. cb must not block.
+// AppendAsync stores data as the next entry; cb gets its position or an
+// error. Entries are stored in the order of the AppendAsync calls, and
+// every success is reported before any later failure: once an append
+// failed, every append made before the failure was reported fails too
+// (appends arriving while the failed ledger is being replaced are
+// refused), so that a client that resends from its first failure keeps
+// its order. cb may run before AppendAsync returns (with the managed
+// ledger's lock held): it must not block nor call the managed ledger.
 func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(Position, error)) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	if ml.mu.err != nil {
-		go cb(Position{}, ml.mu.err)
+		cb(Position{}, ml.mu.err)
+		return
+	}
+	if ml.mu.rolling && ml.mu.recovering {
+		cb(Position{}, fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name))
 		return
 	}
 	if ml.mu.rolling || ml.mu.writer == nil {
@@ -302,7 +315,7 @@ func (ml *ManagedLedger) appendLocked(op *appendOp) {
 	lid := w.ID()
 	err := w.AppendAsync(op.ctx, op.data, func(id int64, err error) { ml.appended(w, Position{lid, id}, op, err) })
 	if err != nil {
-		go op.cb(Position{}, err)
+		op.cb(Position{}, err)
 	}
 }
 
@@ -351,6 +364,7 @@ func (ml *ManagedLedger) maybeRollover(w *ledger.Writer, failed bool) {
 		}
 	}
 	ml.mu.rolling = true
+	ml.mu.recovering = failed
 	ml.mu.writer = nil
 	ml.wg.Add(1)
 	go ml.rollover(w)
@@ -390,7 +404,7 @@ func (ml *ManagedLedger) rollover(w *ledger.Writer) {
 				ml.mu.err = err
 			}
 			ml.failQueueLocked(err)
-			ml.mu.rolling = false
+			ml.mu.rolling, ml.mu.recovering = false, false
 			ml.mu.Unlock()
 			return
 		}
@@ -401,12 +415,12 @@ func (ml *ManagedLedger) rollover(w *ledger.Writer) {
 		}
 	}
 	ml.mu.Lock()
-	ml.mu.rolling = false
+	ml.mu.rolling, ml.mu.recovering = false, false
 	q := ml.mu.queue
 	ml.mu.queue = nil
 	for _, op := range q {
 		if ml.mu.err != nil {
-			go op.cb(Position{}, ml.mu.err)
+			op.cb(Position{}, ml.mu.err)
 			continue
 		}
 		ml.appendLocked(op)
@@ -443,6 +457,41 @@ func (ml *ManagedLedger) WaitAfter(ctx context.Context, p Position) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// Moved returns a channel closed when the next entry is stored (or the
+// managed ledger closes). Take it before checking for entries, then wait.
+func (ml *ManagedLedger) Moved() <-chan struct{} {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.mu.moved
+}
+
+// EntriesBetween counts the entries after from up to and including to.
+func (ml *ManagedLedger) EntriesBetween(from, to Position) int64 {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	var n int64
+	for i, ref := range ml.mu.ledgers {
+		entries := ref.Entries
+		if i == len(ml.mu.ledgers)-1 && !ref.Closed && ref.LedgerId == ml.mu.last.Ledger {
+			entries = ml.mu.last.Entry + 1
+		}
+		lo, hi := int64(0), entries-1 // this ledger's entries in (from, to]
+		if ref.LedgerId < from.Ledger || ref.LedgerId > to.Ledger {
+			continue
+		}
+		if ref.LedgerId == from.Ledger {
+			lo = from.Entry + 1
+		}
+		if ref.LedgerId == to.Ledger {
+			hi = min(hi, to.Entry)
+		}
+		if hi >= lo {
+			n += hi - lo + 1
+		}
+	}
+	return n
 }
 
 // First is the position of the first stored entry, or Next(LastConfirmed)

@@ -1,0 +1,120 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config is a broker's configuration, filled from flags, MAGNETAR_*
+// environment variables and the YAML file (see cmd/magnetar).
+type Config struct {
+	// Listen is the client (gRPC) address. Default 127.0.0.1:6650.
+	Listen string `mapstructure:"listen" yaml:"listen"`
+	// HTTPListen is the admin REST address. Default 127.0.0.1:8080.
+	HTTPListen string `mapstructure:"http" yaml:"http"`
+	// AdvertisedAddress is the client address others are sent to; its id
+	// among brokers. Default: the bound listen address.
+	AdvertisedAddress string `mapstructure:"advertised-address" yaml:"advertised-address"`
+	// Metastore lists the etcd endpoints.
+	Metastore []string `mapstructure:"metastore" yaml:"metastore"`
+	// MetastoreRoot is the key prefix of this cluster. Default /magnetar.
+	MetastoreRoot string `mapstructure:"metastore-root" yaml:"metastore-root"`
+	// SessionTTL of the broker's registration and topic ownership.
+	// Default 10s.
+	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
+
+	// Defaults for namespaces that do not set their own policies.
+	Ensemble    int `mapstructure:"ensemble" yaml:"ensemble"`
+	WriteQuorum int `mapstructure:"write-quorum" yaml:"write-quorum"`
+	AckQuorum   int `mapstructure:"ack-quorum" yaml:"ack-quorum"`
+	// RetentionTime and RetentionSize of consumed data (0: none kept;
+	// negative: no limit).
+	RetentionTime time.Duration `mapstructure:"retention-time" yaml:"retention-time"`
+	RetentionSize int64         `mapstructure:"retention-size" yaml:"retention-size"`
+	// MessageTTL: unacknowledged messages older than this are
+	// acknowledged by the broker (0: never).
+	MessageTTL time.Duration `mapstructure:"message-ttl" yaml:"message-ttl"`
+	// Deduplication of re-sent messages by producer name and sequence id.
+	Deduplication bool `mapstructure:"deduplication" yaml:"deduplication"`
+	// AllowAutoTopicCreation creates topics on first use.
+	AllowAutoTopicCreation bool `mapstructure:"allow-auto-topic-creation" yaml:"allow-auto-topic-creation"`
+
+	// MaxMessageSize caps a message (or batch): metadata plus payload.
+	// Default 5 MiB.
+	MaxMessageSize int `mapstructure:"max-message-size" yaml:"max-message-size"`
+	// Ledger rollover: Pulsar's defaults.
+	MaxEntriesPerLedger int64         `mapstructure:"max-entries-per-ledger" yaml:"max-entries-per-ledger"`
+	MaxSizePerLedger    int64         `mapstructure:"max-size-per-ledger" yaml:"max-size-per-ledger"`
+	MinLedgerRollover   time.Duration `mapstructure:"min-ledger-rollover" yaml:"min-ledger-rollover"`
+	MaxLedgerRollover   time.Duration `mapstructure:"max-ledger-rollover" yaml:"max-ledger-rollover"`
+	// CacheSize is the tail cache for all topics. Default 256 MiB.
+	CacheSize int64 `mapstructure:"cache-size" yaml:"cache-size"`
+	// CursorPersistInterval: acknowledgements are persisted at least this
+	// often (a restart redelivers at most about this much). Default 1s.
+	CursorPersistInterval time.Duration `mapstructure:"cursor-persist-interval" yaml:"cursor-persist-interval"`
+	// RetentionCheckInterval: how often consumed ledgers are trimmed and
+	// expired messages acknowledged. Default 1m.
+	RetentionCheckInterval time.Duration `mapstructure:"retention-check-interval" yaml:"retention-check-interval"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:                 "127.0.0.1:6650",
+		HTTPListen:             "127.0.0.1:8080",
+		MetastoreRoot:          "/magnetar",
+		SessionTTL:             10 * time.Second,
+		Ensemble:               1,
+		WriteQuorum:            1,
+		AckQuorum:              1,
+		AllowAutoTopicCreation: true,
+		MaxMessageSize:         5 << 20,
+		MaxEntriesPerLedger:    50000,
+		MaxSizePerLedger:       2 << 30,
+		MinLedgerRollover:      10 * time.Minute,
+		MaxLedgerRollover:      4 * time.Hour,
+		CacheSize:              256 << 20,
+		CursorPersistInterval:  time.Second,
+		RetentionCheckInterval: time.Minute,
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))
+	}
+	if c.HTTPListen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
+			errs = append(errs, fmt.Errorf("http address %q: %v", c.HTTPListen, err))
+		}
+	}
+	if len(c.Metastore) == 0 {
+		errs = append(errs, errors.New("no metastore (etcd) endpoints given"))
+	}
+	if c.SessionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("session TTL %v is below 1s", c.SessionTTL))
+	}
+	if !(c.Ensemble >= c.WriteQuorum && c.WriteQuorum >= c.AckQuorum && c.AckQuorum >= 1) {
+		errs = append(errs, fmt.Errorf("replication %d/%d/%d: need ensemble >= write quorum >= ack quorum >= 1", c.Ensemble, c.WriteQuorum, c.AckQuorum))
+	}
+	if c.MaxMessageSize < 1024 || c.MaxMessageSize > 64<<20 {
+		errs = append(errs, fmt.Errorf("max message size %d must be in 1 KiB..64 MiB", c.MaxMessageSize))
+	}
+	if c.MaxEntriesPerLedger < 1 || c.MaxSizePerLedger < 1 {
+		errs = append(errs, errors.New("ledger rollover limits must be positive"))
+	}
+	if c.CursorPersistInterval <= 0 || c.RetentionCheckInterval <= 0 {
+		errs = append(errs, errors.New("intervals must be positive"))
+	}
+	if c.CacheSize < 0 {
+		errs = append(errs, errors.New("negative cache size"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("broker config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package broker
+
+import (
+	"sync"
+
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+)
+
+// consumer is one consumer connection (a Consume stream): the permits it
+// granted and the queue of what to send it. The stream handler owns its
+// sender goroutine.
+type consumer struct {
+	name      string
+	typ       brokerpb.SubscriptionType
+	priority  int32
+	queueSize int
+	sub       *subscription // set by addConsumer
+
+	signal chan struct{} // wakes the sender
+	gone   chan struct{} // closed by disconnect
+
+	mu struct {
+		sync.Mutex
+		permits   int
+		delivered int64
+		queue     []*brokerpb.ConsumeResponse
+		err       error // why it was disconnected
+	}
+}
+
+func newConsumer(req *brokerpb.Subscribe, queueSize int) *consumer {
+	return &consumer{name: req.ConsumerName, typ: req.Type, priority: req.PriorityLevel, queueSize: queueSize,
+		signal: make(chan struct{}, 1), gone: make(chan struct{})}
+}
+
+// available is the number of messages the consumer can take now.
+func (c *consumer) available() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.permits
+}
+
+// addPermits grants n more messages.
+func (c *consumer) addPermits(n int) {
+	c.mu.Lock()
+	c.mu.permits = min(c.mu.permits+n, 1<<30)
+	c.mu.Unlock()
+	if c.sub != nil {
+		c.sub.signal()
+	}
+}
+
+// take uses n permits for an entry of n messages. An entry larger than the
+// whole receive queue goes when the queue is empty (all permits granted):
+// otherwise it could never be delivered.
+func (c *consumer) take(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.mu.permits >= n:
+		c.mu.permits -= n
+	case n > c.queueSize && c.mu.permits >= c.queueSize:
+		c.mu.permits = 0
+	default:
+		return false
+	}
+	c.mu.delivered += int64(n)
+	return true
+}
+
+// give returns permits taken for an entry that was not sent.
+func (c *consumer) give(n int) {
+	c.mu.Lock()
+	c.mu.permits += n
+	c.mu.delivered -= int64(n)
+	c.mu.Unlock()
+}
+
+// push queues a response for the sender; never blocks (what is queued is
+// bounded by the permits).
+func (c *consumer) push(r *brokerpb.ConsumeResponse) {
+	c.mu.Lock()
+	if c.mu.err == nil {
+		c.mu.queue = append(c.mu.queue, r)
+	}
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+// next returns what is queued, waiting for something; nil and the reason
+// once disconnected.
+func (c *consumer) next() ([]*brokerpb.ConsumeResponse, error) {
+	for {
+		c.mu.Lock()
+		q, err := c.mu.queue, c.mu.err
+		c.mu.queue = nil
+		c.mu.Unlock()
+		if len(q) > 0 {
+			return q, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-c.signal:
+		case <-c.gone:
+		}
+	}
+}
+
+// disconnect ends the consumer's stream with err.
+func (c *consumer) disconnect(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.err != nil {
+		return
+	}
+	c.mu.err = err
+	close(c.gone)
+}
+
+type consumerStats struct {
+	Name             string `json:"consumerName"`
+	AvailablePermits int    `json:"availablePermits"`
+	MsgDelivered     int64  `json:"msgOutCounter"`
+	PriorityLevel    int32  `json:"priorityLevel"`
+}
+
+func (c *consumer) stats() consumerStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return consumerStats{Name: c.name, AvailablePermits: c.mu.permits, MsgDelivered: c.mu.delivered, PriorityLevel: c.priority}
+}

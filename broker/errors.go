@@ -1,0 +1,100 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/magnetar-io/magnetar/broker/internal/cursor"
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/topicname"
+)
+
+// ErrorDomain of the ErrorInfo details brokers send.
+const ErrorDomain = "broker.magnetar.io"
+
+var (
+	ErrTopicNotFound        = errors.New("topic not found")
+	ErrSubscriptionNotFound = errors.New("subscription not found")
+	ErrConsumerBusy         = errors.New("consumer busy")
+	ErrProducerBusy         = errors.New("producer busy")
+	ErrMessageTooLarge      = errors.New("message too large")
+	ErrInvalidMessage       = errors.New("invalid message")
+	ErrInvalidArgument      = errors.New("invalid argument")
+	ErrNotAllowed           = errors.New("not allowed")
+	ErrNotOwner             = errors.New("topic not owned by this broker")
+	ErrServiceNotReady      = errors.New("service not ready")
+	ErrTopicClosed          = errors.New("topic closed")
+	ErrNotFound             = errors.New("not found")
+	ErrConflict             = errors.New("already exists")
+)
+
+// The wire table: sentinel, reason, gRPC code, HTTP status.
+var errorTable = []struct {
+	err    error
+	reason brokerpb.ErrorReason
+	code   codes.Code
+	http   int
+}{
+	{topicname.ErrInvalid, brokerpb.ErrorReason_INVALID_TOPIC_NAME, codes.InvalidArgument, http.StatusBadRequest},
+	{ErrTopicNotFound, brokerpb.ErrorReason_TOPIC_NOT_FOUND, codes.NotFound, http.StatusNotFound},
+	{ErrSubscriptionNotFound, brokerpb.ErrorReason_SUBSCRIPTION_NOT_FOUND, codes.NotFound, http.StatusNotFound},
+	{ErrNotFound, brokerpb.ErrorReason_TOPIC_NOT_FOUND, codes.NotFound, http.StatusNotFound},
+	{ErrConsumerBusy, brokerpb.ErrorReason_CONSUMER_BUSY, codes.FailedPrecondition, http.StatusConflict},
+	{ErrProducerBusy, brokerpb.ErrorReason_PRODUCER_BUSY, codes.FailedPrecondition, http.StatusConflict},
+	{ErrConflict, brokerpb.ErrorReason_NOT_ALLOWED, codes.AlreadyExists, http.StatusConflict},
+	{ErrMessageTooLarge, brokerpb.ErrorReason_MESSAGE_TOO_LARGE, codes.InvalidArgument, http.StatusRequestEntityTooLarge},
+	{ErrInvalidMessage, brokerpb.ErrorReason_INVALID_MESSAGE, codes.InvalidArgument, http.StatusBadRequest},
+	{ErrInvalidArgument, brokerpb.ErrorReason_INVALID_ARGUMENT, codes.InvalidArgument, http.StatusBadRequest},
+	{ErrNotAllowed, brokerpb.ErrorReason_NOT_ALLOWED, codes.FailedPrecondition, http.StatusPreconditionFailed},
+	{ErrNotOwner, brokerpb.ErrorReason_NOT_OWNER, codes.Unavailable, http.StatusServiceUnavailable},
+	{mledger.ErrFenced, brokerpb.ErrorReason_NOT_OWNER, codes.Unavailable, http.StatusServiceUnavailable},
+	{cursor.ErrFenced, brokerpb.ErrorReason_NOT_OWNER, codes.Unavailable, http.StatusServiceUnavailable},
+	{ErrTopicClosed, brokerpb.ErrorReason_TOPIC_CLOSED, codes.Unavailable, http.StatusServiceUnavailable},
+	{mledger.ErrClosed, brokerpb.ErrorReason_TOPIC_CLOSED, codes.Unavailable, http.StatusServiceUnavailable},
+	{ErrServiceNotReady, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
+	{mledger.ErrUnavailable, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
+}
+
+// reasonOf returns the wire reason of an error: PERSISTENCE_ERROR for
+// storage failures that match no sentinel.
+func reasonOf(err error) (brokerpb.ErrorReason, codes.Code, int) {
+	for _, row := range errorTable {
+		if errors.Is(err, row.err) {
+			return row.reason, row.code, row.http
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Canceled, http.StatusServiceUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return brokerpb.ErrorReason_PERSISTENCE_ERROR, codes.DeadlineExceeded, http.StatusGatewayTimeout
+	}
+	return brokerpb.ErrorReason_PERSISTENCE_ERROR, codes.Internal, http.StatusInternalServerError
+}
+
+// toStatus is the one translation of errors to gRPC statuses.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	reason, code, _ := reasonOf(err)
+	st := status.New(code, err.Error())
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain}); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+func errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,381 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/topicname"
+)
+
+// Option changes how Start builds a broker.
+type Option func(*options)
+
+type options struct {
+	store  *metastore.Store
+	logger *zap.Logger
+}
+
+// WithStore shares an open metastore (standalone mode, tests).
+func WithStore(s *metastore.Store) Option { return func(o *options) { o.store = s } }
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Server is a running broker.
+type Server struct {
+	cfg       Config
+	log       *zap.Logger
+	store     *metastore.Store
+	ownsStore bool
+	ledgers   *ledger.Client
+	md        *metadata
+	cache     *mledger.Cache
+	session   *metastore.Session
+	id        string // advertised address
+	instance  string // random per process: tells our previous incarnation apart
+
+	ln      net.Listener
+	grpc    *grpc.Server
+	httpLn  net.Listener
+	http    *http.Server
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+
+	mu struct {
+		sync.Mutex
+		topics  map[string]*topic
+		loading map[string]*loadCall
+	}
+}
+
+type loadCall struct {
+	done chan struct{}
+	t    *topic
+	err  error
+}
+
+// Start connects to the metastore, registers the broker and serves the
+// client protocol and the admin API.
+func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.logger == nil {
+		o.logger = zap.NewNop()
+	}
+	var inst [8]byte
+	rand.Read(inst[:])
+	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize)}
+	s.mu.topics = map[string]*topic{}
+	s.mu.loading = map[string]*loadCall{}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	s.store = o.store
+	if s.store == nil {
+		st, err := metastore.Open(ctx, metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot}, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.store, s.ownsStore = st, true
+		undo = append(undo, func() { st.Close() })
+	}
+	s.md = &metadata{store: s.store, cfg: &s.cfg}
+	if err := s.md.ensureDefaults(ctx); err != nil {
+		return nil, fmt.Errorf("broker: create the default namespace: %w", err)
+	}
+	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize + 64<<10, Logger: s.log.Named("ledger")})
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { s.ledgers.Close() })
+
+	s.ln, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("broker: listen on %s: %w", cfg.Listen, err)
+	}
+	undo = append(undo, func() { s.ln.Close() })
+	s.id = cfg.AdvertisedAddress
+	if s.id == "" {
+		s.id = s.ln.Addr().String()
+	}
+	s.log = s.log.With(zap.String("broker", s.id))
+	if cfg.HTTPListen != "" {
+		s.httpLn, err = net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			return nil, fmt.Errorf("broker: listen on %s: %w", cfg.HTTPListen, err)
+		}
+		undo = append(undo, func() { s.httpLn.Close() })
+	}
+
+	s.session, err = s.store.NewSession(ctx, cfg.SessionTTL)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { s.session.Close() })
+	if _, err := s.store.Put(ctx, metastore.BrokerAvailableKey(s.id), []byte(s.id), metastore.WithLease(s.session.Lease())); err != nil {
+		return nil, fmt.Errorf("broker: register: %w", err)
+	}
+
+	maxMsg := cfg.MaxMessageSize + 1<<20
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
+		grpc.ConnectionTimeout(5*time.Second),
+		grpc.WaitForHandlers(true),
+		grpc.ChainUnaryInterceptor(unaryErrors, recoverUnary(s.log)),
+		grpc.ChainStreamInterceptor(streamErrors, recoverStream(s.log)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	brokerpb.RegisterBrokerServer(s.grpc, &service{s: s})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.grpc.Serve(s.ln)
+	}()
+	if s.httpLn != nil {
+		s.http = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.http.Serve(s.httpLn)
+		}()
+	}
+	s.wg.Add(2)
+	go s.persistLoop()
+	go s.retentionLoop()
+	s.log.Info("broker started", zap.String("listen", s.ln.Addr().String()), zap.String("http", s.HTTPAddr()))
+	return s, nil
+}
+
+// Addr is the client address the broker is bound to.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// HTTPAddr is the admin address, empty if none.
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// ID is the broker's advertised address.
+func (s *Server) ID() string { return s.id }
+
+// Close unloads every topic (closing its ledgers cleanly, persisting its
+// cursors), stops serving and releases the broker's session.
+func (s *Server) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s.http != nil {
+		s.http.Shutdown(ctx)
+	}
+	var errs []error
+	for _, t := range s.loadedTopics() {
+		errs = append(errs, t.close(ctx))
+	}
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-done
+	}
+	s.wg.Wait()
+	errs = append(errs, s.ledgers.Close(), s.session.Close())
+	if s.ownsStore {
+		errs = append(errs, s.store.Close())
+	}
+	s.log.Info("broker stopped")
+	return errors.Join(errs...)
+}
+
+func (s *Server) loadedTopics() []*topic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*topic, 0, len(s.mu.topics))
+	for _, t := range s.mu.topics {
+		out = append(out, t)
+	}
+	return out
+}
+
+// getTopic returns a loaded topic partition, loading it (once, however
+// many ask at the same time) if needed. create allows creating it.
+func (s *Server) getTopic(ctx context.Context, n topicname.Name, create bool) (*topic, error) {
+	path := topicPath(n)
+	for {
+		s.mu.Lock()
+		if t := s.mu.topics[path]; t != nil && !t.isClosed() {
+			s.mu.Unlock()
+			return t, nil
+		}
+		if call := s.mu.loading[path]; call != nil {
+			s.mu.Unlock()
+			select {
+			case <-call.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if call.err != nil && !create {
+				return nil, call.err
+			}
+			continue
+		}
+		select {
+		case <-s.stop:
+			s.mu.Unlock()
+			return nil, errorf(ErrServiceNotReady, "broker is stopping")
+		default:
+		}
+		call := &loadCall{done: make(chan struct{})}
+		s.mu.loading[path] = call
+		s.mu.Unlock()
+		call.t, call.err = s.loadTopic(ctx, n, create)
+		s.mu.Lock()
+		delete(s.mu.loading, path)
+		if call.err == nil {
+			s.mu.topics[path] = call.t
+		}
+		s.mu.Unlock()
+		close(call.done)
+		return call.t, call.err
+	}
+}
+
+// lookupTopic returns a loaded topic without loading it.
+func (s *Server) lookupTopic(n topicname.Name) *topic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.topics[topicPath(n)]
+}
+
+// unloadTopic closes a loaded topic.
+func (s *Server) unloadTopic(ctx context.Context, n topicname.Name) error {
+	s.mu.Lock()
+	t := s.mu.topics[topicPath(n)]
+	delete(s.mu.topics, topicPath(n))
+	s.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	return t.close(ctx)
+}
+
+func (s *Server) ownerValue() string { return s.id + "\n" + s.instance }
+
+// claim takes ownership of a topic partition: the owner key, under the
+// broker's session. A key left by this broker's previous incarnation (same
+// id, another instance) is taken over: that process is gone. Safety does
+// not rest on this: the ledger fencing and guarded writes stop a zombie.
+func (s *Server) claim(ctx context.Context, path string) (*metastore.Guard, error) {
+	key := metastore.OwnerKey(path)
+	for attempt := 0; attempt < 5; attempt++ {
+		rev, err := s.store.Create(ctx, key, []byte(s.ownerValue()), metastore.WithLease(s.session.Lease()))
+		if err == nil {
+			return &metastore.Guard{Key: key, Token: rev}, nil
+		}
+		if !errors.Is(err, metastore.ErrBadVersion) {
+			return nil, err
+		}
+		kv, err := s.store.Get(ctx, key)
+		if errors.Is(err, metastore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		owner, instance, _ := strings.Cut(string(kv.Value), "\n")
+		if owner != s.id || instance == s.instance {
+			return nil, errorf(ErrNotOwner, "%s is owned by broker %s", path, owner)
+		}
+		s.log.Info("taking over topics of this broker's previous run", zap.String("topic", path))
+		if _, err := s.store.Client().Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+			if err := s.store.CompareAndDelete(ctx, key, kv.ModRevision); err != nil && !errors.Is(err, metastore.ErrBadVersion) {
+				return nil, err
+			}
+		}
+	}
+	return nil, errorf(ErrNotOwner, "could not claim %s", path)
+}
+
+// release gives up ownership of a topic partition.
+func (s *Server) release(path string, g *metastore.Guard) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.store.Commit(ctx, g, metastore.DeleteOp(g.Key, metastore.AnyVersion))
+}
+
+// persistLoop persists acknowledgements and deduplication state.
+func (s *Server) persistLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.CursorPersistInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		for _, t := range s.loadedTopics() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			t.persist(ctx)
+			cancel()
+		}
+	}
+}
+
+// retentionLoop expires messages past their TTL and trims consumed
+// ledgers.
+func (s *Server) retentionLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.RetentionCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		for _, t := range s.loadedTopics() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			t.retain(ctx)
+			cancel()
+		}
+	}
+}

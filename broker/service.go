@@ -1,0 +1,355 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/topicname"
+)
+
+// service implements brokerpb.BrokerServer. Handlers return sentinel
+// errors; the interceptors translate them once.
+type service struct {
+	brokerpb.UnimplementedBrokerServer
+	s *Server
+}
+
+// Limits of the client protocol.
+const (
+	defaultReceiverQueue = 1000
+	maxReceiverQueue     = 100000
+	maxNameLength        = 256
+	// maxPendingSends bounds a producer's sends being stored; past it the
+	// broker stops reading its stream (flow control holds the client).
+	maxPendingSends = 10000
+)
+
+func parseTopic(s string) (topicname.Name, error) {
+	return topicname.Parse(s)
+}
+
+func checkName(what, s string) error {
+	switch {
+	case s == "":
+		return errorf(ErrInvalidArgument, "empty %s name", what)
+	case len(s) > maxNameLength:
+		return errorf(ErrInvalidArgument, "%s name of %d bytes (at most %d)", what, len(s), maxNameLength)
+	case strings.ContainsAny(s, "/\x00\n"):
+		return errorf(ErrInvalidArgument, "%s name %q contains '/', NUL or a newline", what, s)
+	}
+	return nil
+}
+
+func (v *service) Lookup(ctx context.Context, req *brokerpb.LookupRequest) (*brokerpb.LookupResponse, error) {
+	if _, err := parseTopic(req.Topic); err != nil {
+		return nil, err
+	}
+	return &brokerpb.LookupResponse{BrokerAddress: v.s.id}, nil
+}
+
+func (v *service) PartitionedMetadata(ctx context.Context, req *brokerpb.PartitionedMetadataRequest) (*brokerpb.PartitionedMetadataResponse, error) {
+	n, err := parseTopic(req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := v.s.md.policies(ctx, n.NamespaceName()); err != nil {
+		return nil, err
+	}
+	parts, err := v.s.md.partitions(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return &brokerpb.PartitionedMetadataResponse{Partitions: uint32(parts)}, nil
+}
+
+func (v *service) GetLastMessageId(ctx context.Context, req *brokerpb.GetLastMessageIdRequest) (*brokerpb.GetLastMessageIdResponse, error) {
+	n, err := parseTopic(req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	t, err := v.s.getTopic(ctx, n, false)
+	if err != nil {
+		return nil, err
+	}
+	last := t.ml.LastConfirmed()
+	return &brokerpb.GetLastMessageIdResponse{MessageId: t.messageID(last, -1, 0)}, nil
+}
+
+// Produce serves one producer.
+func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := first.GetOpen()
+	if open == nil {
+		return errorf(ErrInvalidArgument, "a producer stream starts with ProducerOpen")
+	}
+	n, err := parseTopic(open.Topic)
+	if err != nil {
+		return err
+	}
+	if open.ProducerName != "" {
+		if err := checkName("producer", open.ProducerName); err != nil {
+			return err
+		}
+	}
+	t, err := v.s.getTopic(ctx, n, true)
+	if err != nil {
+		return err
+	}
+	p := newProducer(open.ProducerName)
+	p.t = t
+	if err := t.addProducer(p); err != nil {
+		return err
+	}
+	defer t.removeProducer(p)
+	p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{ProducerName: p.name, LastSequenceId: p.lastSequence}}})
+
+	sendDone := make(chan error, 1)
+	go func() {
+		for {
+			q, err := p.next()
+			if err != nil {
+				sendDone <- err
+				return
+			}
+			for _, r := range q {
+				if err := stream.Send(r); err != nil {
+					sendDone <- err
+					return
+				}
+			}
+		}
+	}()
+	pending := make(chan struct{}, maxPendingSends)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			send := req.GetSend()
+			if send == nil {
+				recvErr <- errorf(ErrInvalidArgument, "unexpected %T on a producer stream", req.Request)
+				return
+			}
+			select {
+			case pending <- struct{}{}:
+			case <-ctx.Done():
+				recvErr <- ctx.Err()
+				return
+			}
+			seq := send.SequenceId
+			if p.hasFailed() {
+				<-pending
+				p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
+				continue
+			}
+			if size := len(send.Payload); size > v.s.cfg.MaxMessageSize {
+				<-pending
+				p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
+				continue
+			}
+			t.publish(ctx, p, send, func(pos mledger.Position, dup bool, err error) {
+				<-pending
+				if err != nil {
+					p.fail(seq, err)
+					return
+				}
+				p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
+					SequenceId: seq, MessageId: t.messageID(pos, -1, 0), Duplicate: dup,
+				}}})
+			})
+		}
+	}()
+	select {
+	case err := <-recvErr:
+		// Answer what was taken before ending the stream.
+		for i := 0; i < cap(pending); i++ {
+			select {
+			case pending <- struct{}{}:
+			case <-ctx.Done():
+				i = cap(pending)
+			}
+		}
+		p.disconnect(io.EOF)
+		if serr := <-sendDone; serr != nil && !errors.Is(serr, io.EOF) && err == io.EOF {
+			return serr
+		}
+		if err == io.EOF {
+			return nil
+		}
+		return err
+	case err := <-sendDone:
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+}
+
+// Consume serves one consumer.
+func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	req := first.GetSubscribe()
+	if req == nil {
+		return errorf(ErrInvalidArgument, "a consumer stream starts with Subscribe")
+	}
+	n, err := parseTopic(req.Topic)
+	if err != nil {
+		return err
+	}
+	if err := checkName("subscription", req.Subscription); err != nil {
+		return err
+	}
+	switch req.Type {
+	case brokerpb.SubscriptionType_EXCLUSIVE, brokerpb.SubscriptionType_FAILOVER:
+	default:
+		return errorf(ErrNotAllowed, "%s subscriptions are not supported yet (exclusive and failover are)", strings.ToLower(req.Type.String()))
+	}
+	queue := int(req.ReceiverQueueSize)
+	if queue == 0 {
+		queue = defaultReceiverQueue
+	}
+	if queue < 1 || queue > maxReceiverQueue {
+		return errorf(ErrInvalidArgument, "receiver queue size %d must be in 1..%d", queue, maxReceiverQueue)
+	}
+	t, err := v.s.getTopic(ctx, n, true)
+	if err != nil {
+		return err
+	}
+	c := newConsumer(req, queue)
+	sub, err := t.subscribe(ctx, req, c)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sub.removeConsumer(c)
+		if !sub.durable {
+			t.removeSubscription(context.Background(), sub.name, true)
+		}
+	}()
+	c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
+
+	sendDone := make(chan error, 1)
+	go func() {
+		for {
+			q, err := c.next()
+			if err != nil {
+				sendDone <- err
+				return
+			}
+			for _, r := range q {
+				if err := stream.Send(r); err != nil {
+					sendDone <- err
+					return
+				}
+			}
+		}
+	}()
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- v.consumeRequests(ctx, stream, t, sub, c) }()
+	select {
+	case err := <-recvDone:
+		c.disconnect(io.EOF)
+		<-sendDone
+		if err == io.EOF {
+			return nil
+		}
+		return err
+	case err := <-sendDone:
+		c.disconnect(err) // ends nothing more; the receiver ends with the stream
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+}
+
+// consumeRequests handles what a consumer sends after subscribing.
+func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_ConsumeServer, t *topic, sub *subscription, c *consumer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		switch r := req.Request.(type) {
+		case *brokerpb.ConsumeRequest_Flow:
+			c.addPermits(int(min(r.Flow.Permits, maxReceiverQueue)))
+		case *brokerpb.ConsumeRequest_Ack:
+			if err := sub.ack(r.Ack.MessageIds, r.Ack.Cumulative); err != nil {
+				reason, _, _ := reasonOf(err)
+				c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Error{Error: &brokerpb.ConsumerError{Reason: reason, Message: err.Error()}}})
+			}
+		case *brokerpb.ConsumeRequest_Redeliver:
+			sub.redeliver(c)
+		case *brokerpb.ConsumeRequest_Seek:
+			var target mledger.Position
+			switch s := r.Seek.Target.(type) {
+			case *brokerpb.Seek_MessageId:
+				target = mledger.Position{Ledger: s.MessageId.LedgerId, Entry: s.MessageId.EntryId}
+			case *brokerpb.Seek_PublishTimeUnixMs:
+				if target, err = t.findByTime(ctx, s.PublishTimeUnixMs); err != nil {
+					return err
+				}
+			default:
+				return errorf(ErrInvalidArgument, "seek without a target")
+			}
+			sub.seek(target)
+			c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_SeekDone{SeekDone: &brokerpb.SeekDone{}}})
+		case *brokerpb.ConsumeRequest_Subscribe:
+			return errorf(ErrInvalidArgument, "already subscribed on this stream")
+		default:
+			return errorf(ErrInvalidArgument, "unexpected %T on a consumer stream", req.Request)
+		}
+	}
+}
+
+func unaryErrors(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	return resp, toStatus(err)
+}
+
+func streamErrors(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return toStatus(h(srv, ss))
+}
+
+func recoverUnary(log *zap.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in handler", zap.String("method", info.FullMethod), zap.Any("panic", p), zap.Stack("stack"))
+				err = fmt.Errorf("internal error in %s", info.FullMethod)
+			}
+		}()
+		return h(ctx, req)
+	}
+}
+
+func recoverStream(log *zap.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in handler", zap.String("method", info.FullMethod), zap.Any("panic", p), zap.Stack("stack"))
+				err = fmt.Errorf("internal error in %s", info.FullMethod)
+			}
+		}()
+		return h(srv, ss)
+	}
+}

@@ -1,0 +1,377 @@
+package broker
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/broker/internal/cursor"
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
+)
+
+// subscription is a cursor and its consumers. Exclusive and failover
+// subscriptions have one active consumer; a dispatcher goroutine reads from
+// the cursor's read position and sends entries to it, never more messages
+// than it granted permits for.
+type subscription struct {
+	t       *topic
+	name    string
+	cur     *cursor.Cursor
+	durable bool
+	log     *zap.Logger
+
+	wake chan struct{} // wakes the dispatcher: permits, consumers, rewinds
+	stop chan struct{}
+	done chan struct{}
+
+	mu struct {
+		sync.Mutex
+		typ       brokerpb.SubscriptionType
+		consumers []*consumer // sorted by priority, then name
+		active    *consumer
+		// gen changes whenever delivery restarts (rewind, new active
+		// consumer): the dispatcher drops what it read before.
+		gen    int64
+		closed bool
+	}
+}
+
+func newSubscription(t *topic, name string, cur *cursor.Cursor, durable bool) *subscription {
+	s := &subscription{t: t, name: name, cur: cur, durable: durable,
+		log:  t.log.With(zap.String("subscription", name)),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.dispatch()
+	return s
+}
+
+func (s *subscription) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *subscription) consumerCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.mu.consumers)
+}
+
+// addConsumer attaches a consumer, checking the subscription type.
+func (s *subscription) addConsumer(c *consumer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return errorf(ErrTopicClosed, "subscription %s is closing", s.name)
+	}
+	if len(s.mu.consumers) > 0 && s.mu.typ != c.typ {
+		return errorf(ErrConsumerBusy, "subscription %s is %s, cannot subscribe as %s", s.name, s.mu.typ, c.typ)
+	}
+	if c.typ == brokerpb.SubscriptionType_EXCLUSIVE && len(s.mu.consumers) > 0 {
+		return errorf(ErrConsumerBusy, "exclusive subscription %s already has a consumer", s.name)
+	}
+	s.mu.typ = c.typ
+	s.mu.consumers = append(s.mu.consumers, c)
+	slices.SortStableFunc(s.mu.consumers, func(a, b *consumer) int {
+		if a.priority != b.priority {
+			return int(a.priority - b.priority)
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	c.sub = s
+	s.electLocked()
+	return nil
+}
+
+// removeConsumer detaches a consumer; if it was active, delivery restarts
+// from the first unacknowledged entry for the next one.
+func (s *subscription) removeConsumer(c *consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.mu.consumers, c)
+	if i < 0 {
+		return
+	}
+	s.mu.consumers = slices.Delete(s.mu.consumers, i, i+1)
+	if s.mu.active == c {
+		s.mu.active = nil
+	}
+	s.electLocked()
+}
+
+// electLocked picks the active consumer: the first for exclusive; for
+// failover, the one at the partition index modulo the consumer count. A
+// change rewinds delivery and tells every consumer whether it is active.
+func (s *subscription) electLocked() {
+	var next *consumer
+	if n := len(s.mu.consumers); n > 0 {
+		i := 0
+		if s.mu.typ == brokerpb.SubscriptionType_FAILOVER {
+			i = max(s.t.name.PartitionIndex(), 0) % n
+		}
+		next = s.mu.consumers[i]
+	}
+	if next == s.mu.active {
+		return
+	}
+	s.mu.active = next
+	s.rewindLocked()
+	if s.mu.typ == brokerpb.SubscriptionType_FAILOVER {
+		for _, c := range s.mu.consumers {
+			c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_ActiveChange{ActiveChange: &brokerpb.ActiveChange{IsActive: c == next}}})
+		}
+	}
+}
+
+// rewindLocked restarts delivery after the mark-delete position: every
+// unacknowledged message is sent again.
+func (s *subscription) rewindLocked() {
+	s.mu.gen++
+	s.cur.SetReadPosition(s.t.ml.Next(s.cur.MarkDelete()))
+	s.signal()
+}
+
+// redeliver resends what c has not acknowledged (for exclusive and
+// failover subscriptions: everything unacknowledged, if c is active).
+func (s *subscription) redeliver(c *consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.active == c {
+		s.rewindLocked()
+	}
+}
+
+// ack applies acknowledgements.
+func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
+	last := s.t.ml.LastConfirmed()
+	for _, id := range ids {
+		p := mledger.Position{Ledger: id.LedgerId, Entry: id.EntryId}
+		if last.Before(p) || p.Entry < 0 {
+			return errorf(ErrInvalidArgument, "acknowledgement of %v, after the last message %v", p, last)
+		}
+		batch := id.BatchIndex >= 0 && id.BatchSize > 1
+		switch {
+		case cumulative && batch && id.BatchIndex < id.BatchSize-1:
+			// Everything before this entry, and this batch up to the index.
+			s.cur.AckCumulative(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
+			for i := int32(0); i <= id.BatchIndex; i++ {
+				if err := s.cur.AckBatchIndex(p, int(i), int(id.BatchSize)); err != nil {
+					return errorf(ErrInvalidArgument, "%v", err)
+				}
+			}
+		case cumulative:
+			s.cur.AckCumulative(p)
+		case batch:
+			if err := s.cur.AckBatchIndex(p, int(id.BatchIndex), int(id.BatchSize)); err != nil {
+				return errorf(ErrInvalidArgument, "%v", err)
+			}
+		default:
+			s.cur.Ack(p)
+		}
+	}
+	return nil
+}
+
+// seek resets the cursor so that delivery restarts at p.
+func (s *subscription) seek(p mledger.Position) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
+	s.rewindLocked()
+}
+
+// expire acknowledges, up to a bounded number, the entries published
+// before cutoff (message TTL).
+func (s *subscription) expire(ctx context.Context, cutoff int64) {
+	p := s.t.ml.Next(s.cur.MarkDelete())
+	var lastExpired *mledger.Position
+	for scanned := 0; scanned < 10000; {
+		es, err := s.t.ml.Read(ctx, p, 200)
+		if err != nil || len(es) == 0 {
+			break
+		}
+		done := false
+		for _, e := range es {
+			md, _, err := entry.Decode(e.Data)
+			if err != nil || int64(md.GetPublishTime()) >= cutoff {
+				done = true
+				break
+			}
+			pos := e.Pos
+			lastExpired = &pos
+			p = s.t.ml.Next(e.Pos)
+			scanned++
+		}
+		if done {
+			break
+		}
+	}
+	if lastExpired != nil {
+		s.cur.AckCumulative(*lastExpired)
+		s.log.Debug("expired messages past their TTL", zap.Stringer("up-to", *lastExpired))
+	}
+}
+
+// backlog counts the entries not acknowledged.
+func (s *subscription) backlog() int64 {
+	n := s.t.ml.EntriesBetween(s.cur.MarkDelete(), s.t.ml.LastConfirmed()) - s.cur.Stats().AckedAfterMarkDelete
+	return max(n, 0)
+}
+
+// close stops the dispatcher, disconnects the consumers and persists the
+// cursor.
+func (s *subscription) close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	consumers := slices.Clone(s.mu.consumers)
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+	for _, c := range consumers {
+		c.disconnect(errorf(ErrTopicClosed, "subscription %s is closing", s.name))
+	}
+	return s.cur.Close(ctx)
+}
+
+// dispatch is the subscription's delivery loop.
+func (s *subscription) dispatch() {
+	defer close(s.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	backoff := 10 * time.Millisecond
+	for {
+		s.mu.Lock()
+		c, gen := s.mu.active, s.mu.gen
+		s.mu.Unlock()
+		if c == nil || c.available() == 0 {
+			select {
+			case <-s.wake:
+				continue
+			case <-s.stop:
+				return
+			}
+		}
+		moved := s.t.ml.Moved()
+		pos := s.cur.ReadPosition()
+		es, err := s.t.ml.Read(ctx, pos, min(c.available(), 100))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("dispatch read failed", zap.Stringer("position", pos), zap.Error(err))
+			select {
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 2*time.Second)
+			case <-s.stop:
+				return
+			}
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		if len(es) == 0 {
+			select {
+			case <-moved:
+			case <-s.wake:
+			case <-s.stop:
+				return
+			}
+			continue
+		}
+		if s.deliver(c, gen, es) {
+			// Too few permits for the next entry: wait for more.
+			select {
+			case <-s.wake:
+			case <-s.stop:
+				return
+			}
+		}
+	}
+}
+
+// deliver sends entries to c in order; it reports whether it stopped for
+// lack of permits.
+func (s *subscription) deliver(c *consumer, gen int64, es []mledger.Entry) (blocked bool) {
+	for _, e := range es {
+		if s.cur.IsAcked(e.Pos) {
+			if !s.advance(gen, e.Pos) {
+				return false
+			}
+			continue
+		}
+		n, _, err := entryMessages(e.Data)
+		if err != nil {
+			s.log.Error("corrupt entry; delivering it for the client to reject", zap.Stringer("position", e.Pos), zap.Error(err))
+			n = 1
+		}
+		if !c.take(n) {
+			return true
+		}
+		if !s.advance(gen, e.Pos) {
+			c.give(n)
+			return false
+		}
+		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: &brokerpb.Message{
+			MessageId: s.t.messageID(e.Pos, -1, 0), Entry: e.Data,
+		}}})
+	}
+	return false
+}
+
+// advance moves the read position past p, unless delivery restarted
+// meanwhile (then it reports false and the entries read are dropped).
+func (s *subscription) advance(gen int64, p mledger.Position) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.gen != gen {
+		return false
+	}
+	s.cur.SetReadPosition(s.t.ml.Next(p))
+	return true
+}
+
+// subscriptionStats are what admin reports.
+type subscriptionStats struct {
+	Type                 string          `json:"type"`
+	MsgBacklog           int64           `json:"msgBacklog"`
+	MarkDeletePosition   string          `json:"markDeletePosition"`
+	ReadPosition         string          `json:"readPosition"`
+	AckHoles             int             `json:"nonContiguousDeletedMessagesRanges"`
+	IndividuallyAcked    int64           `json:"individuallyDeletedMessages"`
+	Durable              bool            `json:"isDurable"`
+	Consumers            []consumerStats `json:"consumers"`
+	ActiveConsumerName   string          `json:"activeConsumerName,omitempty"`
+	CursorLedger         int64           `json:"cursorLedger,omitempty"`
+	UnackedMessagesTotal int64           `json:"unackedMessages"`
+}
+
+func (s *subscription) stats() subscriptionStats {
+	cs := s.cur.Stats()
+	st := subscriptionStats{
+		MsgBacklog: s.backlog(), MarkDeletePosition: cs.MarkDelete.String(), ReadPosition: cs.ReadPos.String(),
+		AckHoles: cs.Holes, IndividuallyAcked: cs.AckedAfterMarkDelete, Durable: s.durable, CursorLedger: cs.CursorLedger,
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.Type = strings.ToLower(s.mu.typ.String())
+	for _, c := range s.mu.consumers {
+		st.Consumers = append(st.Consumers, c.stats())
+	}
+	if s.mu.active != nil {
+		st.ActiveConsumerName = s.mu.active.name
+	}
+	return st
+}

@@ -1,0 +1,546 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/broker/internal/cursor"
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
+	"github.com/magnetar-io/magnetar/proto/metapb"
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
+	"github.com/magnetar-io/magnetar/proto/topicname"
+)
+
+// topic is one topic partition (or non-partitioned topic) served by this
+// broker: its managed ledger, producers, subscriptions and deduplication
+// state.
+type topic struct {
+	s     *Server
+	name  topicname.Name
+	path  string // tenant/namespace/topic
+	ml    *mledger.ManagedLedger
+	guard *metastore.Guard
+	log   *zap.Logger
+
+	mu struct {
+		sync.Mutex
+		set         settings
+		producers   map[string]*producer
+		subs        map[string]*subscription
+		pushed      map[string]int64 // dedup: highest sequence id sent to storage
+		persisted   map[string]int64 // dedup: highest sequence id stored
+		dedupDirty  bool
+		lastPublish int64 // publish times are kept increasing
+		closed      bool
+	}
+}
+
+// loadTopic claims ownership of a topic partition and opens it.
+func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (*topic, error) {
+	pol, err := s.md.policies(ctx, n.NamespaceName())
+	if err != nil {
+		return nil, err
+	}
+	if parts, err := s.md.partitions(ctx, n); err != nil {
+		return nil, err
+	} else if parts > 0 {
+		return nil, errorf(ErrNotAllowed, "%s is a partitioned topic: use its partitions (%s)", n, n.Partition(0))
+	}
+	if i := n.PartitionIndex(); i >= 0 {
+		parts, err := s.md.partitions(ctx, n.Base())
+		if err != nil {
+			return nil, err
+		}
+		if parts > 0 && i >= parts {
+			return nil, errorf(ErrTopicNotFound, "%s has %d partitions", n.Base(), parts)
+		}
+	}
+	exists, err := s.md.topicExists(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	if !exists && (!create || !s.cfg.AllowAutoTopicCreation) {
+		return nil, errorf(ErrTopicNotFound, "%s", n)
+	}
+	path := topicPath(n)
+	guard, err := s.claim(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	t := &topic{s: s, name: n, path: path, guard: guard, log: s.log.With(zap.String("topic", n.String()))}
+	t.mu.set = s.md.settings(pol)
+	t.mu.producers = map[string]*producer{}
+	t.mu.subs = map[string]*subscription{}
+	t.mu.pushed = map[string]int64{}
+	t.mu.persisted = map[string]int64{}
+	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache, Log: s.log})
+	if err != nil {
+		s.release(path, guard)
+		return nil, err
+	}
+	t.ml = ml
+	if err := t.loadSubscriptions(ctx); err != nil {
+		t.close(context.Background())
+		return nil, err
+	}
+	if err := t.loadDedup(ctx); err != nil {
+		t.close(context.Background())
+		return nil, err
+	}
+	t.log.Info("topic loaded", zap.Int("subscriptions", len(t.mu.subs)))
+	return t, nil
+}
+
+func (t *topic) mlConfig() mledger.Config {
+	c := t.s.cfg
+	return mledger.Config{
+		Ensemble: t.mu.set.ensemble, WriteQuorum: t.mu.set.writeQuorum, AckQuorum: t.mu.set.ackQuorum,
+		MaxEntriesPerLedger: c.MaxEntriesPerLedger, MaxSizePerLedger: c.MaxSizePerLedger,
+		MinLedgerAge: c.MinLedgerRollover, MaxLedgerAge: c.MaxLedgerRollover,
+	}
+}
+
+func (t *topic) cursorDeps() cursor.Deps {
+	return cursor.Deps{Store: t.s.store, Ledgers: t.s.ledgers, Guard: t.guard, Log: t.s.log,
+		Ensemble: t.mu.set.ensemble, WriteQuorum: t.mu.set.writeQuorum, AckQuorum: t.mu.set.ackQuorum}
+}
+
+// loadSubscriptions opens every durable cursor, so that retention knows
+// what is still needed even while nobody is connected.
+func (t *topic) loadSubscriptions(ctx context.Context) error {
+	prefix := metastore.CursorsPrefix(t.path)
+	return t.s.store.ListAll(ctx, prefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+		name := strings.TrimPrefix(kv.Key, prefix)
+		c, _, err := cursor.Open(ctx, t.ml, name, mledger.Position{Ledger: -1, Entry: -1}, t.cursorDeps())
+		if err != nil {
+			return fmt.Errorf("topic %s: open subscription %s: %w", t.name, name, err)
+		}
+		t.mu.subs[name] = newSubscription(t, name, c, true)
+		return nil
+	})
+}
+
+// close unloads the topic: consumers and producers are disconnected,
+// cursors persisted, the managed ledger closed (so that the next owner
+// need not recover it), ownership released.
+func (t *topic) close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.closed = true
+	subs := make([]*subscription, 0, len(t.mu.subs))
+	for _, s := range t.mu.subs {
+		subs = append(subs, s)
+	}
+	producers := make([]*producer, 0, len(t.mu.producers))
+	for _, p := range t.mu.producers {
+		producers = append(producers, p)
+	}
+	t.mu.Unlock()
+	for _, p := range producers {
+		p.disconnect(errorf(ErrTopicClosed, "%s is being unloaded", t.name))
+	}
+	var errs []error
+	for _, s := range subs {
+		errs = append(errs, s.close(ctx))
+	}
+	errs = append(errs, t.persistDedup(ctx))
+	if t.ml != nil {
+		errs = append(errs, t.ml.Close(ctx))
+		t.s.cache.Drop(t.path)
+	}
+	t.s.release(t.path, t.guard)
+	return errors.Join(errs...)
+}
+
+func (t *topic) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.closed
+}
+
+// messageID builds a client message id.
+func (t *topic) messageID(p mledger.Position, batchIndex, batchSize int32) *brokerpb.MessageId {
+	return &brokerpb.MessageId{LedgerId: p.Ledger, EntryId: p.Entry, Partition: int32(t.name.PartitionIndex()), BatchIndex: batchIndex, BatchSize: batchSize}
+}
+
+// ---- producers and publishing ----
+
+func (t *topic) addProducer(p *producer) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		return errorf(ErrTopicClosed, "%s", t.name)
+	}
+	if p.name == "" {
+		var b [6]byte
+		rand.Read(b[:])
+		p.name = t.s.id + "-" + hex.EncodeToString(b[:])
+	}
+	if _, busy := t.mu.producers[p.name]; busy {
+		return errorf(ErrProducerBusy, "a producer named %q is already connected to %s", p.name, t.name)
+	}
+	t.mu.producers[p.name] = p
+	if _, ok := t.mu.pushed[p.name]; !ok {
+		t.mu.pushed[p.name] = -1
+		t.mu.persisted[p.name] = -1
+	}
+	p.lastSequence = t.mu.persisted[p.name]
+	return nil
+}
+
+func (t *topic) removeProducer(p *producer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.producers[p.name] == p {
+		delete(t.mu.producers, p.name)
+	}
+	// What was sent but not stored is not a duplicate on reconnection.
+	t.mu.pushed[p.name] = t.mu.persisted[p.name]
+}
+
+// publish stores one message (or batch). cb gets the position, or
+// duplicate true when deduplication dropped it, or an error.
+func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, cb func(pos mledger.Position, duplicate bool, err error)) {
+	md := send.Metadata
+	if md == nil {
+		cb(mledger.Position{}, false, errorf(ErrInvalidMessage, "send without metadata"))
+		return
+	}
+	md.ProducerName = proto.String(p.name)
+	md.SequenceId = proto.Uint64(send.SequenceId)
+	highest := max(send.SequenceId, send.HighestSequenceId)
+	if send.HighestSequenceId > 0 {
+		md.HighestSequenceId = proto.Uint64(send.HighestSequenceId)
+	}
+	t.mu.Lock()
+	now := max(time.Now().UnixMilli(), t.mu.lastPublish)
+	t.mu.lastPublish = now
+	dedup := t.mu.set.dedup
+	if dedup {
+		if int64(send.SequenceId) <= t.mu.pushed[p.name] {
+			t.mu.Unlock()
+			cb(mledger.Position{Ledger: -1, Entry: -1}, true, nil)
+			return
+		}
+		t.mu.pushed[p.name] = int64(highest)
+	}
+	t.mu.Unlock()
+	md.PublishTime = proto.Uint64(uint64(now))
+	data, err := entry.Encode(md, send.Payload)
+	if err != nil {
+		cb(mledger.Position{}, false, errorf(ErrInvalidMessage, "%v", err))
+		return
+	}
+	if len(data) > t.s.cfg.MaxMessageSize+1024 {
+		cb(mledger.Position{}, false, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(data), t.s.cfg.MaxMessageSize))
+		return
+	}
+	t.ml.AppendAsync(ctx, data, func(pos mledger.Position, err error) {
+		if err == nil && dedup {
+			t.mu.Lock()
+			t.mu.persisted[p.name] = max(t.mu.persisted[p.name], int64(highest))
+			t.mu.dedupDirty = true
+			t.mu.Unlock()
+		}
+		cb(pos, false, err)
+	})
+}
+
+// ---- deduplication state ----
+
+// loadDedup rebuilds the highest sequence id per producer: the snapshot,
+// then every entry after it.
+func (t *topic) loadDedup(ctx context.Context) error {
+	if !t.mu.set.dedup {
+		return nil
+	}
+	var snap metapb.DedupSnapshot
+	from := mledger.Position{Ledger: -1, Entry: -1}
+	if _, err := getProto(ctx, t.s.store, metastore.DedupKey(t.path), &snap); err == nil {
+		from = mledger.Position{Ledger: snap.LedgerId, Entry: snap.EntryId}
+		for k, v := range snap.Sequences {
+			t.mu.persisted[k] = v
+		}
+	} else if !errors.Is(err, metastore.ErrNotFound) {
+		return err
+	}
+	last := t.ml.LastConfirmed()
+	for p := t.ml.Next(from); last.Ledger >= 0 && !last.Before(p); {
+		es, err := t.ml.Read(ctx, p, 500)
+		if err != nil {
+			return fmt.Errorf("topic %s: rebuild deduplication state: %w", t.name, err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			md, _, err := entry.Decode(e.Data)
+			if err != nil {
+				return fmt.Errorf("topic %s: entry %v: %w", t.name, e.Pos, err)
+			}
+			seq := int64(max(md.GetSequenceId(), md.GetHighestSequenceId()))
+			if prev, ok := t.mu.persisted[md.GetProducerName()]; !ok || seq > prev {
+				t.mu.persisted[md.GetProducerName()] = seq
+			}
+			p = t.ml.Next(e.Pos)
+		}
+	}
+	for k, v := range t.mu.persisted {
+		t.mu.pushed[k] = v
+	}
+	t.mu.dedupDirty = true
+	return nil
+}
+
+// persistDedup stores the deduplication snapshot if it changed.
+func (t *topic) persistDedup(ctx context.Context) error {
+	t.mu.Lock()
+	if !t.mu.set.dedup || !t.mu.dedupDirty {
+		t.mu.Unlock()
+		return nil
+	}
+	last := t.ml.LastConfirmed()
+	snap := &metapb.DedupSnapshot{LedgerId: last.Ledger, EntryId: last.Entry, Sequences: map[string]int64{}}
+	for k, v := range t.mu.persisted {
+		snap.Sequences[k] = v
+	}
+	t.mu.dedupDirty = false
+	t.mu.Unlock()
+	_, err := t.s.store.Commit(ctx, t.guard, metastore.PutOp(metastore.DedupKey(t.path), marshal(snap), metastore.AnyVersion))
+	if err != nil {
+		t.mu.Lock()
+		t.mu.dedupDirty = true
+		t.mu.Unlock()
+	}
+	return err
+}
+
+// ---- subscriptions ----
+
+// subscribe finds or creates the subscription and adds the consumer.
+func (t *topic) subscribe(ctx context.Context, req *brokerpb.Subscribe, c *consumer) (*subscription, error) {
+	sub, err := t.getOrCreateSubscription(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.addConsumer(c); err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// getOrCreateSubscription returns the named subscription, creating it (a
+// durable cursor, or a reader's in-memory one) if needed.
+func (t *topic) getOrCreateSubscription(ctx context.Context, req *brokerpb.Subscribe) (*subscription, error) {
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return nil, errorf(ErrTopicClosed, "%s", t.name)
+	}
+	sub := t.mu.subs[req.Subscription]
+	t.mu.Unlock()
+	if sub == nil {
+		var cur *cursor.Cursor
+		if req.Durable {
+			initial := t.ml.LastConfirmed()
+			if req.InitialPosition == brokerpb.InitialPosition_EARLIEST {
+				first := t.ml.First()
+				initial = mledger.Position{Ledger: first.Ledger, Entry: first.Entry - 1}
+			}
+			var err error
+			if cur, _, err = cursor.Open(ctx, t.ml, req.Subscription, initial, t.cursorDeps()); err != nil {
+				return nil, err
+			}
+		} else {
+			cur = cursor.NewEphemeral(t.ml, req.Subscription, t.readerStart(req))
+		}
+		t.mu.Lock()
+		if existing := t.mu.subs[req.Subscription]; existing != nil {
+			t.mu.Unlock()
+			cur.Close(ctx) // lost a race with another subscriber
+			sub = existing
+		} else {
+			sub = newSubscription(t, req.Subscription, cur, req.Durable)
+			t.mu.subs[req.Subscription] = sub
+			t.mu.Unlock()
+		}
+	}
+	return sub, nil
+}
+
+// readerStart is the mark-delete position of a reader's cursor.
+func (t *topic) readerStart(req *brokerpb.Subscribe) mledger.Position {
+	id := req.StartMessageId
+	switch {
+	case id == nil && req.InitialPosition == brokerpb.InitialPosition_EARLIEST:
+		first := t.ml.First()
+		return mledger.Position{Ledger: first.Ledger, Entry: first.Entry - 1}
+	case id == nil:
+		return t.ml.LastConfirmed()
+	case id.LedgerId < 0 && id.EntryId < 0: // "earliest"
+		first := t.ml.First()
+		return mledger.Position{Ledger: first.Ledger, Entry: first.Entry - 1}
+	}
+	p := mledger.Position{Ledger: id.LedgerId, Entry: id.EntryId}
+	if req.StartInclusive || (id.BatchIndex >= 0 && id.BatchSize > 0) {
+		// Start at the entry itself (the client skips earlier messages of
+		// a batch).
+		return mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1}
+	}
+	return p
+}
+
+// removeSubscription deletes a durable subscription (no consumers may be
+// connected) or forgets a reader's.
+func (t *topic) removeSubscription(ctx context.Context, name string, force bool) error {
+	t.mu.Lock()
+	sub := t.mu.subs[name]
+	if sub == nil {
+		t.mu.Unlock()
+		return errorf(ErrSubscriptionNotFound, "%s on %s", name, t.name)
+	}
+	if n := sub.consumerCount(); n > 0 && !force {
+		t.mu.Unlock()
+		return errorf(ErrNotAllowed, "subscription %s has %d connected consumers", name, n)
+	}
+	delete(t.mu.subs, name)
+	t.mu.Unlock()
+	sub.close(ctx)
+	return sub.cur.Delete(ctx)
+}
+
+func (t *topic) subscriptions() []*subscription {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*subscription, 0, len(t.mu.subs))
+	for _, s := range t.mu.subs {
+		out = append(out, s)
+	}
+	return out
+}
+
+func (t *topic) subscription(name string) (*subscription, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.mu.subs[name]; s != nil {
+		return s, nil
+	}
+	return nil, errorf(ErrSubscriptionNotFound, "%s on %s", name, t.name)
+}
+
+// ---- background work ----
+
+// maintain persists cursors and deduplication state.
+func (t *topic) persist(ctx context.Context) {
+	for _, s := range t.subscriptions() {
+		if err := s.cur.Persist(ctx); err != nil {
+			t.log.Warn("cursor persist failed", zap.String("subscription", s.name), zap.Error(err))
+		}
+	}
+	if err := t.persistDedup(ctx); err != nil {
+		t.log.Warn("deduplication snapshot failed", zap.Error(err))
+	}
+}
+
+// retain expires messages past the TTL and trims consumed ledgers.
+func (t *topic) retain(ctx context.Context) {
+	t.mu.Lock()
+	ttl, ret := t.mu.set.messageTTL, t.mu.set.retention
+	t.mu.Unlock()
+	subs := t.subscriptions()
+	if ttl > 0 {
+		cutoff := time.Now().Add(-ttl).UnixMilli()
+		for _, s := range subs {
+			if s.durable {
+				s.expire(ctx, cutoff)
+			}
+		}
+	}
+	slowest := t.ml.Next(t.ml.LastConfirmed())
+	for _, s := range subs {
+		if !s.durable {
+			continue
+		}
+		if p := t.ml.Next(s.cur.MarkDelete()); p.Before(slowest) {
+			slowest = p
+		}
+	}
+	if _, err := t.ml.Trim(ctx, slowest, ret); err != nil {
+		t.log.Warn("trim failed", zap.Error(err))
+	}
+}
+
+// publishTime returns the publish time of the entry at p.
+func (t *topic) publishTime(ctx context.Context, p mledger.Position) (int64, bool, error) {
+	es, err := t.ml.Read(ctx, p, 1)
+	if err != nil || len(es) == 0 {
+		return 0, false, err
+	}
+	md, _, err := entry.Decode(es[0].Data)
+	if err != nil {
+		return 0, false, err
+	}
+	return int64(md.GetPublishTime()), true, nil
+}
+
+// findByTime returns the position of the first entry published at or
+// after ts (publish times increase along the partition), or the position
+// after the last entry.
+func (t *topic) findByTime(ctx context.Context, ts int64) (mledger.Position, error) {
+	end := t.ml.Next(t.ml.LastConfirmed())
+	for _, ref := range t.ml.Ledgers() {
+		if ref.Entries == 0 {
+			continue
+		}
+		lastTime, ok, err := t.publishTime(ctx, mledger.Position{Ledger: ref.LedgerId, Entry: ref.Entries - 1})
+		if err != nil {
+			return mledger.Position{}, err
+		}
+		if !ok || lastTime < ts {
+			continue
+		}
+		lo, hi := int64(0), ref.Entries-1 // the answer is in lo..hi
+		for lo < hi {
+			mid := (lo + hi) / 2
+			tm, _, err := t.publishTime(ctx, mledger.Position{Ledger: ref.LedgerId, Entry: mid})
+			if err != nil {
+				return mledger.Position{}, err
+			}
+			if tm >= ts {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		return mledger.Position{Ledger: ref.LedgerId, Entry: lo}, nil
+	}
+	return end, nil
+}
+
+// entryMessages returns the number of messages in a stored entry.
+func entryMessages(data []byte) (int, *pulsarpb.MessageMetadata, error) {
+	md, _, err := entry.Decode(data)
+	if err != nil {
+		return 0, nil, err
+	}
+	n := int(md.GetNumMessagesInBatch())
+	if md.NumMessagesInBatch == nil || n < 1 {
+		n = 1
+	}
+	return n, md, nil
+}
