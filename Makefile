@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.1
 PROTOC_VERSION             := 3.21.12
 PROTO_FILES   := $(wildcard proto/*/*.proto)
 # Packages that run goroutines: tested with the race detector.
-RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./internal/...
+RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./internal/...
 TEST_TIMEOUT  ?= 20m
 
 .PHONY: all build test test-race test-e2e bench fuzz proto proto-check lint run tools clean

@@ -235,6 +235,9 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 		return err
 	}
 	c := newConsumer(req, queue)
+	// Queued first: the subscription may tell the consumer it is active as
+	// soon as it joins.
+	c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
 	sub, err := t.subscribe(ctx, req, c)
 	if err != nil {
 		return err
@@ -245,8 +248,6 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 			t.removeSubscription(context.Background(), sub.name, true)
 		}
 	}()
-	c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
-
 	sendDone := make(chan error, 1)
 	go func() {
 		for {

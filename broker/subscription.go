@@ -324,9 +324,11 @@ func (s *subscription) deliver(c *consumer, gen int64, es []mledger.Entry) (bloc
 			c.give(n)
 			return false
 		}
-		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: &brokerpb.Message{
-			MessageId: s.t.messageID(e.Pos, -1, 0), Entry: e.Data,
-		}}})
+		msg := &brokerpb.Message{MessageId: s.t.messageID(e.Pos, -1, 0), Entry: e.Data}
+		if n > 1 {
+			msg.AckedBatchIndexes = s.cur.AckedBatchIndexes(e.Pos)
+		}
+		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: msg}})
 	}
 	return false
 }

@@ -1,5 +1,20 @@
-// Package client will be Magnetar's Go SDK (producers, consumers, readers),
-// shaped like pulsar-client-go. It depends only on package proto, so that
-// applications do not pull in server code; internal/archtest checks that.
-// It is built in issue 3.
+// Package client is Magnetar's Go SDK: producers, consumers and readers,
+// shaped like pulsar-client-go.
+//
+//	c, err := client.NewClient(client.ClientOptions{URL: "magnetar://127.0.0.1:6650"})
+//	p, err := c.CreateProducer(client.ProducerOptions{Topic: "orders"})
+//	id, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("hello")})
+//	cons, err := c.Subscribe(client.ConsumerOptions{Topic: "orders", SubscriptionName: "billing"})
+//	msg, err := cons.Receive(ctx)
+//	cons.Ack(msg)
+//
+// It depends only on package proto (and gRPC): applications do not pull in
+// server code. internal/archtest checks that.
+//
+// Delivery: a message whose Send returned successfully is stored; after a
+// send error or timeout it may or may not be (enable deduplication on the
+// namespace to make resends safe). A producer reconnects with backoff when
+// its broker restarts and resends what was not acknowledged, in order.
+// Consumers receive messages at least once: unacknowledged messages come
+// again after a reconnection.
 package client

@@ -958,6 +958,7 @@ type ConsumeRequest struct {
 	//	*ConsumeRequest_Ack
 	//	*ConsumeRequest_Seek
 	//	*ConsumeRequest_Redeliver
+	//	*ConsumeRequest_Unsubscribe
 	Request       isConsumeRequest_Request `protobuf_oneof:"request"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1045,6 +1046,15 @@ func (x *ConsumeRequest) GetRedeliver() *Redeliver {
 	return nil
 }
 
+func (x *ConsumeRequest) GetUnsubscribe() *Unsubscribe {
+	if x != nil {
+		if x, ok := x.Request.(*ConsumeRequest_Unsubscribe); ok {
+			return x.Unsubscribe
+		}
+	}
+	return nil
+}
+
 type isConsumeRequest_Request interface {
 	isConsumeRequest_Request()
 }
@@ -1069,6 +1079,10 @@ type ConsumeRequest_Redeliver struct {
 	Redeliver *Redeliver `protobuf:"bytes,5,opt,name=redeliver,proto3,oneof"`
 }
 
+type ConsumeRequest_Unsubscribe struct {
+	Unsubscribe *Unsubscribe `protobuf:"bytes,6,opt,name=unsubscribe,proto3,oneof"`
+}
+
 func (*ConsumeRequest_Subscribe) isConsumeRequest_Request() {}
 
 func (*ConsumeRequest_Flow) isConsumeRequest_Request() {}
@@ -1078,6 +1092,46 @@ func (*ConsumeRequest_Ack) isConsumeRequest_Request() {}
 func (*ConsumeRequest_Seek) isConsumeRequest_Request() {}
 
 func (*ConsumeRequest_Redeliver) isConsumeRequest_Request() {}
+
+func (*ConsumeRequest_Unsubscribe) isConsumeRequest_Request() {}
+
+// Unsubscribe deletes the subscription; refused while other consumers are
+// connected to it. The broker answers Unsubscribed and ends the stream.
+type Unsubscribe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Unsubscribe) Reset() {
+	*x = Unsubscribe{}
+	mi := &file_brokerpb_broker_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Unsubscribe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Unsubscribe) ProtoMessage() {}
+
+func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
+	mi := &file_brokerpb_broker_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Unsubscribe.ProtoReflect.Descriptor instead.
+func (*Unsubscribe) Descriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{13}
+}
 
 type Subscribe struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1101,7 +1155,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_brokerpb_broker_proto_msgTypes[13]
+	mi := &file_brokerpb_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1167,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[13]
+	mi := &file_brokerpb_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1180,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{13}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Subscribe) GetTopic() string {
@@ -1208,7 +1262,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_brokerpb_broker_proto_msgTypes[14]
+	mi := &file_brokerpb_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1274,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[14]
+	mi := &file_brokerpb_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1287,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{14}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Flow) GetPermits() uint32 {
@@ -1253,7 +1307,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	mi := &file_brokerpb_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1319,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	mi := &file_brokerpb_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1332,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{15}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetMessageIds() []*MessageId {
@@ -1308,7 +1362,7 @@ type Seek struct {
 
 func (x *Seek) Reset() {
 	*x = Seek{}
-	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	mi := &file_brokerpb_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1374,7 @@ func (x *Seek) String() string {
 func (*Seek) ProtoMessage() {}
 
 func (x *Seek) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	mi := &file_brokerpb_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1387,7 @@ func (x *Seek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seek.ProtoReflect.Descriptor instead.
 func (*Seek) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{16}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Seek) GetTarget() isSeek_Target {
@@ -1387,7 +1441,7 @@ type Redeliver struct {
 
 func (x *Redeliver) Reset() {
 	*x = Redeliver{}
-	mi := &file_brokerpb_broker_proto_msgTypes[17]
+	mi := &file_brokerpb_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1453,7 @@ func (x *Redeliver) String() string {
 func (*Redeliver) ProtoMessage() {}
 
 func (x *Redeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[17]
+	mi := &file_brokerpb_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1466,7 @@ func (x *Redeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redeliver.ProtoReflect.Descriptor instead.
 func (*Redeliver) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{17}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Redeliver) GetMessageIds() []*MessageId {
@@ -1431,6 +1485,7 @@ type ConsumeResponse struct {
 	//	*ConsumeResponse_ActiveChange
 	//	*ConsumeResponse_SeekDone
 	//	*ConsumeResponse_Error
+	//	*ConsumeResponse_Unsubscribed
 	Response      isConsumeResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1438,7 +1493,7 @@ type ConsumeResponse struct {
 
 func (x *ConsumeResponse) Reset() {
 	*x = ConsumeResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[18]
+	mi := &file_brokerpb_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1505,7 @@ func (x *ConsumeResponse) String() string {
 func (*ConsumeResponse) ProtoMessage() {}
 
 func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[18]
+	mi := &file_brokerpb_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1518,7 @@ func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{18}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConsumeResponse) GetResponse() isConsumeResponse_Response {
@@ -1518,6 +1573,15 @@ func (x *ConsumeResponse) GetError() *ConsumerError {
 	return nil
 }
 
+func (x *ConsumeResponse) GetUnsubscribed() *Unsubscribed {
+	if x != nil {
+		if x, ok := x.Response.(*ConsumeResponse_Unsubscribed); ok {
+			return x.Unsubscribed
+		}
+	}
+	return nil
+}
+
 type isConsumeResponse_Response interface {
 	isConsumeResponse_Response()
 }
@@ -1542,6 +1606,10 @@ type ConsumeResponse_Error struct {
 	Error *ConsumerError `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
 }
 
+type ConsumeResponse_Unsubscribed struct {
+	Unsubscribed *Unsubscribed `protobuf:"bytes,6,opt,name=unsubscribed,proto3,oneof"`
+}
+
 func (*ConsumeResponse_Subscribed) isConsumeResponse_Response() {}
 
 func (*ConsumeResponse_Message) isConsumeResponse_Response() {}
@@ -1552,6 +1620,44 @@ func (*ConsumeResponse_SeekDone) isConsumeResponse_Response() {}
 
 func (*ConsumeResponse_Error) isConsumeResponse_Response() {}
 
+func (*ConsumeResponse_Unsubscribed) isConsumeResponse_Response() {}
+
+type Unsubscribed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Unsubscribed) Reset() {
+	*x = Unsubscribed{}
+	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Unsubscribed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Unsubscribed) ProtoMessage() {}
+
+func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
+	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Unsubscribed.ProtoReflect.Descriptor instead.
+func (*Unsubscribed) Descriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{20}
+}
+
 type Subscribed struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1560,7 +1666,7 @@ type Subscribed struct {
 
 func (x *Subscribed) Reset() {
 	*x = Subscribed{}
-	mi := &file_brokerpb_broker_proto_msgTypes[19]
+	mi := &file_brokerpb_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1678,7 @@ func (x *Subscribed) String() string {
 func (*Subscribed) ProtoMessage() {}
 
 func (x *Subscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[19]
+	mi := &file_brokerpb_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1691,7 @@ func (x *Subscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribed.ProtoReflect.Descriptor instead.
 func (*Subscribed) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{19}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{21}
 }
 
 type Message struct {
@@ -1594,13 +1700,15 @@ type Message struct {
 	// The stored entry (proto/entry layout): metadata and payload.
 	Entry           []byte `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"`
 	RedeliveryCount uint32 `protobuf:"varint,3,opt,name=redelivery_count,json=redeliveryCount,proto3" json:"redelivery_count,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Messages of this batch already acknowledged: the client skips them.
+	AckedBatchIndexes []int32 `protobuf:"varint,4,rep,packed,name=acked_batch_indexes,json=ackedBatchIndexes,proto3" json:"acked_batch_indexes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1720,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1733,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{20}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Message) GetMessageId() *MessageId {
@@ -1649,6 +1757,13 @@ func (x *Message) GetRedeliveryCount() uint32 {
 	return 0
 }
 
+func (x *Message) GetAckedBatchIndexes() []int32 {
+	if x != nil {
+		return x.AckedBatchIndexes
+	}
+	return nil
+}
+
 type ActiveChange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	IsActive      bool                   `protobuf:"varint,1,opt,name=is_active,json=isActive,proto3" json:"is_active,omitempty"`
@@ -1658,7 +1773,7 @@ type ActiveChange struct {
 
 func (x *ActiveChange) Reset() {
 	*x = ActiveChange{}
-	mi := &file_brokerpb_broker_proto_msgTypes[21]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1785,7 @@ func (x *ActiveChange) String() string {
 func (*ActiveChange) ProtoMessage() {}
 
 func (x *ActiveChange) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[21]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1798,7 @@ func (x *ActiveChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveChange.ProtoReflect.Descriptor instead.
 func (*ActiveChange) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{21}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ActiveChange) GetIsActive() bool {
@@ -1701,7 +1816,7 @@ type SeekDone struct {
 
 func (x *SeekDone) Reset() {
 	*x = SeekDone{}
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1828,7 @@ func (x *SeekDone) String() string {
 func (*SeekDone) ProtoMessage() {}
 
 func (x *SeekDone) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1841,7 @@ func (x *SeekDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekDone.ProtoReflect.Descriptor instead.
 func (*SeekDone) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
 }
 
 type ConsumerError struct {
@@ -1739,7 +1854,7 @@ type ConsumerError struct {
 
 func (x *ConsumerError) Reset() {
 	*x = ConsumerError{}
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1866,7 @@ func (x *ConsumerError) String() string {
 func (*ConsumerError) ProtoMessage() {}
 
 func (x *ConsumerError) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1879,7 @@ func (x *ConsumerError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerError.ProtoReflect.Descriptor instead.
 func (*ConsumerError) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConsumerError) GetReason() ErrorReason {
@@ -1790,7 +1905,7 @@ type GetLastMessageIdRequest struct {
 
 func (x *GetLastMessageIdRequest) Reset() {
 	*x = GetLastMessageIdRequest{}
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1917,7 @@ func (x *GetLastMessageIdRequest) String() string {
 func (*GetLastMessageIdRequest) ProtoMessage() {}
 
 func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1930,7 @@ func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdRequest.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdRequest) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetLastMessageIdRequest) GetTopic() string {
@@ -1834,7 +1949,7 @@ type GetLastMessageIdResponse struct {
 
 func (x *GetLastMessageIdResponse) Reset() {
 	*x = GetLastMessageIdResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1961,7 @@ func (x *GetLastMessageIdResponse) String() string {
 func (*GetLastMessageIdResponse) ProtoMessage() {}
 
 func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1974,7 @@ func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdResponse.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetLastMessageIdResponse) GetMessageId() *MessageId {
@@ -1930,14 +2045,16 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\vsequence_id\x18\x01 \x01(\x04R\n" +
 	"sequenceId\x127\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x1f.magnetar.broker.v1.ErrorReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xa6\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xeb\x02\n" +
 	"\x0eConsumeRequest\x12=\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.SubscribeH\x00R\tsubscribe\x12.\n" +
 	"\x04flow\x18\x02 \x01(\v2\x18.magnetar.broker.v1.FlowH\x00R\x04flow\x12+\n" +
 	"\x03ack\x18\x03 \x01(\v2\x17.magnetar.broker.v1.AckH\x00R\x03ack\x12.\n" +
 	"\x04seek\x18\x04 \x01(\v2\x18.magnetar.broker.v1.SeekH\x00R\x04seek\x12=\n" +
-	"\tredeliver\x18\x05 \x01(\v2\x1d.magnetar.broker.v1.RedeliverH\x00R\tredeliverB\t\n" +
-	"\arequest\"\xd7\x03\n" +
+	"\tredeliver\x18\x05 \x01(\v2\x1d.magnetar.broker.v1.RedeliverH\x00R\tredeliver\x12C\n" +
+	"\vunsubscribe\x18\x06 \x01(\v2\x1f.magnetar.broker.v1.UnsubscribeH\x00R\vunsubscribeB\t\n" +
+	"\arequest\"\r\n" +
+	"\vUnsubscribe\"\xd7\x03\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x128\n" +
@@ -1965,7 +2082,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x06target\"K\n" +
 	"\tRedeliver\x12>\n" +
 	"\vmessage_ids\x18\x01 \x03(\v2\x1d.magnetar.broker.v1.MessageIdR\n" +
-	"messageIds\"\xd9\x02\n" +
+	"messageIds\"\xa1\x03\n" +
 	"\x0fConsumeResponse\x12@\n" +
 	"\n" +
 	"subscribed\x18\x01 \x01(\v2\x1e.magnetar.broker.v1.SubscribedH\x00R\n" +
@@ -1973,16 +2090,19 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\v2\x1b.magnetar.broker.v1.MessageH\x00R\amessage\x12G\n" +
 	"\ractive_change\x18\x03 \x01(\v2 .magnetar.broker.v1.ActiveChangeH\x00R\factiveChange\x12;\n" +
 	"\tseek_done\x18\x04 \x01(\v2\x1c.magnetar.broker.v1.SeekDoneH\x00R\bseekDone\x129\n" +
-	"\x05error\x18\x05 \x01(\v2!.magnetar.broker.v1.ConsumerErrorH\x00R\x05errorB\n" +
+	"\x05error\x18\x05 \x01(\v2!.magnetar.broker.v1.ConsumerErrorH\x00R\x05error\x12F\n" +
+	"\funsubscribed\x18\x06 \x01(\v2 .magnetar.broker.v1.UnsubscribedH\x00R\funsubscribedB\n" +
 	"\n" +
-	"\bresponse\"\f\n" +
+	"\bresponse\"\x0e\n" +
+	"\fUnsubscribed\"\f\n" +
 	"\n" +
-	"Subscribed\"\x88\x01\n" +
+	"Subscribed\"\xb8\x01\n" +
 	"\aMessage\x12<\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId\x12\x14\n" +
 	"\x05entry\x18\x02 \x01(\fR\x05entry\x12)\n" +
-	"\x10redelivery_count\x18\x03 \x01(\rR\x0fredeliveryCount\"+\n" +
+	"\x10redelivery_count\x18\x03 \x01(\rR\x0fredeliveryCount\x12.\n" +
+	"\x13acked_batch_indexes\x18\x04 \x03(\x05R\x11ackedBatchIndexes\"+\n" +
 	"\fActiveChange\x12\x1b\n" +
 	"\tis_active\x18\x01 \x01(\bR\bisActive\"\n" +
 	"\n" +
@@ -2042,7 +2162,7 @@ func file_brokerpb_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_brokerpb_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_brokerpb_broker_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: magnetar.broker.v1.ErrorReason
 	(SubscriptionType)(0),               // 1: magnetar.broker.v1.SubscriptionType
@@ -2060,66 +2180,70 @@ var file_brokerpb_broker_proto_goTypes = []any{
 	(*SendReceipt)(nil),                 // 13: magnetar.broker.v1.SendReceipt
 	(*SendError)(nil),                   // 14: magnetar.broker.v1.SendError
 	(*ConsumeRequest)(nil),              // 15: magnetar.broker.v1.ConsumeRequest
-	(*Subscribe)(nil),                   // 16: magnetar.broker.v1.Subscribe
-	(*Flow)(nil),                        // 17: magnetar.broker.v1.Flow
-	(*Ack)(nil),                         // 18: magnetar.broker.v1.Ack
-	(*Seek)(nil),                        // 19: magnetar.broker.v1.Seek
-	(*Redeliver)(nil),                   // 20: magnetar.broker.v1.Redeliver
-	(*ConsumeResponse)(nil),             // 21: magnetar.broker.v1.ConsumeResponse
-	(*Subscribed)(nil),                  // 22: magnetar.broker.v1.Subscribed
-	(*Message)(nil),                     // 23: magnetar.broker.v1.Message
-	(*ActiveChange)(nil),                // 24: magnetar.broker.v1.ActiveChange
-	(*SeekDone)(nil),                    // 25: magnetar.broker.v1.SeekDone
-	(*ConsumerError)(nil),               // 26: magnetar.broker.v1.ConsumerError
-	(*GetLastMessageIdRequest)(nil),     // 27: magnetar.broker.v1.GetLastMessageIdRequest
-	(*GetLastMessageIdResponse)(nil),    // 28: magnetar.broker.v1.GetLastMessageIdResponse
-	nil,                                 // 29: magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	(*pulsarpb.MessageMetadata)(nil),    // 30: magnetar.pulsar.v1.MessageMetadata
+	(*Unsubscribe)(nil),                 // 16: magnetar.broker.v1.Unsubscribe
+	(*Subscribe)(nil),                   // 17: magnetar.broker.v1.Subscribe
+	(*Flow)(nil),                        // 18: magnetar.broker.v1.Flow
+	(*Ack)(nil),                         // 19: magnetar.broker.v1.Ack
+	(*Seek)(nil),                        // 20: magnetar.broker.v1.Seek
+	(*Redeliver)(nil),                   // 21: magnetar.broker.v1.Redeliver
+	(*ConsumeResponse)(nil),             // 22: magnetar.broker.v1.ConsumeResponse
+	(*Unsubscribed)(nil),                // 23: magnetar.broker.v1.Unsubscribed
+	(*Subscribed)(nil),                  // 24: magnetar.broker.v1.Subscribed
+	(*Message)(nil),                     // 25: magnetar.broker.v1.Message
+	(*ActiveChange)(nil),                // 26: magnetar.broker.v1.ActiveChange
+	(*SeekDone)(nil),                    // 27: magnetar.broker.v1.SeekDone
+	(*ConsumerError)(nil),               // 28: magnetar.broker.v1.ConsumerError
+	(*GetLastMessageIdRequest)(nil),     // 29: magnetar.broker.v1.GetLastMessageIdRequest
+	(*GetLastMessageIdResponse)(nil),    // 30: magnetar.broker.v1.GetLastMessageIdResponse
+	nil,                                 // 31: magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	(*pulsarpb.MessageMetadata)(nil),    // 32: magnetar.pulsar.v1.MessageMetadata
 }
 var file_brokerpb_broker_proto_depIdxs = []int32{
 	9,  // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
 	10, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
-	29, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	30, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
+	31, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	32, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
 	12, // 4: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
 	13, // 5: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
 	14, // 6: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
 	3,  // 7: magnetar.broker.v1.SendReceipt.message_id:type_name -> magnetar.broker.v1.MessageId
 	0,  // 8: magnetar.broker.v1.SendError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	16, // 9: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
-	17, // 10: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
-	18, // 11: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
-	19, // 12: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
-	20, // 13: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
-	1,  // 14: magnetar.broker.v1.Subscribe.type:type_name -> magnetar.broker.v1.SubscriptionType
-	2,  // 15: magnetar.broker.v1.Subscribe.initial_position:type_name -> magnetar.broker.v1.InitialPosition
-	3,  // 16: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
-	3,  // 17: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
-	3,  // 18: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
-	3,  // 19: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
-	22, // 20: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
-	23, // 21: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
-	24, // 22: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
-	25, // 23: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
-	26, // 24: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
-	3,  // 25: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
-	0,  // 26: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	3,  // 27: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
-	4,  // 28: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
-	6,  // 29: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
-	8,  // 30: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
-	15, // 31: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
-	27, // 32: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
-	5,  // 33: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
-	7,  // 34: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
-	11, // 35: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
-	21, // 36: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
-	28, // 37: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	17, // 9: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
+	18, // 10: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
+	19, // 11: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
+	20, // 12: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
+	21, // 13: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
+	16, // 14: magnetar.broker.v1.ConsumeRequest.unsubscribe:type_name -> magnetar.broker.v1.Unsubscribe
+	1,  // 15: magnetar.broker.v1.Subscribe.type:type_name -> magnetar.broker.v1.SubscriptionType
+	2,  // 16: magnetar.broker.v1.Subscribe.initial_position:type_name -> magnetar.broker.v1.InitialPosition
+	3,  // 17: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
+	3,  // 18: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
+	3,  // 19: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
+	3,  // 20: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
+	24, // 21: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
+	25, // 22: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
+	26, // 23: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
+	27, // 24: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
+	28, // 25: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
+	23, // 26: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
+	3,  // 27: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
+	0,  // 28: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
+	3,  // 29: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
+	4,  // 30: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
+	6,  // 31: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
+	8,  // 32: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
+	15, // 33: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
+	29, // 34: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
+	5,  // 35: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
+	7,  // 36: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
+	11, // 37: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
+	22, // 38: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
+	30, // 39: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
+	35, // [35:40] is the sub-list for method output_type
+	30, // [30:35] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_brokerpb_broker_proto_init() }
@@ -2142,17 +2266,19 @@ func file_brokerpb_broker_proto_init() {
 		(*ConsumeRequest_Ack)(nil),
 		(*ConsumeRequest_Seek)(nil),
 		(*ConsumeRequest_Redeliver)(nil),
+		(*ConsumeRequest_Unsubscribe)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[16].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[17].OneofWrappers = []any{
 		(*Seek_MessageId)(nil),
 		(*Seek_PublishTimeUnixMs)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[18].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[19].OneofWrappers = []any{
 		(*ConsumeResponse_Subscribed)(nil),
 		(*ConsumeResponse_Message)(nil),
 		(*ConsumeResponse_ActiveChange)(nil),
 		(*ConsumeResponse_SeekDone)(nil),
 		(*ConsumeResponse_Error)(nil),
+		(*ConsumeResponse_Unsubscribed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2160,7 +2286,7 @@ func file_brokerpb_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_brokerpb_broker_proto_rawDesc), len(file_brokerpb_broker_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -257,6 +257,14 @@ func (c *Cursor) BatchAcked(p Position, i int) bool {
 	return c.mu.st.BatchAcked(p, i)
 }
 
+// AckedBatchIndexes lists the acknowledged messages of a partially
+// acknowledged batch entry.
+func (c *Cursor) AckedBatchIndexes(p Position) []int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.st.AckedBatchIndexes(p)
+}
+
 // Ack acknowledges entries.
 func (c *Cursor) Ack(ps ...Position) {
 	c.mu.Lock()

@@ -202,6 +202,22 @@ func (s *State) BatchAcked(p Position, i int) bool {
 	return b != nil && i < b.size && b.bits[i/64]&(1<<(i%64)) != 0
 }
 
+// AckedBatchIndexes lists the acknowledged messages of a partially
+// acknowledged batch at p (none otherwise).
+func (s *State) AckedBatchIndexes(p Position) []int32 {
+	b := s.batches[p]
+	if b == nil {
+		return nil
+	}
+	out := make([]int32, 0, b.acked)
+	for i := 0; i < b.size; i++ {
+		if b.bits[i/64]&(1<<(i%64)) != 0 {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
 // Reset forgets every acknowledgement and puts the mark-delete position at
 // p: the next entry delivered is the one after p.
 func (s *State) Reset(p Position) {

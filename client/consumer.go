@@ -1,0 +1,329 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+)
+
+// SubscriptionType says how a subscription's messages are spread over its
+// consumers.
+type SubscriptionType int
+
+const (
+	// Exclusive: one consumer; another one is refused.
+	Exclusive SubscriptionType = iota
+	// Shared: messages spread over the consumers (not supported yet).
+	Shared
+	// Failover: one active consumer per partition, the others take over
+	// when it leaves.
+	Failover
+	// KeyShared: messages of one key go to one consumer (not supported
+	// yet).
+	KeyShared
+)
+
+func (t SubscriptionType) String() string {
+	switch t {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	case Failover:
+		return "failover"
+	case KeyShared:
+		return "key_shared"
+	}
+	return fmt.Sprintf("SubscriptionType(%d)", int(t))
+}
+
+// SubscriptionInitialPosition is where a new subscription starts.
+type SubscriptionInitialPosition int
+
+const (
+	// SubscriptionPositionLatest: only messages published after the
+	// subscription is created.
+	SubscriptionPositionLatest SubscriptionInitialPosition = iota
+	// SubscriptionPositionEarliest: every message still stored.
+	SubscriptionPositionEarliest
+)
+
+// ConsumerMessage is a message with the consumer it came from (Chan).
+type ConsumerMessage struct {
+	Consumer
+	Message
+}
+
+// ConsumerOptions configure a consumer. Zero values take the defaults
+// noted.
+type ConsumerOptions struct {
+	// Topic, or Topics, to consume (all partitions of partitioned ones).
+	Topic  string
+	Topics []string
+	// SubscriptionName is required.
+	SubscriptionName string
+	// Type of the subscription. Default Exclusive.
+	Type SubscriptionType
+	// SubscriptionInitialPosition of a new subscription. Default Latest.
+	SubscriptionInitialPosition SubscriptionInitialPosition
+	// Name of the consumer (failover orders consumers by name). Default:
+	// random.
+	Name string
+	// ReceiverQueueSize is how many messages are fetched ahead, per
+	// partition. Default 1000.
+	ReceiverQueueSize int
+	// NackRedeliveryDelay is how long a negatively acknowledged message
+	// waits before it is delivered again. Default 1 minute.
+	NackRedeliveryDelay time.Duration
+	// MessageChannel, if set, receives the messages instead of Chan().
+	MessageChannel chan ConsumerMessage
+}
+
+func (o *ConsumerOptions) fill() error {
+	if o.Topic != "" && len(o.Topics) > 0 {
+		return fmt.Errorf("%w: set Topic or Topics, not both", ErrInvalidOptions)
+	}
+	if o.Topic != "" {
+		o.Topics = []string{o.Topic}
+	}
+	if len(o.Topics) == 0 {
+		return fmt.Errorf("%w: a topic is required", ErrInvalidOptions)
+	}
+	if o.SubscriptionName == "" {
+		return fmt.Errorf("%w: SubscriptionName is required", ErrInvalidOptions)
+	}
+	if o.Type < Exclusive || o.Type > KeyShared {
+		return fmt.Errorf("%w: unknown subscription type %d", ErrInvalidOptions, o.Type)
+	}
+	if o.SubscriptionInitialPosition != SubscriptionPositionLatest && o.SubscriptionInitialPosition != SubscriptionPositionEarliest {
+		return fmt.Errorf("%w: unknown initial position %d", ErrInvalidOptions, o.SubscriptionInitialPosition)
+	}
+	if o.ReceiverQueueSize == 0 {
+		o.ReceiverQueueSize = 1000
+	}
+	if o.ReceiverQueueSize < 1 || o.ReceiverQueueSize > 100000 {
+		return fmt.Errorf("%w: ReceiverQueueSize %d must be in 1..100000", ErrInvalidOptions, o.ReceiverQueueSize)
+	}
+	if o.NackRedeliveryDelay == 0 {
+		o.NackRedeliveryDelay = time.Minute
+	}
+	if o.NackRedeliveryDelay < 0 {
+		return fmt.Errorf("%w: negative NackRedeliveryDelay", ErrInvalidOptions)
+	}
+	if o.Name == "" {
+		var b [5]byte
+		rand.Read(b[:])
+		o.Name = hex.EncodeToString(b[:])
+	}
+	return nil
+}
+
+// Consumer receives the messages of a subscription.
+type Consumer interface {
+	Subscription() string
+	// Receive returns the next message, waiting up to ctx.
+	Receive(ctx context.Context) (Message, error)
+	// Chan delivers messages as they come. After Seek or a redelivery it
+	// may still hold messages from before (Receive skips those).
+	Chan() <-chan ConsumerMessage
+	Ack(Message) error
+	AckID(MessageID) error
+	// AckCumulative acknowledges every message up to this one (of its
+	// partition).
+	AckCumulative(Message) error
+	AckIDCumulative(MessageID) error
+	// Nack asks for the message to be delivered again, after
+	// NackRedeliveryDelay (for exclusive and failover subscriptions, every
+	// unacknowledged message is delivered again).
+	Nack(Message)
+	NackID(MessageID)
+	// Seek moves the subscription to a message id (of a non-partitioned
+	// topic), SeekByTime to the first message published at or after t.
+	Seek(MessageID) error
+	SeekByTime(time.Time) error
+	// Unsubscribe deletes the subscription.
+	Unsubscribe() error
+	Close()
+}
+
+// consumer gathers the partition consumers of all its topics.
+type consumer struct {
+	c     *client
+	opts  ConsumerOptions
+	ch    chan ConsumerMessage
+	parts []*partitionConsumer
+	once  sync.Once
+}
+
+func (c *client) Subscribe(opts ConsumerOptions) (Consumer, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	cons := &consumer{c: c, opts: opts}
+	cons.ch = opts.MessageChannel
+	if cons.ch == nil {
+		cons.ch = make(chan ConsumerMessage, opts.ReceiverQueueSize)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.OperationTimeout)
+	defer cancel()
+	for _, topic := range opts.Topics {
+		names, n, err := c.partitions(ctx, topic)
+		if err != nil {
+			cons.Close()
+			return nil, err
+		}
+		for i, name := range names {
+			part := int32(-1)
+			if n > 0 {
+				part = int32(i)
+			}
+			sub := &brokerpb.Subscribe{
+				Topic: name, Subscription: opts.SubscriptionName, Type: brokerpb.SubscriptionType(opts.Type),
+				ConsumerName: opts.Name, Durable: true, ReceiverQueueSize: uint32(opts.ReceiverQueueSize),
+			}
+			if opts.SubscriptionInitialPosition == SubscriptionPositionEarliest {
+				sub.InitialPosition = brokerpb.InitialPosition_EARLIEST
+			}
+			pc, err := newPartitionConsumer(ctx, c, cons, name, part, sub, opts.ReceiverQueueSize)
+			if err != nil {
+				cons.Close()
+				return nil, err
+			}
+			cons.parts = append(cons.parts, pc)
+		}
+	}
+	if err := c.register(cons); err != nil {
+		cons.Close()
+		return nil, err
+	}
+	return cons, nil
+}
+
+func (cons *consumer) Subscription() string         { return cons.opts.SubscriptionName }
+func (cons *consumer) Chan() <-chan ConsumerMessage { return cons.ch }
+
+func (cons *consumer) Receive(ctx context.Context) (Message, error) {
+	for {
+		select {
+		case m, ok := <-cons.ch:
+			if !ok {
+				return nil, ErrClosed
+			}
+			if mm, ok := m.Message.(*message); ok && mm.consumer != nil && mm.consumer.stale(mm) {
+				continue // received before a seek or redelivery: it comes again
+			}
+			return m.Message, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// deliver hands a message to the application (called by partition
+// consumers; blocks while the channel is full).
+func (cons *consumer) deliver(m *message, stop <-chan struct{}) bool {
+	select {
+	case cons.ch <- ConsumerMessage{Consumer: cons, Message: m}:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+func (cons *consumer) partitionOf(id MessageID) (*partitionConsumer, error) {
+	m := toMessageID(id)
+	for _, pc := range cons.parts {
+		if pc.partition == m.partition {
+			return pc, nil
+		}
+	}
+	if len(cons.parts) == 1 {
+		return cons.parts[0], nil
+	}
+	return nil, fmt.Errorf("%w: message id %s is of no partition of this consumer", ErrInvalidOptions, id)
+}
+
+func (cons *consumer) ackMessage(msg Message, cumulative bool) error {
+	if m, ok := msg.(*message); ok && m.consumer != nil {
+		return m.consumer.ack(m.id, cumulative)
+	}
+	return cons.ackID(msg.ID(), cumulative)
+}
+
+func (cons *consumer) ackID(id MessageID, cumulative bool) error {
+	pc, err := cons.partitionOf(id)
+	if err != nil {
+		return err
+	}
+	return pc.ack(toMessageID(id), cumulative)
+}
+
+func (cons *consumer) Ack(m Message) error                { return cons.ackMessage(m, false) }
+func (cons *consumer) AckCumulative(m Message) error      { return cons.ackMessage(m, true) }
+func (cons *consumer) AckID(id MessageID) error           { return cons.ackID(id, false) }
+func (cons *consumer) AckIDCumulative(id MessageID) error { return cons.ackID(id, true) }
+
+func (cons *consumer) Nack(m Message) { cons.NackID(m.ID()) }
+
+func (cons *consumer) NackID(id MessageID) {
+	pc, err := cons.partitionOf(id)
+	if err != nil {
+		return
+	}
+	pc.nack()
+}
+
+func (cons *consumer) Seek(id MessageID) error {
+	if len(cons.parts) != 1 {
+		return fmt.Errorf("%w: Seek by message id needs a single non-partitioned topic (use SeekByTime)", ErrNotAllowed)
+	}
+	return cons.seek(&brokerpb.Seek{Target: &brokerpb.Seek_MessageId{MessageId: toMessageID(id).proto()}})
+}
+
+func (cons *consumer) SeekByTime(t time.Time) error {
+	return cons.seek(&brokerpb.Seek{Target: &brokerpb.Seek_PublishTimeUnixMs{PublishTimeUnixMs: t.UnixMilli()}})
+}
+
+// seek moves every partition, then drops what was received before.
+func (cons *consumer) seek(s *brokerpb.Seek) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cons.c.opts.OperationTimeout)
+	defer cancel()
+	var errs []error
+	for _, pc := range cons.parts {
+		errs = append(errs, pc.seek(ctx, s))
+	}
+	// Messages from before the seek that still wait in the channel are
+	// skipped by Receive (Chan users may see them).
+	return errors.Join(errs...)
+}
+
+func (cons *consumer) Unsubscribe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cons.c.opts.OperationTimeout)
+	defer cancel()
+	var errs []error
+	for _, pc := range cons.parts {
+		errs = append(errs, pc.unsubscribe(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (cons *consumer) Close() {
+	cons.once.Do(func() {
+		var wg sync.WaitGroup
+		for _, pc := range cons.parts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pc.close()
+			}()
+		}
+		wg.Wait()
+		cons.c.unregister(cons)
+	})
+}

@@ -1,0 +1,99 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+)
+
+var (
+	// ErrInvalidOptions: options rejected at construction.
+	ErrInvalidOptions = errors.New("client: invalid options")
+	// ErrClosed: the client, producer or consumer was closed.
+	ErrClosed = errors.New("client: closed")
+	// ErrSendTimeout: no receipt within SendTimeout; the message may or
+	// may not be stored.
+	ErrSendTimeout = errors.New("client: send timed out")
+	// ErrMessageTooLarge: the message exceeds the broker's maximum size.
+	ErrMessageTooLarge = errors.New("client: message too large")
+	// ErrTopicNotFound: the topic does not exist (and is not created on
+	// first use).
+	ErrTopicNotFound = errors.New("client: topic not found")
+	// ErrConsumerBusy: an exclusive subscription already has a consumer, or
+	// the subscription has another type.
+	ErrConsumerBusy = errors.New("client: consumer busy")
+	// ErrProducerBusy: a producer with the same name is connected.
+	ErrProducerBusy = errors.New("client: producer busy")
+	// ErrNotAllowed: the broker refused the operation.
+	ErrNotAllowed = errors.New("client: not allowed")
+	// ErrInvalidTopicName: the topic name is not valid.
+	ErrInvalidTopicName = errors.New("client: invalid topic name")
+	// ErrUnavailable: no broker could be reached, or it is not ready; the
+	// client retries by itself where it can.
+	ErrUnavailable = errors.New("client: broker unavailable")
+)
+
+// Error is an error reported by a broker.
+type Error struct {
+	Reason  brokerpb.ErrorReason
+	Message string
+	err     error
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Unwrap returns the package error matching the reason.
+func (e *Error) Unwrap() error { return e.err }
+
+var reasonErrors = map[brokerpb.ErrorReason]error{
+	brokerpb.ErrorReason_INVALID_TOPIC_NAME: ErrInvalidTopicName,
+	brokerpb.ErrorReason_TOPIC_NOT_FOUND:    ErrTopicNotFound,
+	brokerpb.ErrorReason_CONSUMER_BUSY:      ErrConsumerBusy,
+	brokerpb.ErrorReason_PRODUCER_BUSY:      ErrProducerBusy,
+	brokerpb.ErrorReason_MESSAGE_TOO_LARGE:  ErrMessageTooLarge,
+	brokerpb.ErrorReason_NOT_ALLOWED:        ErrNotAllowed,
+	brokerpb.ErrorReason_SERVICE_NOT_READY:  ErrUnavailable,
+	brokerpb.ErrorReason_NOT_OWNER:          ErrUnavailable,
+	brokerpb.ErrorReason_TOPIC_CLOSED:       ErrUnavailable,
+	brokerpb.ErrorReason_PERSISTENCE_ERROR:  ErrUnavailable,
+}
+
+func reasonError(reason brokerpb.ErrorReason, msg string) error {
+	return &Error{Reason: reason, Message: msg, err: reasonErrors[reason]}
+}
+
+// fromStatus turns a gRPC error from a broker into a client error.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == "broker.magnetar.io" {
+			if r, ok := brokerpb.ErrorReason_value[info.Reason]; ok {
+				return reasonError(brokerpb.ErrorReason(r), st.Message())
+			}
+		}
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message())
+	case codes.Canceled:
+		return fmt.Errorf("%w: %s", ErrClosed, st.Message())
+	}
+	return err
+}
+
+// retriable reports whether an operation failed for a reason that a
+// reconnection may cure.
+func retriable(err error) bool {
+	return errors.Is(err, ErrUnavailable)
+}

@@ -1,0 +1,538 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
+)
+
+// deliverer takes decoded messages from a partition consumer.
+type deliverer interface {
+	deliver(m *message, stop <-chan struct{}) bool
+}
+
+// partitionConsumer consumes one partition over one Consume stream.
+//
+// It grants the broker permits for ReceiverQueueSize messages and grants
+// them again as the application takes messages. On a broken stream it
+// reconnects with backoff and subscribes again (a reader resumes after the
+// last message it received); what was received and not yet taken is
+// dropped, the broker delivers it again.
+//
+// Goroutines: run (connects, receives and decodes) and pump (hands
+// messages to the application), both stopped by close.
+type partitionConsumer struct {
+	c         *client
+	parent    deliverer
+	topic     string
+	partition int32
+	sub       *brokerpb.Subscribe
+	queueSize int
+	nackDelay time.Duration
+
+	signal chan struct{} // wakes pump
+	stop   chan struct{}
+	done   chan struct{}
+
+	sendMu sync.Mutex // serializes stream.Send
+
+	mu struct {
+		sync.Mutex
+		stream   brokerpb.Broker_ConsumeClient
+		gen      int          // bumps when what was received before must be dropped
+		queue    []*message   // received, not yet handed over
+		consumed int          // taken by the application since the last Flow
+		last     *messageID   // last message handed over (readers resume after it)
+		waiters  []chan error // seek and unsubscribe waiting for their answer
+		nackAt   time.Time    // a redelivery is due then (zero: none)
+		closed   bool
+	}
+}
+
+func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, topic string, partition int32, sub *brokerpb.Subscribe, queueSize int) (*partitionConsumer, error) {
+	pc := &partitionConsumer{c: c, parent: parent, topic: topic, partition: partition, sub: sub, queueSize: queueSize,
+		signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if cons, ok := parent.(*consumer); ok {
+		pc.nackDelay = cons.opts.NackRedeliveryDelay
+	}
+	stream, err := pc.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc.mu.stream = stream
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); pc.run(stream) }()
+	go func() { defer wg.Done(); pc.pump() }()
+	go func() { wg.Wait(); close(pc.done) }()
+	return pc, nil
+}
+
+// connect subscribes on a new stream and grants the first permits.
+func (pc *partitionConsumer) connect(ctx context.Context) (brokerpb.Broker_ConsumeClient, error) {
+	ctx, cancel := context.WithTimeout(ctx, pc.c.opts.OperationTimeout)
+	defer cancel()
+	bc, err := pc.c.lookup(ctx, pc.topic)
+	if err != nil {
+		return nil, err
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	stream, err := bc.Consume(sctx)
+	if err != nil {
+		scancel()
+		return nil, fromStatus(err)
+	}
+	sub := pc.sub
+	pc.mu.Lock()
+	if last := pc.mu.last; last != nil && !sub.Durable {
+		// A reader resumes after the last message it handed over.
+		cp := proto.Clone(sub).(*brokerpb.Subscribe)
+		cp.StartMessageId, cp.StartInclusive = last.proto(), false
+		if last.batchIdx >= 0 && last.batchIdx < last.batchSize-1 {
+			cp.StartInclusive = true // the rest of that batch is still to come
+		}
+		sub = cp
+	}
+	pc.mu.Unlock()
+	fail := func(err error) (brokerpb.Broker_ConsumeClient, error) {
+		scancel()
+		return nil, err
+	}
+	if err := stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Subscribe{Subscribe: sub}}); err != nil {
+		return fail(fromStatus(err))
+	}
+	type res struct {
+		r   *brokerpb.ConsumeResponse
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		r, err := stream.Recv()
+		ch <- res{r, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return fail(fromStatus(r.err))
+		}
+		if r.r.GetSubscribed() == nil {
+			return fail(fmt.Errorf("%w: broker answered %T to Subscribe", ErrUnavailable, r.r.Response))
+		}
+	case <-ctx.Done():
+		return fail(fmt.Errorf("%w: subscribing to %s: %v", ErrUnavailable, pc.topic, ctx.Err()))
+	}
+	go func() { <-stream.Context().Done(); scancel() }()
+	if err := stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(pc.queueSize)}}}); err != nil {
+		return fail(fromStatus(err))
+	}
+	return stream, nil
+}
+
+// send writes a request to the current stream.
+func (pc *partitionConsumer) send(r *brokerpb.ConsumeRequest) error {
+	pc.mu.Lock()
+	stream, closed := pc.mu.stream, pc.mu.closed
+	pc.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if stream == nil {
+		return fmt.Errorf("%w: reconnecting to %s", ErrUnavailable, pc.topic)
+	}
+	pc.sendMu.Lock()
+	defer pc.sendMu.Unlock()
+	if err := stream.Send(r); err != nil {
+		return fromStatus(err)
+	}
+	return nil
+}
+
+// run receives on the stream and reconnects when it breaks.
+func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient) {
+	var bo backoff
+	nack := time.NewTicker(100 * time.Millisecond)
+	defer nack.Stop()
+	for {
+		err := pc.receive(stream, nack.C)
+		pc.mu.Lock()
+		pc.mu.stream = nil
+		pc.mu.gen++ // drop what was received: it comes again
+		pc.mu.queue = nil
+		pc.mu.consumed = 0
+		closed := pc.mu.closed
+		waiters := pc.mu.waiters
+		pc.mu.waiters = nil
+		pc.mu.Unlock()
+		for _, w := range waiters {
+			w <- err
+		}
+		stream.CloseSend()
+		if closed || errors.Is(err, errUnsubscribed) {
+			return
+		}
+		for {
+			select {
+			case <-time.After(bo.next()):
+			case <-pc.stop:
+				return
+			}
+			s, err := pc.connect(context.Background())
+			if err != nil {
+				continue
+			}
+			stream = s
+			pc.mu.Lock()
+			pc.mu.stream = s
+			pc.mu.Unlock()
+			bo.reset()
+			break
+		}
+	}
+}
+
+var errUnsubscribed = errors.New("client: unsubscribed")
+
+// receive handles what the broker sends until the stream breaks.
+func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack <-chan time.Time) error {
+	type res struct {
+		r   *brokerpb.ConsumeResponse
+		err error
+	}
+	ch := make(chan res, 64)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			ch <- res{r, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		go func() {
+			for r := range ch {
+				if r.err != nil {
+					return
+				}
+			}
+		}()
+	}()
+	for {
+		select {
+		case <-pc.stop:
+			return ErrClosed
+		case <-nack:
+			pc.maybeRedeliver()
+			continue
+		case r := <-ch:
+			if r.err != nil {
+				if r.err == io.EOF {
+					return ErrUnavailable
+				}
+				return fromStatus(r.err)
+			}
+			switch resp := r.r.Response.(type) {
+			case *brokerpb.ConsumeResponse_Message:
+				pc.received(resp.Message)
+			case *brokerpb.ConsumeResponse_SeekDone:
+				pc.reset(nil)
+			case *brokerpb.ConsumeResponse_Unsubscribed:
+				pc.reset(nil)
+				return errUnsubscribed
+			case *brokerpb.ConsumeResponse_Error:
+				// A refused acknowledgement: nothing to do but report it to
+				// a waiter if there is one.
+				pc.reset(reasonError(resp.Error.Reason, resp.Error.Message))
+			case *brokerpb.ConsumeResponse_ActiveChange:
+				// Failover: the broker decides what to send; nothing to do.
+			}
+		}
+	}
+}
+
+// reset drops what was received before a seek's (or an unsubscribe's)
+// answer, and wakes the one waiting for it with err.
+func (pc *partitionConsumer) reset(err error) {
+	pc.mu.Lock()
+	var w chan error
+	if len(pc.mu.waiters) > 0 {
+		w = pc.mu.waiters[0]
+		pc.mu.waiters = pc.mu.waiters[1:]
+	}
+	if err == nil {
+		pc.dropLocked()
+	}
+	pc.mu.Unlock()
+	if w != nil {
+		w <- err
+	}
+}
+
+// dropLocked forgets what is queued and grants its permits again.
+func (pc *partitionConsumer) dropLocked() {
+	pc.mu.gen++
+	pc.mu.consumed += len(pc.mu.queue)
+	pc.mu.queue = nil
+	pc.mu.last = nil
+}
+
+// received decodes an entry into messages and queues them.
+func (pc *partitionConsumer) received(m *brokerpb.Message) {
+	msgs, err := decodeEntry(pc.topic, pc.partition, m)
+	if err != nil {
+		// A corrupt entry: acknowledge nothing, tell nobody but the log of
+		// the application (there is none here); skip it so that the
+		// consumer is not stuck. Its permits are given back.
+		pc.consumed(1)
+		return
+	}
+	pc.mu.Lock()
+	// A reader starting (or resuming) inside a batch gets the whole entry
+	// and skips the messages before its start.
+	if !pc.sub.Durable {
+		var from *messageID // the first message of its entry to keep
+		if last := pc.mu.last; last != nil {
+			from = &messageID{ledger: last.ledger, entry: last.entry, batchIdx: last.batchIdx + 1}
+		} else if start := pc.sub.StartMessageId; start != nil && start.BatchIndex >= 0 {
+			from = &messageID{ledger: start.LedgerId, entry: start.EntryId, batchIdx: start.BatchIndex + btoi(!pc.sub.StartInclusive)}
+		}
+		for from != nil && len(msgs) > 0 && msgs[0].id.ledger == from.ledger && msgs[0].id.entry == from.entry &&
+			msgs[0].id.batchIdx >= 0 && msgs[0].id.batchIdx < from.batchIdx {
+			msgs = msgs[1:]
+			pc.mu.consumed++
+		}
+	}
+	skip := map[int32]bool{}
+	for _, i := range m.AckedBatchIndexes {
+		skip[i] = true
+	}
+	for _, msg := range msgs {
+		if skip[msg.id.batchIdx] {
+			pc.mu.consumed++ // acknowledged before: not delivered again
+			continue
+		}
+		msg.consumer = pc
+		pc.mu.queue = append(pc.mu.queue, msg)
+	}
+	pc.mu.Unlock()
+	select {
+	case pc.signal <- struct{}{}:
+	default:
+	}
+}
+
+func btoi(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pump hands queued messages to the application, in order.
+func (pc *partitionConsumer) pump() {
+	for {
+		pc.mu.Lock()
+		if pc.mu.closed {
+			pc.mu.Unlock()
+			return
+		}
+		var m *message
+		gen := pc.mu.gen
+		if len(pc.mu.queue) > 0 {
+			m = pc.mu.queue[0]
+		}
+		pc.mu.Unlock()
+		if m == nil {
+			select {
+			case <-pc.signal:
+			case <-pc.stop:
+				return
+			}
+			continue
+		}
+		pc.mu.Lock()
+		stale := pc.mu.gen != gen
+		if !stale {
+			pc.mu.queue = pc.mu.queue[1:]
+		}
+		pc.mu.Unlock()
+		if stale {
+			continue
+		}
+		m.gen = gen
+		if !pc.parent.deliver(m, pc.stop) {
+			return
+		}
+		pc.mu.Lock()
+		if pc.mu.gen == gen {
+			id := m.id
+			pc.mu.last = &id
+		}
+		pc.mu.Unlock()
+		pc.consumed(1)
+	}
+}
+
+// stale reports whether m was handed over before a seek, redelivery or
+// reconnection (it is delivered again); its permit is granted again.
+func (pc *partitionConsumer) stale(m *message) bool {
+	pc.mu.Lock()
+	stale := m.gen != pc.mu.gen
+	pc.mu.Unlock()
+	if stale {
+		pc.consumed(0)
+	}
+	return stale
+}
+
+// consumed counts messages taken and grants permits again once half the
+// queue was taken.
+func (pc *partitionConsumer) consumed(n int) {
+	pc.mu.Lock()
+	pc.mu.consumed += n
+	grant := 0
+	if pc.mu.consumed >= max(pc.queueSize/2, 1) {
+		grant, pc.mu.consumed = pc.mu.consumed, 0
+	}
+	pc.mu.Unlock()
+	if grant > 0 {
+		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(grant)}}})
+	}
+}
+
+func (pc *partitionConsumer) ack(id messageID, cumulative bool) error {
+	return pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{
+		MessageIds: []*brokerpb.MessageId{id.proto()}, Cumulative: cumulative}}})
+}
+
+// nack schedules a redelivery of what is unacknowledged.
+func (pc *partitionConsumer) nack() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.mu.nackAt.IsZero() {
+		pc.mu.nackAt = time.Now().Add(pc.nackDelay)
+	}
+}
+
+func (pc *partitionConsumer) maybeRedeliver() {
+	pc.mu.Lock()
+	due := !pc.mu.nackAt.IsZero() && time.Now().After(pc.mu.nackAt)
+	if due {
+		pc.mu.nackAt = time.Time{}
+		pc.dropLocked() // what is queued comes again anyway
+	}
+	pc.mu.Unlock()
+	if due {
+		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{}}})
+		pc.consumed(0)
+	}
+}
+
+// request sends r and waits for the broker's answer (SeekDone,
+// Unsubscribed or an error).
+func (pc *partitionConsumer) request(ctx context.Context, r *brokerpb.ConsumeRequest) error {
+	w := make(chan error, 1)
+	pc.mu.Lock()
+	pc.mu.waiters = append(pc.mu.waiters, w)
+	pc.mu.Unlock()
+	if err := pc.send(r); err != nil {
+		pc.mu.Lock()
+		for i, x := range pc.mu.waiters {
+			if x == w {
+				pc.mu.waiters = append(pc.mu.waiters[:i], pc.mu.waiters[i+1:]...)
+			}
+		}
+		pc.mu.Unlock()
+		return err
+	}
+	select {
+	case err := <-w:
+		if errors.Is(err, errUnsubscribed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (pc *partitionConsumer) seek(ctx context.Context, s *brokerpb.Seek) error {
+	return pc.request(ctx, &brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Seek{Seek: s}})
+}
+
+func (pc *partitionConsumer) unsubscribe(ctx context.Context) error {
+	return pc.request(ctx, &brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Unsubscribe{Unsubscribe: &brokerpb.Unsubscribe{}}})
+}
+
+func (pc *partitionConsumer) close() {
+	pc.mu.Lock()
+	if pc.mu.closed {
+		pc.mu.Unlock()
+		<-pc.done
+		return
+	}
+	pc.mu.closed = true
+	pc.mu.Unlock()
+	close(pc.stop)
+	<-pc.done
+}
+
+// decodeEntry turns a delivered entry into its messages.
+func decodeEntry(topic string, partition int32, m *brokerpb.Message) ([]*message, error) {
+	md, payload, err := entry.Decode(m.Entry)
+	if err != nil {
+		return nil, err
+	}
+	if md.GetCompression() != pulsarpb.CompressionType_NONE {
+		if payload, err = entry.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize())); err != nil {
+			return nil, err
+		}
+	}
+	id := messageID{ledger: m.MessageId.LedgerId, entry: m.MessageId.EntryId, batchIdx: -1, partition: partition}
+	props := func(kvs []*pulsarpb.KeyValue) map[string]string {
+		if len(kvs) == 0 {
+			return nil
+		}
+		out := make(map[string]string, len(kvs))
+		for _, kv := range kvs {
+			out[kv.GetKey()] = kv.GetValue()
+		}
+		return out
+	}
+	ms := func(v uint64) time.Time {
+		if v == 0 {
+			return time.Time{}
+		}
+		return time.UnixMilli(int64(v))
+	}
+	base := message{topic: topic, publishTime: ms(md.GetPublishTime()), producerName: md.GetProducerName(), redeliveryCount: m.RedeliveryCount}
+	if md.NumMessagesInBatch == nil {
+		msg := base
+		msg.id, msg.payload, msg.key, msg.orderingKey = id, payload, md.GetPartitionKey(), string(md.GetOrderingKey())
+		msg.props, msg.eventTime = props(md.Properties), ms(md.GetEventTime())
+		return []*message{&msg}, nil
+	}
+	singles, err := entry.SplitBatch(payload, int(md.GetNumMessagesInBatch()))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*message, len(singles))
+	for i, s := range singles {
+		msg := base
+		msg.id = id
+		msg.id.batchIdx, msg.id.batchSize = int32(i), int32(len(singles))
+		msg.payload, msg.key, msg.orderingKey = s.Payload, s.Meta.GetPartitionKey(), string(s.Meta.GetOrderingKey())
+		msg.props, msg.eventTime = props(s.Meta.Properties), ms(s.Meta.GetEventTime())
+		out[i] = &msg
+	}
+	return out, nil
+}

@@ -1,0 +1,566 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
+)
+
+// partitionProducer publishes to one partition (or a non-partitioned
+// topic) over one Produce stream.
+//
+// Messages get increasing sequence ids, are packed into batches, and each
+// batch is sent and kept in pending until its receipt comes. When the
+// stream breaks (or the broker reports a send error) the producer
+// reconnects with backoff and sends everything pending again, in order;
+// the broker refuses everything after a failed send until then, so that
+// the topic keeps the producer's order.
+//
+// Goroutines: run (connects, then receives) and send (writes batches to the
+// stream), both owned by the producer and stopped by close.
+type partitionProducer struct {
+	c         *client
+	topic     string
+	partition int32
+	opts      *ProducerOptions
+	compress  pulsarpb.CompressionType
+	name      string // set at the first connection, then fixed
+
+	sem     chan struct{} // MaxPendingMessages
+	signal  chan struct{} // wakes the sender
+	stop    chan struct{}
+	done    chan struct{}
+	idle    *sync.Cond // on mu: pending and batch became empty
+	timeout *time.Ticker
+
+	mu struct {
+		sync.Mutex
+		batch      []*pendingMsg
+		batchBytes int
+		batchTimer *time.Timer
+		pending    []*pendingBatch // sent or to send, in sequence order
+		outbox     []*pendingBatch // to write to the stream
+		nextSeq    int64
+		lastSeq    int64 // highest sequence id acknowledged
+		stream     brokerpb.Broker_ProduceClient
+		closed     bool
+	}
+}
+
+type pendingMsg struct {
+	ctx  context.Context
+	msg  *ProducerMessage
+	seq  int64
+	size int
+	cb   func(MessageID, *ProducerMessage, error)
+}
+
+type pendingBatch struct {
+	msgs    []*pendingMsg
+	req     *brokerpb.Send
+	created time.Time
+}
+
+func newPartitionProducer(ctx context.Context, c *client, topic string, partition int32, opts *ProducerOptions) (*partitionProducer, error) {
+	ct, _ := opts.CompressionType.proto()
+	pp := &partitionProducer{
+		c: c, topic: topic, partition: partition, opts: opts, compress: ct, name: opts.Name,
+		sem: make(chan struct{}, opts.MaxPendingMessages), signal: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	pp.idle = sync.NewCond(&pp.mu)
+	// The first connection is made here so that errors (a bad topic, a
+	// busy name) reach the caller.
+	stream, opened, err := pp.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pp.name = opened.ProducerName
+	pp.mu.lastSeq = opened.LastSequenceId
+	pp.mu.nextSeq = opened.LastSequenceId + 1
+	pp.mu.stream = stream
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); pp.run(stream) }()
+	go func() { defer wg.Done(); pp.sendLoop() }()
+	go func() { wg.Wait(); close(pp.done) }()
+	return pp, nil
+}
+
+// connect opens a Produce stream and waits for ProducerOpened.
+func (pp *partitionProducer) connect(ctx context.Context) (brokerpb.Broker_ProduceClient, *brokerpb.ProducerOpened, error) {
+	ctx, cancel := context.WithTimeout(ctx, pp.c.opts.OperationTimeout)
+	defer cancel()
+	bc, err := pp.c.lookup(ctx, pp.topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	stream, err := bc.Produce(sctx)
+	if err != nil {
+		scancel()
+		return nil, nil, fromStatus(err)
+	}
+	fail := func(err error) (brokerpb.Broker_ProduceClient, *brokerpb.ProducerOpened, error) {
+		scancel()
+		return nil, nil, err
+	}
+	if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Open{Open: &brokerpb.ProducerOpen{
+		Topic: pp.topic, ProducerName: pp.name, Properties: pp.opts.Properties}}}); err != nil {
+		return fail(fromStatus(err))
+	}
+	type res struct {
+		r   *brokerpb.ProduceResponse
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		r, err := stream.Recv()
+		ch <- res{r, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return fail(fromStatus(r.err))
+		}
+		opened := r.r.GetOpened()
+		if opened == nil {
+			return fail(fmt.Errorf("%w: broker answered %T to ProducerOpen", ErrUnavailable, r.r.Response))
+		}
+		go func() { <-stream.Context().Done(); scancel() }()
+		return stream, opened, nil
+	case <-ctx.Done():
+		return fail(fmt.Errorf("%w: opening the producer on %s: %v", ErrUnavailable, pp.topic, ctx.Err()))
+	}
+}
+
+func (pp *partitionProducer) lastSequenceID() int64 {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return pp.mu.lastSeq
+}
+
+// sendAsync queues a message into the current batch.
+func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage, cb func(MessageID, *ProducerMessage, error)) {
+	size := len(msg.Payload) + len(msg.Key) + len(msg.OrderingKey)
+	for k, v := range msg.Properties {
+		size += len(k) + len(v)
+	}
+	if size > pp.c.opts.MaxMessageSize {
+		cb(nil, msg, fmt.Errorf("%w: message of %d bytes, the maximum is %d", ErrMessageTooLarge, size, pp.c.opts.MaxMessageSize))
+		return
+	}
+	select {
+	case pp.sem <- struct{}{}:
+	case <-ctx.Done():
+		cb(nil, msg, ctx.Err())
+		return
+	case <-pp.stop:
+		cb(nil, msg, ErrClosed)
+		return
+	}
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.mu.closed {
+		<-pp.sem
+		go cb(nil, msg, ErrClosed)
+		return
+	}
+	seq := pp.mu.nextSeq
+	if msg.SequenceID != nil {
+		seq = *msg.SequenceID
+	}
+	pp.mu.nextSeq = max(pp.mu.nextSeq, seq+1)
+	// A message that does not fit the current batch starts a new one.
+	if len(pp.mu.batch) > 0 && pp.mu.batchBytes+size > int(pp.opts.BatchingMaxSize) {
+		pp.flushLocked()
+	}
+	pp.mu.batch = append(pp.mu.batch, &pendingMsg{ctx: ctx, msg: msg, seq: seq, size: size, cb: cb})
+	pp.mu.batchBytes += size
+	switch {
+	case pp.opts.DisableBatching, len(pp.mu.batch) >= int(pp.opts.BatchingMaxMessages), pp.mu.batchBytes >= int(pp.opts.BatchingMaxSize):
+		pp.flushLocked()
+	case pp.mu.batchTimer == nil:
+		pp.mu.batchTimer = time.AfterFunc(pp.opts.BatchingMaxPublishDelay, func() {
+			pp.mu.Lock()
+			defer pp.mu.Unlock()
+			pp.mu.batchTimer = nil
+			pp.flushLocked()
+		})
+	}
+}
+
+// flushLocked turns the current batch into a pending Send.
+func (pp *partitionProducer) flushLocked() {
+	if pp.mu.batchTimer != nil {
+		pp.mu.batchTimer.Stop()
+		pp.mu.batchTimer = nil
+	}
+	msgs := pp.mu.batch
+	if len(msgs) == 0 {
+		return
+	}
+	pp.mu.batch, pp.mu.batchBytes = nil, 0
+	req, err := pp.encode(msgs)
+	if err != nil {
+		go func() { // not under the lock: callbacks may send again
+			for _, m := range msgs {
+				<-pp.sem
+				m.cb(nil, m.msg, err)
+			}
+		}()
+		return
+	}
+	b := &pendingBatch{msgs: msgs, req: req, created: time.Now()}
+	pp.mu.pending = append(pp.mu.pending, b)
+	pp.mu.outbox = append(pp.mu.outbox, b)
+	select {
+	case pp.signal <- struct{}{}:
+	default:
+	}
+}
+
+// encode builds the Send of a batch: a single message as itself (batching
+// disabled), otherwise Pulsar's batch layout, compressed.
+func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) {
+	md := &pulsarpb.MessageMetadata{}
+	var payload []byte
+	props := func(m map[string]string) []*pulsarpb.KeyValue {
+		var kvs []*pulsarpb.KeyValue
+		for k, v := range m {
+			kvs = append(kvs, &pulsarpb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
+		}
+		return kvs
+	}
+	if pp.opts.DisableBatching && len(msgs) == 1 {
+		m := msgs[0].msg
+		md.Properties = props(m.Properties)
+		if m.Key != "" {
+			md.PartitionKey = proto.String(m.Key)
+		}
+		if m.OrderingKey != "" {
+			md.OrderingKey = []byte(m.OrderingKey)
+		}
+		if !m.EventTime.IsZero() {
+			md.EventTime = proto.Uint64(uint64(m.EventTime.UnixMilli()))
+		}
+		payload = m.Payload
+	} else {
+		md.NumMessagesInBatch = proto.Int32(int32(len(msgs)))
+		for _, pm := range msgs {
+			m := pm.msg
+			smm := &pulsarpb.SingleMessageMetadata{Properties: props(m.Properties), SequenceId: proto.Uint64(uint64(pm.seq))}
+			if m.Key != "" {
+				smm.PartitionKey = proto.String(m.Key)
+			}
+			if m.OrderingKey != "" {
+				smm.OrderingKey = []byte(m.OrderingKey)
+			}
+			if !m.EventTime.IsZero() {
+				smm.EventTime = proto.Uint64(uint64(m.EventTime.UnixMilli()))
+			}
+			var err error
+			if payload, err = entry.AppendSingle(payload, smm, m.Payload); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+			}
+		}
+	}
+	if pp.compress != pulsarpb.CompressionType_NONE {
+		md.Compression = pp.compress.Enum()
+		md.UncompressedSize = proto.Uint32(uint32(len(payload)))
+		c, err := entry.Compress(pp.compress, payload)
+		if err != nil {
+			return nil, err
+		}
+		payload = c
+	}
+	// The broker fills in the producer name, sequence id and publish time.
+	md.ProducerName = proto.String("")
+	md.SequenceId = proto.Uint64(0)
+	md.PublishTime = proto.Uint64(0)
+	first, last := msgs[0].seq, msgs[len(msgs)-1].seq
+	send := &brokerpb.Send{SequenceId: uint64(first), Metadata: md, Payload: payload}
+	if last != first {
+		send.HighestSequenceId = uint64(last)
+	}
+	return send, nil
+}
+
+// sendLoop writes queued batches to the current stream.
+func (pp *partitionProducer) sendLoop() {
+	for {
+		select {
+		case <-pp.signal:
+		case <-pp.stop:
+			return
+		}
+		for {
+			pp.mu.Lock()
+			stream := pp.mu.stream
+			var b *pendingBatch
+			if stream != nil && len(pp.mu.outbox) > 0 {
+				b = pp.mu.outbox[0]
+				pp.mu.outbox = pp.mu.outbox[1:]
+			}
+			pp.mu.Unlock()
+			if b == nil {
+				break
+			}
+			if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: b.req}}); err != nil {
+				break // run notices the broken stream and reconnects
+			}
+		}
+	}
+}
+
+// run receives on the stream; when it breaks, it reconnects and queues
+// every pending batch again.
+func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient) {
+	var bo backoff
+	timeout := time.NewTicker(max(pp.opts.SendTimeout/10, 10*time.Millisecond))
+	defer timeout.Stop()
+	for {
+		err := pp.receive(stream, timeout.C)
+		pp.mu.Lock()
+		pp.mu.stream = nil
+		pp.mu.outbox = nil
+		closed := pp.mu.closed
+		pp.mu.Unlock()
+		stream.CloseSend()
+		if closed || errors.Is(err, ErrClosed) {
+			pp.failAll(ErrClosed)
+			return
+		}
+		for {
+			pp.expire()
+			select {
+			case <-time.After(bo.next()):
+			case <-pp.stop:
+				pp.failAll(ErrClosed)
+				return
+			}
+			s, opened, err := pp.connect(context.Background())
+			if err != nil {
+				if !retriable(err) && !errors.Is(err, ErrTopicNotFound) {
+					// A permanent refusal (the name is now taken, the topic
+					// deleted): give the messages back.
+					pp.failAll(err)
+				}
+				continue
+			}
+			stream = s
+			pp.mu.Lock()
+			pp.mu.stream = s
+			pp.mu.lastSeq = max(pp.mu.lastSeq, opened.LastSequenceId)
+			pp.mu.outbox = append([]*pendingBatch(nil), pp.mu.pending...)
+			pp.mu.Unlock()
+			select {
+			case pp.signal <- struct{}{}:
+			default:
+			}
+			bo.reset()
+			break
+		}
+	}
+}
+
+// receive handles receipts until the stream breaks or a send fails.
+func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time) error {
+	type res struct {
+		r   *brokerpb.ProduceResponse
+		err error
+	}
+	ch := make(chan res, 16)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			ch <- res{r, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	drain := func() {
+		go func() {
+			for r := range ch {
+				if r.err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for {
+		select {
+		case <-pp.stop:
+			drain()
+			return ErrClosed
+		case <-timeouts:
+			pp.expire()
+			continue
+		case r := <-ch:
+			if r.err != nil {
+				if r.err == io.EOF {
+					return ErrUnavailable
+				}
+				return fromStatus(r.err)
+			}
+			switch resp := r.r.Response.(type) {
+			case *brokerpb.ProduceResponse_Receipt:
+				pp.receipt(resp.Receipt)
+			case *brokerpb.ProduceResponse_Error:
+				err := reasonError(resp.Error.Reason, resp.Error.Message)
+				if !retriable(err) {
+					// This batch can never be stored: fail it, then
+					// reconnect for the broker to take the rest again.
+					pp.failBatch(resp.Error.SequenceId, err)
+				}
+				drain()
+				return err
+			}
+		}
+	}
+}
+
+// receipt completes the pending batch it acknowledges.
+func (pp *partitionProducer) receipt(r *brokerpb.SendReceipt) {
+	pp.mu.Lock()
+	if len(pp.mu.pending) == 0 || uint64(pp.mu.pending[0].msgs[0].seq) != r.SequenceId {
+		pp.mu.Unlock()
+		return // a receipt for a batch that timed out, or of a resend
+	}
+	b := pp.mu.pending[0]
+	pp.mu.pending = pp.mu.pending[1:]
+	pp.mu.lastSeq = max(pp.mu.lastSeq, b.msgs[len(b.msgs)-1].seq)
+	if len(pp.mu.pending) == 0 && len(pp.mu.batch) == 0 {
+		pp.idle.Broadcast()
+	}
+	pp.mu.Unlock()
+	id := r.MessageId
+	for i, m := range b.msgs {
+		mid := messageID{ledger: id.LedgerId, entry: id.EntryId, batchIdx: -1, partition: pp.partition}
+		if b.req.Metadata.NumMessagesInBatch != nil {
+			mid.batchIdx, mid.batchSize = int32(i), int32(len(b.msgs))
+		}
+		<-pp.sem
+		m.cb(mid, m.msg, nil)
+	}
+}
+
+// failBatch fails the pending batch starting at seq.
+func (pp *partitionProducer) failBatch(seq uint64, err error) {
+	pp.mu.Lock()
+	var b *pendingBatch
+	for i, pb := range pp.mu.pending {
+		if uint64(pb.msgs[0].seq) == seq {
+			b = pb
+			pp.mu.pending = append(pp.mu.pending[:i:i], pp.mu.pending[i+1:]...)
+			break
+		}
+	}
+	pp.idle.Broadcast()
+	pp.mu.Unlock()
+	if b != nil {
+		for _, m := range b.msgs {
+			<-pp.sem
+			m.cb(nil, m.msg, err)
+		}
+	}
+}
+
+// expire fails the batches older than SendTimeout.
+func (pp *partitionProducer) expire() {
+	if pp.opts.SendTimeout < 0 {
+		return
+	}
+	cutoff := time.Now().Add(-pp.opts.SendTimeout)
+	pp.mu.Lock()
+	n := 0
+	for n < len(pp.mu.pending) && pp.mu.pending[n].created.Before(cutoff) {
+		n++
+	}
+	expired := pp.mu.pending[:n:n]
+	pp.mu.pending = pp.mu.pending[n:]
+	if n > 0 {
+		pp.idle.Broadcast()
+	}
+	pp.mu.Unlock()
+	for _, b := range expired {
+		for _, m := range b.msgs {
+			<-pp.sem
+			m.cb(nil, m.msg, fmt.Errorf("%w: no receipt within %v", ErrSendTimeout, pp.opts.SendTimeout))
+		}
+	}
+}
+
+// failAll fails everything pending and batched.
+func (pp *partitionProducer) failAll(err error) {
+	pp.mu.Lock()
+	if pp.mu.batchTimer != nil {
+		pp.mu.batchTimer.Stop()
+		pp.mu.batchTimer = nil
+	}
+	var msgs []*pendingMsg
+	for _, b := range pp.mu.pending {
+		msgs = append(msgs, b.msgs...)
+	}
+	msgs = append(msgs, pp.mu.batch...)
+	pp.mu.pending, pp.mu.batch, pp.mu.outbox, pp.mu.batchBytes = nil, nil, nil, 0
+	pp.idle.Broadcast()
+	pp.mu.Unlock()
+	for _, m := range msgs {
+		<-pp.sem
+		m.cb(nil, m.msg, err)
+	}
+}
+
+// flush sends the current batch and waits until nothing is pending.
+func (pp *partitionProducer) flush() error {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	pp.flushLocked()
+	for len(pp.mu.pending) > 0 && !pp.mu.closed {
+		pp.idle.Wait()
+	}
+	if pp.mu.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// close flushes (waiting up to the send timeout), then stops.
+func (pp *partitionProducer) close() {
+	done := make(chan struct{})
+	go func() {
+		pp.flush()
+		close(done)
+	}()
+	wait := pp.opts.SendTimeout
+	if wait < 0 {
+		wait = 30 * time.Second
+	}
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
+	pp.mu.Lock()
+	if pp.mu.closed {
+		pp.mu.Unlock()
+		<-pp.done
+		return
+	}
+	pp.mu.closed = true
+	pp.idle.Broadcast()
+	pp.mu.Unlock()
+	close(pp.stop)
+	<-pp.done
+	<-done
+}
