@@ -684,4 +684,3 @@ func decodeMessages(data []byte, p mledger.Position) ([]peekedMessage, error) {
 	}
 	return out, nil
 }
-

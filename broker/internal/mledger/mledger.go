@@ -106,11 +106,11 @@ type ManagedLedger struct {
 		// recovering: the rollover replaces a failed ledger; appends are
 		// refused meanwhile (see AppendAsync).
 		recovering bool
-		queue   []*appendOp // appends waiting for the next ledger
-		err     error       // terminal: fenced or closed
-		last    Position    // last confirmed entry; Ledger -1 if none
-		moved   chan struct{}
-		readers map[int64]*ledger.Reader // of closed ledgers
+		queue      []*appendOp // appends waiting for the next ledger
+		err        error       // terminal: fenced or closed
+		last       Position    // last confirmed entry; Ledger -1 if none
+		moved      chan struct{}
+		readers    map[int64]*ledger.Reader // of closed ledgers
 	}
 	wg sync.WaitGroup // rollovers
 
