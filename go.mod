@@ -3,6 +3,7 @@ module github.com/magnetar-io/magnetar
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/google/btree v1.1.3
 	github.com/klauspost/compress v1.20.4

@@ -556,7 +556,6 @@ func (t *topic) delete(ctx context.Context, force bool) error {
 }
 
 type topicStats struct {
-	MsgInCounter  int64                        `json:"msgInCounter"`
 	StorageSize   int64                        `json:"storageSize"`
 	Entries       int64                        `json:"entries"`
 	Publishers    []map[string]any             `json:"publishers"`

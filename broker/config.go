@@ -41,8 +41,9 @@ type Config struct {
 	// AllowAutoTopicCreation creates topics on first use.
 	AllowAutoTopicCreation bool `mapstructure:"allow-auto-topic-creation" yaml:"allow-auto-topic-creation"`
 
-	// MaxMessageSize caps a message (or batch): metadata plus payload.
-	// Default 5 MiB.
+	// MaxMessageSize caps a message (or batch): metadata plus payload, as
+	// stored. Default 5 MiB; the bookies' --max-entry-size must be at least
+	// this.
 	MaxMessageSize int `mapstructure:"max-message-size" yaml:"max-message-size"`
 	// Ledger rollover: Pulsar's defaults.
 	MaxEntriesPerLedger int64         `mapstructure:"max-entries-per-ledger" yaml:"max-entries-per-ledger"`

@@ -112,7 +112,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	if err := s.md.ensureDefaults(ctx); err != nil {
 		return nil, fmt.Errorf("broker: create the default namespace: %w", err)
 	}
-	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize + 64<<10, Logger: s.log.Named("ledger")})
+	// An entry is one message (or batch) with its metadata: at most
+	// MaxMessageSize, which the bookies' max-entry-size must allow.
+	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize, Logger: s.log.Named("ledger")})
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,8 @@ type subscription struct {
 	log     *zap.Logger
 
 	wake chan struct{} // wakes the dispatcher: permits, consumers, rewinds
+	// avgBatch is the mean messages per entry seen (owned by dispatch).
+	avgBatch float64
 	stop chan struct{}
 	done chan struct{}
 
@@ -267,7 +269,10 @@ func (s *subscription) dispatch() {
 		}
 		moved := s.t.ml.Moved()
 		pos := s.cur.ReadPosition()
-		es, err := s.t.ml.Read(ctx, pos, min(c.available(), 100))
+		// Read about as many entries as the permits cover: entries hold
+		// avgBatch messages on average.
+		want := max(1, min(c.available()/max(int(s.avgBatch), 1), 100))
+		es, err := s.t.ml.Read(ctx, pos, want)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -317,6 +322,7 @@ func (s *subscription) deliver(c *consumer, gen int64, es []mledger.Entry) (bloc
 			s.log.Error("corrupt entry; delivering it for the client to reject", zap.Stringer("position", e.Pos), zap.Error(err))
 			n = 1
 		}
+		s.avgBatch = 0.9*s.avgBatch + 0.1*float64(n)
 		if !c.take(n) {
 			return true
 		}
@@ -347,17 +353,16 @@ func (s *subscription) advance(gen int64, p mledger.Position) bool {
 
 // subscriptionStats are what admin reports.
 type subscriptionStats struct {
-	Type                 string          `json:"type"`
-	MsgBacklog           int64           `json:"msgBacklog"`
-	MarkDeletePosition   string          `json:"markDeletePosition"`
-	ReadPosition         string          `json:"readPosition"`
-	AckHoles             int             `json:"nonContiguousDeletedMessagesRanges"`
-	IndividuallyAcked    int64           `json:"individuallyDeletedMessages"`
-	Durable              bool            `json:"isDurable"`
-	Consumers            []consumerStats `json:"consumers"`
-	ActiveConsumerName   string          `json:"activeConsumerName,omitempty"`
-	CursorLedger         int64           `json:"cursorLedger,omitempty"`
-	UnackedMessagesTotal int64           `json:"unackedMessages"`
+	Type               string          `json:"type"`
+	MsgBacklog         int64           `json:"msgBacklog"`
+	MarkDeletePosition string          `json:"markDeletePosition"`
+	ReadPosition       string          `json:"readPosition"`
+	AckHoles           int             `json:"nonContiguousDeletedMessagesRanges"`
+	IndividuallyAcked  int64           `json:"individuallyDeletedMessages"`
+	Durable            bool            `json:"isDurable"`
+	Consumers          []consumerStats `json:"consumers"`
+	ActiveConsumerName string          `json:"activeConsumerName,omitempty"`
+	CursorLedger       int64           `json:"cursorLedger,omitempty"`
 }
 
 func (s *subscription) stats() subscriptionStats {
@@ -369,6 +374,7 @@ func (s *subscription) stats() subscriptionStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.Type = strings.ToLower(s.mu.typ.String())
+	st.Consumers = []consumerStats{}
 	for _, c := range s.mu.consumers {
 		st.Consumers = append(st.Consumers, c.stats())
 	}

@@ -246,7 +246,7 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 		cb(mledger.Position{}, false, errorf(ErrInvalidMessage, "%v", err))
 		return
 	}
-	if len(data) > t.s.cfg.MaxMessageSize+1024 {
+	if len(data) > t.s.cfg.MaxMessageSize {
 		cb(mledger.Position{}, false, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(data), t.s.cfg.MaxMessageSize))
 		return
 	}

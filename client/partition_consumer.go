@@ -48,12 +48,14 @@ type partitionConsumer struct {
 	mu struct {
 		sync.Mutex
 		stream   brokerpb.Broker_ConsumeClient
-		gen      int          // bumps when what was received before must be dropped
-		queue    []*message   // received, not yet handed over
-		consumed int          // taken by the application since the last Flow
-		last     *messageID   // last message handed over (readers resume after it)
-		waiters  []chan error // seek and unsubscribe waiting for their answer
-		nackAt   time.Time    // a redelivery is due then (zero: none)
+		gen      int                   // bumps when what was received before must be dropped
+		queue    []*message            // received, not yet handed over
+		consumed int                   // taken by the application since the last Flow
+		last     *messageID            // last message handed over (readers resume after it)
+		waiters  []chan error          // seek and unsubscribe waiting for their answer
+		acks     []*brokerpb.MessageId // grouped individual acknowledgements
+		maxBatch int                   // largest batch received (see window)
+		nackAt   time.Time             // a redelivery is due then (zero: none)
 		closed   bool
 	}
 }
@@ -131,7 +133,10 @@ func (pc *partitionConsumer) connect(ctx context.Context) (brokerpb.Broker_Consu
 		return fail(fmt.Errorf("%w: subscribing to %s: %v", ErrUnavailable, pc.topic, ctx.Err()))
 	}
 	go func() { <-stream.Context().Done(); scancel() }()
-	if err := stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(pc.queueSize)}}}); err != nil {
+	pc.mu.Lock()
+	window := pc.window()
+	pc.mu.Unlock()
+	if err := stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(window)}}}); err != nil {
 		return fail(fromStatus(err))
 	}
 	return stream, nil
@@ -159,7 +164,7 @@ func (pc *partitionConsumer) send(r *brokerpb.ConsumeRequest) error {
 // run receives on the stream and reconnects when it breaks.
 func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient) {
 	var bo backoff
-	nack := time.NewTicker(100 * time.Millisecond)
+	nack := time.NewTicker(ackGroupingTime) // also sends grouped acks
 	defer nack.Stop()
 	for {
 		err := pc.receive(stream, nack.C)
@@ -232,6 +237,7 @@ func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack 
 			return ErrClosed
 		case <-nack:
 			pc.maybeRedeliver()
+			pc.flushAcks()
 			continue
 		case r := <-ch:
 			if r.err != nil {
@@ -311,6 +317,14 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 			pc.mu.consumed++
 		}
 	}
+	// The broker sends a batch only when it has permits for all of it: to
+	// keep a batch in flight while the application works through another,
+	// the window grows to twice the largest batch seen.
+	grow := 0
+	if w := 2 * len(msgs); w > pc.window() && w <= maxWindow {
+		grow = w - pc.window()
+		pc.mu.maxBatch = len(msgs)
+	}
 	skip := map[int32]bool{}
 	for _, i := range m.AckedBatchIndexes {
 		skip[i] = true
@@ -324,11 +338,21 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 		pc.mu.queue = append(pc.mu.queue, msg)
 	}
 	pc.mu.Unlock()
+	if grow > 0 {
+		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(grow)}}})
+	}
 	select {
 	case pc.signal <- struct{}{}:
 	default:
 	}
 }
+
+// maxWindow bounds the permits a partition consumer grants.
+const maxWindow = 100000
+
+// window is the permits granted in all: the receiver queue, or twice the
+// largest batch seen. Called with mu held.
+func (pc *partitionConsumer) window() int { return max(pc.queueSize, 2*pc.mu.maxBatch) }
 
 func btoi(b bool) int32 {
 	if b {
@@ -400,7 +424,7 @@ func (pc *partitionConsumer) consumed(n int) {
 	pc.mu.Lock()
 	pc.mu.consumed += n
 	grant := 0
-	if pc.mu.consumed >= max(pc.queueSize/2, 1) {
+	if pc.mu.consumed >= max(pc.window()/2, 1) {
 		grant, pc.mu.consumed = pc.mu.consumed, 0
 	}
 	pc.mu.Unlock()
@@ -409,9 +433,46 @@ func (pc *partitionConsumer) consumed(n int) {
 	}
 }
 
+// Acknowledgements are grouped: sent at most ackGroupingTime after the
+// first, or once maxAckGroup are waiting (cumulative ones at once).
+const (
+	ackGroupingTime = 100 * time.Millisecond
+	maxAckGroup     = 1000
+)
+
 func (pc *partitionConsumer) ack(id messageID, cumulative bool) error {
+	pc.mu.Lock()
+	if pc.mu.closed {
+		pc.mu.Unlock()
+		return ErrClosed
+	}
+	if !cumulative {
+		pc.mu.acks = append(pc.mu.acks, id.proto())
+		full := len(pc.mu.acks) >= maxAckGroup
+		pc.mu.Unlock()
+		if full {
+			return pc.flushAcks()
+		}
+		return nil
+	}
+	pc.mu.Unlock()
+	if err := pc.flushAcks(); err != nil {
+		return err
+	}
 	return pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{
-		MessageIds: []*brokerpb.MessageId{id.proto()}, Cumulative: cumulative}}})
+		MessageIds: []*brokerpb.MessageId{id.proto()}, Cumulative: true}}})
+}
+
+// flushAcks sends the grouped acknowledgements.
+func (pc *partitionConsumer) flushAcks() error {
+	pc.mu.Lock()
+	acks := pc.mu.acks
+	pc.mu.acks = nil
+	pc.mu.Unlock()
+	if len(acks) == 0 {
+		return nil
+	}
+	return pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{MessageIds: acks}}})
 }
 
 // nack schedules a redelivery of what is unacknowledged.
@@ -440,6 +501,7 @@ func (pc *partitionConsumer) maybeRedeliver() {
 // request sends r and waits for the broker's answer (SeekDone,
 // Unsubscribed or an error).
 func (pc *partitionConsumer) request(ctx context.Context, r *brokerpb.ConsumeRequest) error {
+	pc.flushAcks() // acknowledgements made before count before the request
 	w := make(chan error, 1)
 	pc.mu.Lock()
 	pc.mu.waiters = append(pc.mu.waiters, w)
@@ -474,6 +536,7 @@ func (pc *partitionConsumer) unsubscribe(ctx context.Context) error {
 }
 
 func (pc *partitionConsumer) close() {
+	pc.flushAcks()
 	pc.mu.Lock()
 	if pc.mu.closed {
 		pc.mu.Unlock()

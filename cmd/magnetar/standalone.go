@@ -14,10 +14,11 @@ func newStandaloneCmd(g *globals) *cobra.Command {
 	def := standalone.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "standalone",
-		Short: "Run a whole cluster in one process (embedded etcd and bookies)",
-		Long: `Run Magnetar on one machine: an embedded etcd and bookies in one process,
-with all data under --data-dir. Stop it with Ctrl-C; starting it again on the
-same data directory keeps everything.`,
+		Short: "Run a whole cluster in one process (embedded etcd, bookies and a broker)",
+		Long: `Run Magnetar on one machine: an embedded etcd, bookies and a broker in one
+process, with all data under --data-dir. Clients connect to
+magnetar://127.0.0.1:6650, the admin API is on http://127.0.0.1:8080. Stop it
+with Ctrl-C; starting it again on the same data directory keeps everything.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := standalone.DefaultConfig()
@@ -36,6 +37,8 @@ same data directory keeps everything.`,
 			out := cmd.OutOrStdout()
 			abs, _ := filepath.Abs(cfg.DataDir)
 			fmt.Fprintf(out, "Magnetar standalone is running (data in %s)\n", abs)
+			fmt.Fprintf(out, "  clients           magnetar://%s\n", s.Broker.Addr())
+			fmt.Fprintf(out, "  admin (HTTP)      http://%s\n", s.Broker.HTTPAddr())
 			fmt.Fprintf(out, "  metastore (etcd)  %s\n", s.Etcd.Endpoints()[0])
 			for _, b := range s.Bookies {
 				fmt.Fprintf(out, "  bookie            %s  (id %s)\n", b.AdvertisedAddress(), b.ID())
@@ -51,6 +54,8 @@ same data directory keeps everything.`,
 	f.Int("bookies", def.Bookies, "number of bookies")
 	f.String("metastore-listen", def.MetastoreListen, "client address of the embedded etcd")
 	f.String("bookie-listen", def.BookieListen, "address of the first bookie; bookie i uses port+i (port 0: free ports)")
-	f.Int("max-entry-size", def.MaxEntrySize, "largest entry accepted, in bytes")
+	f.Int("max-entry-size", def.MaxEntrySize, "largest entry (message or batch) accepted, in bytes")
+	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
+	f.String("http", def.HTTPListen, "admin REST address of the broker")
 	return cmd
 }

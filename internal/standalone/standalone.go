@@ -1,6 +1,6 @@
 // Package standalone runs a whole Magnetar cluster in one process, for a
-// laptop or a test: an embedded etcd and bookies (and, with issue 3, a
-// broker), all under one data directory.
+// laptop or a test: an embedded etcd, bookies and a broker, all under one
+// data directory.
 package standalone
 
 import (
@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -31,6 +32,10 @@ type Config struct {
 	BookieListen string `mapstructure:"bookie-listen"`
 	// MaxEntrySize for the bookies. Default 5 MiB.
 	MaxEntrySize int `mapstructure:"max-entry-size"`
+	// BrokerListen is the client (gRPC) address. Default 127.0.0.1:6650.
+	BrokerListen string `mapstructure:"broker-listen"`
+	// HTTPListen is the admin REST address. Default 127.0.0.1:8080.
+	HTTPListen string `mapstructure:"http"`
 }
 
 // DefaultConfig returns the defaults.
@@ -41,6 +46,8 @@ func DefaultConfig() Config {
 		MetastoreListen: "127.0.0.1:2379",
 		BookieListen:    "127.0.0.1:3181",
 		MaxEntrySize:    bookie.DefaultConfig().MaxEntrySize,
+		BrokerListen:    "127.0.0.1:6650",
+		HTTPListen:      "127.0.0.1:8080",
 	}
 }
 
@@ -64,10 +71,27 @@ func (c *Config) Validate() error {
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p+c.Bookies > 65536 {
 		errs = append(errs, fmt.Errorf("bookie listen port %q: not a usable port for %d bookies", port, c.Bookies))
 	}
+	for what, addr := range map[string]string{"broker": c.BrokerListen, "http": c.HTTPListen} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s listen address %q: %v", what, addr, err))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("standalone config: %w", err)
 	}
 	return nil
+}
+
+// replication is the default persistence for n bookies: every entry on
+// every bookie up to 3, then 3/3/2.
+func replication(n int) (e, qw, qa int) {
+	switch {
+	case n >= 3:
+		return 3, 3, 2
+	case n == 2:
+		return 2, 2, 2
+	}
+	return 1, 1, 1
 }
 
 // Standalone is a running single-process cluster.
@@ -75,6 +99,7 @@ type Standalone struct {
 	Etcd    *metastore.Embedded
 	Store   *metastore.Store
 	Bookies []*bookie.Server
+	Broker  *broker.Server
 	log     *zap.Logger
 }
 
@@ -123,12 +148,25 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		}
 		s.Bookies = append(s.Bookies, b)
 	}
+	bc := broker.DefaultConfig()
+	bc.Listen, bc.HTTPListen = cfg.BrokerListen, cfg.HTTPListen
+	bc.Metastore = s.Etcd.Endpoints()
+	bc.Ensemble, bc.WriteQuorum, bc.AckQuorum = replication(cfg.Bookies)
+	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
+	s.Broker, err = broker.Start(ctx, bc, broker.WithStore(s.Store), broker.WithLogger(log.Named("broker")))
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // Close stops the bookies, then etcd.
 func (s *Standalone) Close() error {
 	var errs []error
+	if s.Broker != nil {
+		errs = append(errs, s.Broker.Close())
+		s.Broker = nil
+	}
 	for i := len(s.Bookies) - 1; i >= 0; i-- {
 		errs = append(errs, s.Bookies[i].Close())
 	}

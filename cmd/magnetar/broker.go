@@ -1,0 +1,67 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/internal/config"
+)
+
+func newBrokerCmd(g *globals) *cobra.Command {
+	def := broker.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "Run a broker (serves topics; keeps no data)",
+		Long: `Run a broker against an etcd cluster and its bookies. Every flag can also be
+set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
+--config file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := broker.DefaultConfig()
+			if err := config.Load(cmd.Flags(), g.config, &cfg); err != nil {
+				return err
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			s, err := broker.Start(cmd.Context(), cfg, broker.WithLogger(log))
+			if err != nil {
+				return err
+			}
+			log.Info("serving", zap.String("clients", s.Addr()), zap.String("admin", s.HTTPAddr()))
+			<-cmd.Context().Done()
+			log.Info("stopping")
+			return s.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.String("listen", def.Listen, "client (gRPC) listen address")
+	f.String("http", def.HTTPListen, "admin REST listen address")
+	f.String("advertised-address", def.AdvertisedAddress, "address clients are sent to (default: the listen address)")
+	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
+	f.String("metastore-root", def.MetastoreRoot, "key prefix of this cluster in etcd")
+	f.Duration("session-ttl", def.SessionTTL, "TTL of the broker's registration and topic ownership")
+	f.Int("ensemble", def.Ensemble, "default ensemble size of new ledgers")
+	f.Int("write-quorum", def.WriteQuorum, "default write quorum")
+	f.Int("ack-quorum", def.AckQuorum, "default ack quorum")
+	f.Duration("retention-time", def.RetentionTime, "default retention of consumed messages (negative: forever)")
+	f.Int64("retention-size", def.RetentionSize, "default retention size of consumed messages in bytes (negative: no limit)")
+	f.Duration("message-ttl", def.MessageTTL, "default message TTL (0: none)")
+	f.Bool("deduplication", def.Deduplication, "deduplicate re-sent messages by default")
+	f.Bool("allow-auto-topic-creation", def.AllowAutoTopicCreation, "create topics on first use")
+	f.Int("max-message-size", def.MaxMessageSize, "largest message (or batch) accepted, in bytes")
+	f.Int64("max-entries-per-ledger", def.MaxEntriesPerLedger, "ledger rollover: entries")
+	f.Int64("max-size-per-ledger", def.MaxSizePerLedger, "ledger rollover: bytes")
+	f.Duration("min-ledger-rollover", def.MinLedgerRollover, "ledger rollover: minimum age")
+	f.Duration("max-ledger-rollover", def.MaxLedgerRollover, "ledger rollover: maximum age")
+	f.Int64("cache-size", def.CacheSize, "tail cache for all topics, in bytes")
+	f.Duration("cursor-persist-interval", def.CursorPersistInterval, "how often acknowledgements are persisted")
+	f.Duration("retention-check-interval", def.RetentionCheckInterval, "how often TTL and retention are applied")
+	return cmd
+}
