@@ -29,8 +29,8 @@ type subscription struct {
 	wake chan struct{} // wakes the dispatcher: permits, consumers, rewinds
 	// avgBatch is the mean messages per entry seen (owned by dispatch).
 	avgBatch float64
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 
 	mu struct {
 		sync.Mutex

@@ -199,7 +199,9 @@ func newAdminCmd(g *globals) *cobra.Command {
 	withTopic("subscriptions", "List subscriptions", "GET", "/subscriptions", nil)
 	var subName, resetTime, resetID string
 	var n int
-	subFlag := func(c *cobra.Command) { c.Flags().StringVarP(&subName, "subscription", "s", "", "subscription name (required)") }
+	subFlag := func(c *cobra.Command) {
+		c.Flags().StringVarP(&subName, "subscription", "s", "", "subscription name (required)")
+	}
 	cs := withTopic("create-subscription", "Create a subscription at the end of the topic", "PUT", "/subscription/{sub}", nil)
 	subFlag(cs)
 	us := withTopic("unsubscribe", "Delete a subscription", "DELETE", "/subscription/{sub}?force={force}", nil)

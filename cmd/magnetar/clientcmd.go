@@ -136,4 +136,3 @@ func parseSubscriptionType(s string) (client.SubscriptionType, error) {
 	}
 	return 0, fmt.Errorf("subscription type %q: want exclusive, failover, shared or key_shared", s)
 }
-
