@@ -278,3 +278,34 @@ func TestDeduplication(t *testing.T) {
 }
 
 var _ = context.Background
+
+// A batch as large as the consumer's whole receive queue arrives after a
+// smaller one: the consumer gives back the permits it used when it runs
+// idle, so the broker can send the big batch (it never sends more than
+// the permits granted). Found by the kill -9 test: it used to stall.
+func TestBatchAsLargeAsTheQueue(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "big-batches", SubscriptionName: "s", ReceiverQueueSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	small, err := cl.CreateProducer(client.ProducerOptions{Topic: "big-batches", BatchingMaxMessages: 475, BatchingMaxPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	produce(t, small, 0, 475)
+	receiveN(t, cons, 475)
+	big, err := cl.CreateProducer(client.ProducerOptions{Topic: "big-batches", BatchingMaxMessages: 1000, BatchingMaxPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	produce(t, big, 475, 1000)
+	msgs := receiveN(t, cons, 1000)
+	if msgs[999].ID().BatchSize() != 1000 {
+		t.Fatalf("not one batch of 1000: %v", msgs[999].ID())
+	}
+}

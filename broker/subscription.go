@@ -41,6 +41,9 @@ type subscription struct {
 		// consumer): the dispatcher drops what it read before.
 		gen    int64
 		closed bool
+		// waitingFor is the message count of the entry the dispatcher last
+		// stopped at for lack of permits (for stats).
+		waitingFor int
 	}
 }
 
@@ -324,6 +327,9 @@ func (s *subscription) deliver(c *consumer, gen int64, es []mledger.Entry) (bloc
 		}
 		s.avgBatch = 0.9*s.avgBatch + 0.1*float64(n)
 		if !c.take(n) {
+			s.mu.Lock()
+			s.mu.waitingFor = n
+			s.mu.Unlock()
 			return true
 		}
 		if !s.advance(gen, e.Pos) {
@@ -363,6 +369,7 @@ type subscriptionStats struct {
 	Consumers          []consumerStats `json:"consumers"`
 	ActiveConsumerName string          `json:"activeConsumerName,omitempty"`
 	CursorLedger       int64           `json:"cursorLedger,omitempty"`
+	WaitingForPermits  int             `json:"waitingForPermits,omitempty"`
 }
 
 func (s *subscription) stats() subscriptionStats {
@@ -375,6 +382,7 @@ func (s *subscription) stats() subscriptionStats {
 	defer s.mu.Unlock()
 	st.Type = strings.ToLower(s.mu.typ.String())
 	st.Consumers = []consumerStats{}
+	st.WaitingForPermits = s.mu.waitingFor
 	for _, c := range s.mu.consumers {
 		st.Consumers = append(st.Consumers, c.stats())
 	}

@@ -376,6 +376,9 @@ func (pc *partitionConsumer) pump() {
 		}
 		pc.mu.Unlock()
 		if m == nil {
+			// Idle: give back every permit used, so that the broker can
+			// send a batch as large as the whole window.
+			pc.returnPermits()
 			select {
 			case <-pc.signal:
 			case <-pc.stop:
@@ -416,6 +419,17 @@ func (pc *partitionConsumer) stale(m *message) bool {
 		pc.consumed(0)
 	}
 	return stale
+}
+
+// returnPermits grants again the permits of every message taken.
+func (pc *partitionConsumer) returnPermits() {
+	pc.mu.Lock()
+	grant := pc.mu.consumed
+	pc.mu.consumed = 0
+	pc.mu.Unlock()
+	if grant > 0 {
+		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(grant)}}})
+	}
 }
 
 // consumed counts messages taken and grants permits again once half the

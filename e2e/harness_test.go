@@ -62,7 +62,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 		p.kill()
 		if t.Failed() {
 			out, _ := os.ReadFile(p.log)
-			t.Logf("--- output of %s:\n%s", name, tail(out, 4000))
+			t.Logf("--- output of %s:\n%s", name, tail(out, 200000))
 		}
 	})
 	return p
@@ -77,19 +77,27 @@ func tail(b []byte, n int) []byte {
 
 func (p *proc) start() {
 	p.t.Helper()
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := p.startErr(); err != nil {
 		p.t.Fatal(err)
 	}
+}
+
+// startErr starts the process; safe from any goroutine.
+func (p *proc) startErr() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	cmd := exec.Command(binary, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("start %s: %v", p.name, err)
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	f.Close()
 	p.mu.Lock()
 	p.cmd = cmd
 	p.mu.Unlock()
+	return nil
 }
 
 // kill sends SIGKILL to the process, if it runs, and reaps it.
@@ -103,6 +111,27 @@ func (p *proc) kill() {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
+}
+
+// dump makes a Go process print its goroutines (SIGQUIT) into its log, for
+// a failing test's output; the process exits.
+func (p *proc) dump() {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGQUIT)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
 }
 
 // stop sends SIGTERM and waits for a clean exit.

@@ -53,7 +53,8 @@ func TestStandaloneCommand(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, pw, "standalone", "--data-dir", t.TempDir(), "--bookies", "2",
-			"--metastore-listen", "127.0.0.1:0", "--bookie-listen", "127.0.0.1:0", "--log-level", "warn")
+			"--metastore-listen", "127.0.0.1:0", "--bookie-listen", "127.0.0.1:0",
+			"--broker-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "warn")
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
@@ -67,7 +68,8 @@ func TestStandaloneCommand(t *testing.T) {
 		}
 	}
 	out := strings.Join(lines, "\n")
-	if !strings.Contains(out, "metastore (etcd)  127.0.0.1:") || strings.Count(out, "bookie            127.0.0.1:") != 2 {
+	if !strings.Contains(out, "clients           magnetar://127.0.0.1:") || !strings.Contains(out, "admin (HTTP)      http://127.0.0.1:") ||
+		!strings.Contains(out, "metastore (etcd)  127.0.0.1:") || strings.Count(out, "bookie            127.0.0.1:") != 2 {
 		t.Fatalf("standalone printed:\n%s", out)
 	}
 	cancel()

@@ -26,6 +26,7 @@ func TestRestartKeepsData(t *testing.T) {
 	cfg.Bookies = 3
 	cfg.MetastoreListen = "127.0.0.1:0"
 	cfg.BookieListen = "127.0.0.1:0"
+	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
