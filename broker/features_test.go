@@ -1,13 +1,16 @@
 package broker_test
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
 )
@@ -277,8 +280,6 @@ func TestDeduplication(t *testing.T) {
 	}
 }
 
-var _ = context.Background
-
 // A batch as large as the consumer's whole receive queue arrives after a
 // smaller one: the consumer gives back the permits it used when it runs
 // idle, so the broker can send the big batch (it never sends more than
@@ -307,5 +308,200 @@ func TestBatchAsLargeAsTheQueue(t *testing.T) {
 	msgs := receiveN(t, cons, 1000)
 	if msgs[999].ID().BatchSize() != 1000 {
 		t.Fatalf("not one batch of 1000: %v", msgs[999].ID())
+	}
+}
+
+// Orphan ledgers (created for a topic but never recorded, or of a topic
+// that was deleted) are swept; the ledgers a topic and its cursors use are
+// not.
+func TestSweepOrphans(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "swept"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "swept", SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	produce(t, p, 0, 10)
+	lc := e.c.Client(ledger.Config{})
+	ctx := ctxT(t)
+	orphan := func(topic string) int64 {
+		w, err := lc.Create(ctx, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1, Custom: map[string][]byte{"topic": []byte(topic)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close(ctx)
+		return w.ID()
+	}
+	lost := orphan("public/default/swept")
+	gone := orphan("public/default/deleted-topic")
+	var before []int64
+	lc.List(ctx, func(id int64) error { before = append(before, id); return nil })
+	deleted, err := e.b.SweepOrphans(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(deleted, func(i, j int) bool { return deleted[i] < deleted[j] })
+	if fmt.Sprint(deleted) != fmt.Sprint([]int64{lost, gone}) {
+		t.Fatalf("swept %v, want %v (ledgers were %v)", deleted, []int64{lost, gone}, before)
+	}
+	// The topic still works: its ledgers and cursor were spared.
+	produce(t, p, 10, 5)
+	receiveN(t, cons, 5)
+	if deleted, err := e.b.SweepOrphans(ctx, 0); err != nil || len(deleted) != 0 {
+		t.Fatalf("second sweep: %v %v", deleted, err)
+	}
+}
+
+type internalStats struct {
+	Ledgers []struct {
+		LedgerID int64 `json:"ledgerId"`
+		Entries  int64 `json:"entries"`
+	} `json:"ledgers"`
+}
+
+// Consumed ledgers are deleted (zero retention) once every subscription is
+// past them, never before; the message TTL acknowledges what nobody reads.
+func TestRetentionAndTTL(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) {
+		c.MaxEntriesPerLedger, c.MinLedgerRollover = 10, 0
+		c.RetentionCheckInterval = 50 * time.Millisecond
+	})
+	cl := e.client()
+	fast, err := cl.Subscribe(client.ConsumerOptions{Topic: "ret", SubscriptionName: "fast"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	slow, err := cl.Subscribe(client.ConsumerOptions{Topic: "ret", SubscriptionName: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "ret", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 0, 45)
+	for _, m := range receiveN(t, fast, 45) {
+		fast.Ack(m)
+	}
+	ledgers := func() []int64 {
+		st, err := adminGetJSON[internalStats](e, "/admin/v2/persistent/public/default/ret/internalStats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, l := range st.Ledgers {
+			ids = append(ids, l.LedgerID)
+		}
+		return ids
+	}
+	first := ledgers()
+	if len(first) < 5 {
+		t.Fatalf("45 entries in ledgers of 10 make %d ledgers", len(first))
+	}
+	// "slow" still needs everything: a few retention checks later, nothing
+	// is gone.
+	time.Sleep(300 * time.Millisecond) // several checks; nothing to wait for
+	if got := ledgers(); len(got) != len(first) {
+		t.Fatalf("ledgers trimmed while a subscription still needs them: %v -> %v", first, got)
+	}
+	for _, m := range receiveN(t, slow, 45) {
+		slow.Ack(m)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(ledgers()) > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("consumed ledgers not trimmed: %v", ledgers())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lc := e.c.Client(ledger.Config{})
+	for _, id := range first[:len(first)-1] {
+		if _, err := lc.Metadata(ctxT(t), id); !errors.Is(err, ledger.ErrNoSuchLedger) {
+			t.Fatalf("trimmed ledger %d still in the metadata: %v", id, err)
+		}
+	}
+	slow.Close()
+
+	// TTL: messages nobody reads are acknowledged after it.
+	if code, body, err := adminDo(e, http.MethodPost, "/admin/v2/namespaces/public/default/messageTTL", 1); err != nil || code != http.StatusNoContent {
+		t.Fatalf("set TTL: %d %s %v", code, body, err)
+	}
+	produce(t, p, 45, 20)
+	deadline = time.Now().Add(30 * time.Second)
+	for statsBacklog(t, e, "ret", "slow") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog %d after the TTL", statsBacklog(t, e, "ret", "slow"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Admin calls with bad input get 4xx and a JSON reason; nothing changes.
+func TestAdminBadInput(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		code         int
+	}{
+		{"GET", "/admin/v2/persistent/public/default/nosuch/stats", nil, 404},
+		{"DELETE", "/admin/v2/persistent/public/default/nosuch", nil, 404},
+		{"GET", "/admin/v2/namespaces/nosuch", nil, 404},
+		{"PUT", "/admin/v2/namespaces/nosuch/ns", nil, 404},
+		{"PUT", "/admin/v2/tenants/bad%20name", nil, 400},
+		{"PUT", "/admin/v2/tenants/public", nil, 409},
+		{"PUT", "/admin/v2/persistent/public/default/p/partitions", 0, 400},
+		{"PUT", "/admin/v2/persistent/public/default/p/partitions", "four", 400},
+		{"PUT", "/admin/v2/persistent/public/default/p/partitions", nil, 400},
+		{"POST", "/admin/v2/namespaces/public/default/messageTTL", -5, 400},
+		{"POST", "/admin/v2/namespaces/public/default/persistence", map[string]int{"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 1}, 400},
+		{"POST", "/admin/v2/namespaces/public/default/retention", map[string]int{"retentionTimeInMinutes": -7}, 400},
+		{"DELETE", "/admin/v2/tenants/public", nil, 412},
+		{"GET", "/admin/v2/nothing/here", nil, 404},
+	} {
+		code, body, err := adminDo(e, tc.method, tc.path, tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reason struct {
+			Reason string `json:"reason"`
+		}
+		if code != tc.code || json.Unmarshal(body, &reason) != nil || reason.Reason == "" {
+			t.Errorf("%s %s: %d %s, want %d with a JSON reason", tc.method, tc.path, code, body, tc.code)
+		}
+	}
+	// Subscriptions of an existing topic: unknown ones are 404.
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "adm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, path := range []string{"/admin/v2/persistent/public/default/adm/subscription/nosuch/skip/1", "/admin/v2/persistent/public/default/adm/subscription/nosuch/resetcursor/0"} {
+		if code, body, _ := adminDo(e, "POST", path, nil); code != 404 {
+			t.Errorf("POST %s: %d %s", path, code, body)
+		}
+	}
+	if code, body, _ := adminDo(e, "DELETE", "/admin/v2/persistent/public/default/adm/subscription/nosuch", nil); code != 404 {
+		t.Errorf("delete unknown subscription: %d %s", code, body)
+	}
+	// A body over the limit is refused before it is read whole.
+	big := make([]byte, 2<<20)
+	req, _ := http.NewRequest("PUT", "http://"+e.b.HTTPAddr()+"/admin/v2/tenants/t2", bytes.NewReader(big))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge && resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("2 MiB body: %d", resp.StatusCode)
 	}
 }

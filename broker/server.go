@@ -170,9 +170,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			s.http.Serve(s.httpLn)
 		}()
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.persistLoop()
 	go s.retentionLoop()
+	go s.sweepLoop()
 	s.log.Info("broker started", zap.String("listen", s.ln.Addr().String()), zap.String("http", s.HTTPAddr()))
 	return s, nil
 }

@@ -471,6 +471,7 @@ func (t *topic) retain(ctx context.Context) {
 			}
 		}
 	}
+	t.ml.RollIfDue()
 	slowest := t.ml.Next(t.ml.LastConfirmed())
 	for _, s := range subs {
 		if !s.durable {

@@ -180,7 +180,9 @@ func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient) {
 		for _, w := range waiters {
 			w <- err
 		}
+		pc.sendMu.Lock() // gRPC forbids CloseSend concurrent with Send
 		stream.CloseSend()
+		pc.sendMu.Unlock()
 		if closed || errors.Is(err, errUnsubscribed) {
 			return
 		}

@@ -41,6 +41,9 @@ type partitionProducer struct {
 	done    chan struct{}
 	idle    *sync.Cond // on mu: pending and batch became empty
 	timeout *time.Ticker
+	// sendMu orders the sender's Send with run's CloseSend on a stream,
+	// which gRPC forbids to run concurrently.
+	sendMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
@@ -315,7 +318,10 @@ func (pp *partitionProducer) sendLoop() {
 			if b == nil {
 				break
 			}
-			if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: b.req}}); err != nil {
+			pp.sendMu.Lock()
+			err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: b.req}})
+			pp.sendMu.Unlock()
+			if err != nil {
 				break // run notices the broken stream and reconnects
 			}
 		}
@@ -335,7 +341,9 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient) {
 		pp.mu.outbox = nil
 		closed := pp.mu.closed
 		pp.mu.Unlock()
+		pp.sendMu.Lock()
 		stream.CloseSend()
+		pp.sendMu.Unlock()
 		if closed || errors.Is(err, ErrClosed) {
 			pp.failAll(ErrClosed)
 			return

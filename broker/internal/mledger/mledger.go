@@ -102,7 +102,12 @@ type ManagedLedger struct {
 		ledgers []*metapb.LedgerRef // closed ones, then the current one
 		modRev  int64               // revision of the stored ledger list
 		writer  *ledger.Writer      // nil while rolling over
-		rolling bool
+		// assigned and assignedBytes count the appends handed to writer,
+		// completed or not: a ledger is full when they reach the limits,
+		// so that appends in flight never overshoot them.
+		assigned, assignedBytes int64
+		rolling                 bool
+		rollingFrom             *ledger.Writer // the writer being closed
 		// recovering: the rollover replaces a failed ledger; appends are
 		// refused meanwhile (see AppendAsync).
 		recovering bool
@@ -192,6 +197,18 @@ func (ml *ManagedLedger) SetConfig(cfg Config) {
 	ml.mu.Unlock()
 }
 
+// RollIfDue rolls the current ledger over if it is full or MaxLedgerAge
+// old and not empty, as an append would. Call it now and then: a ledger
+// nobody appends to is otherwise never closed, and so never trimmed.
+func (ml *ManagedLedger) RollIfDue() {
+	ml.mu.Lock()
+	w := ml.mu.writer
+	ml.mu.Unlock()
+	if w != nil {
+		ml.maybeRollover(w, false)
+	}
+}
+
 func (ml *ManagedLedger) createLedger(ctx context.Context) (*ledger.Writer, error) {
 	ml.mu.Lock()
 	cfg := ml.mu.cfg
@@ -225,6 +242,7 @@ func (ml *ManagedLedger) addLedger(ctx context.Context, w *ledger.Writer) error 
 	}
 	ml.mu.Lock()
 	ml.mu.ledgers, ml.mu.modRev, ml.mu.writer = ledgers, newRev, w
+	ml.mu.assigned, ml.mu.assignedBytes = 0, 0
 	ml.mu.Unlock()
 	ml.log.Debug("ledger added", zap.Int64("ledger", w.ID()))
 	return nil
@@ -316,7 +334,25 @@ func (ml *ManagedLedger) appendLocked(op *appendOp) {
 	err := w.AppendAsync(op.ctx, op.data, func(id int64, err error) { ml.appended(w, Position{lid, id}, op, err) })
 	if err != nil {
 		op.cb(Position{}, err)
+		return
 	}
+	ml.mu.assigned++
+	ml.mu.assignedBytes += int64(len(op.data))
+	if ml.fullLocked() {
+		// This entry is the ledger's last: later appends queue for the next
+		// one, and the rollover closes w once the ones in flight complete.
+		ml.startRolloverLocked(w, false)
+	}
+}
+
+// fullLocked reports whether the current ledger has its share of entries
+// or bytes and is old enough to be rolled over.
+func (ml *ManagedLedger) fullLocked() bool {
+	cfg := ml.mu.cfg
+	if ml.mu.assigned < cfg.MaxEntriesPerLedger && ml.mu.assignedBytes < cfg.MaxSizePerLedger {
+		return false
+	}
+	return time.Since(time.UnixMilli(ml.mu.ledgers[len(ml.mu.ledgers)-1].CreatedAtUnixMs)) >= cfg.MinLedgerAge
 }
 
 // appended runs when the writer completed (or failed) an entry.
@@ -345,25 +381,39 @@ func (ml *ManagedLedger) appended(w *ledger.Writer, pos Position, op *appendOp, 
 }
 
 // maybeRollover starts a rollover of w if it is still the current ledger
-// and it is full or old enough (or failed).
+// and it is full or old enough, or at once if an append to it failed.
 func (ml *ManagedLedger) maybeRollover(w *ledger.Writer, failed bool) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	if ml.mu.err != nil || ml.mu.rolling || ml.mu.writer != w {
+	if ml.mu.err != nil {
+		return
+	}
+	if failed && ml.mu.rolling && ml.mu.rollingFrom == w && !ml.mu.recovering {
+		// An entry of the ledger being closed failed. The appends queued
+		// meanwhile come after it: they must not be stored before its
+		// producer resends it, so they fail too, as later ones will until
+		// the new ledger is in place.
+		ml.mu.recovering = true
+		ml.failQueueLocked(fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name))
+		return
+	}
+	if ml.mu.rolling || ml.mu.writer != w {
 		return
 	}
 	if !failed {
 		cfg := ml.mu.cfg
-		created := time.UnixMilli(ml.mu.ledgers[len(ml.mu.ledgers)-1].CreatedAtUnixMs)
-		age := time.Since(created)
-		entries, size := w.LastAddConfirmed()+1, w.Length()
-		full := (entries >= cfg.MaxEntriesPerLedger || size >= cfg.MaxSizePerLedger) && age >= cfg.MinLedgerAge
-		old := entries > 0 && age >= cfg.MaxLedgerAge
-		if !full && !old {
+		age := time.Since(time.UnixMilli(ml.mu.ledgers[len(ml.mu.ledgers)-1].CreatedAtUnixMs))
+		old := ml.mu.assigned > 0 && age >= cfg.MaxLedgerAge
+		if !ml.fullLocked() && !old {
 			return
 		}
 	}
-	ml.mu.rolling = true
+	ml.startRolloverLocked(w, failed)
+}
+
+// startRolloverLocked stops handing appends to w and starts rolling over.
+func (ml *ManagedLedger) startRolloverLocked(w *ledger.Writer, failed bool) {
+	ml.mu.rolling, ml.mu.rollingFrom = true, w
 	ml.mu.recovering = failed
 	ml.mu.writer = nil
 	ml.wg.Add(1)
@@ -404,7 +454,7 @@ func (ml *ManagedLedger) rollover(w *ledger.Writer) {
 				ml.mu.err = err
 			}
 			ml.failQueueLocked(err)
-			ml.mu.rolling, ml.mu.recovering = false, false
+			ml.mu.rolling, ml.mu.recovering, ml.mu.rollingFrom = false, false, nil
 			ml.mu.Unlock()
 			return
 		}
@@ -415,13 +465,19 @@ func (ml *ManagedLedger) rollover(w *ledger.Writer) {
 		}
 	}
 	ml.mu.Lock()
-	ml.mu.rolling, ml.mu.recovering = false, false
+	ml.mu.rolling, ml.mu.recovering, ml.mu.rollingFrom = false, false, nil
 	q := ml.mu.queue
 	ml.mu.queue = nil
-	for _, op := range q {
+	for i, op := range q {
 		if ml.mu.err != nil {
 			op.cb(Position{}, ml.mu.err)
 			continue
+		}
+		if ml.mu.writer == nil {
+			// The queue filled the new ledger too: the rest waits for the
+			// next one (the lock kept anything from queueing meanwhile).
+			ml.mu.queue = append([]*appendOp(nil), q[i:]...)
+			break
 		}
 		ml.appendLocked(op)
 	}

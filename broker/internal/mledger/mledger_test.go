@@ -150,6 +150,35 @@ func TestAppendReadRollover(t *testing.T) {
 	}
 }
 
+// Appends pipelined faster than entries complete: no ledger gets more
+// than its share (the limit counts appends in flight), and the order of
+// the calls is the order of the partition, across rollovers.
+func TestPipelinedAppendsRespectLedgerSize(t *testing.T) {
+	e := newEnv(t, 1)
+	ml := e.open("public/default/p", smallLedgers(10), e.own("public/default/p"))
+	defer ml.Close(ctxT(t))
+	const n = 95
+	done := make(chan error, n)
+	for i := 0; i < n; i++ {
+		ml.AppendAsync(ctxT(t), data(i), func(_ Position, err error) { done <- err })
+	}
+	for i := 0; i < n; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkData(t, readAll(t, ml), n)
+	refs := ml.Ledgers()
+	for _, ref := range refs[:len(refs)-1] {
+		if ref.Entries > 10 {
+			t.Fatalf("ledger %d has %d entries, limit 10", ref.LedgerId, ref.Entries)
+		}
+	}
+	if len(refs) < n/10 {
+		t.Fatalf("%d entries in ledgers of 10 made %d ledgers", n, len(refs))
+	}
+}
+
 // Concurrent appenders: every acknowledged entry is stored once, at the
 // position returned, in a total order.
 func TestConcurrentAppends(t *testing.T) {
