@@ -34,7 +34,12 @@ type env struct {
 }
 
 func newEnv(t *testing.T, configure func(*broker.Config)) *env {
-	e := &env{t: t, c: testcluster.Start(t, 1, testcluster.Options{})}
+	return newEnvWith(t, testcluster.Options{}, configure)
+}
+
+// newEnvWith is newEnv with bookies tuned by opts.
+func newEnvWith(t *testing.T, opts testcluster.Options, configure func(*broker.Config)) *env {
+	e := &env{t: t, c: testcluster.Start(t, 1, opts)}
 	e.cfg = broker.DefaultConfig()
 	e.cfg.Listen = "127.0.0.1:0"
 	e.cfg.HTTPListen = "127.0.0.1:0"

@@ -10,9 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testcluster"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
 // Batches, with each compression, come back message by message; batch
@@ -368,7 +377,8 @@ type internalStats struct {
 // Consumed ledgers are deleted (zero retention) once every subscription is
 // past them, never before; the message TTL acknowledges what nobody reads.
 func TestRetentionAndTTL(t *testing.T) {
-	e := newEnv(t, func(c *broker.Config) {
+	bookieGC := testcluster.Options{Configure: func(c *bookie.Config) { c.GCInterval = 50 * time.Millisecond }}
+	e := newEnvWith(t, bookieGC, func(c *broker.Config) {
 		c.MaxEntriesPerLedger, c.MinLedgerRollover = 10, 0
 		c.RetentionCheckInterval = 50 * time.Millisecond
 	})
@@ -423,10 +433,20 @@ func TestRetentionAndTTL(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	lc := e.c.Client(ledger.Config{})
+	bk := dialBookie(t, e.c.Bookies()[0].ID)
 	for _, id := range first[:len(first)-1] {
 		if _, err := lc.Metadata(ctxT(t), id); !errors.Is(err, ledger.ErrNoSuchLedger) {
 			t.Fatalf("trimmed ledger %d still in the metadata: %v", id, err)
 		}
+		// The bookie's garbage collection removes its entries.
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("ledger %d gone from the bookie", id), func() bool {
+			_, err := bk.ReadLAC(ctxT(t), &bookiepb.ReadLACRequest{LedgerId: id})
+			return status.Code(err) == codes.NotFound
+		})
+	}
+	// The current ledger is never trimmed; its entries stay.
+	if _, err := bk.ReadLAC(ctxT(t), &bookiepb.ReadLACRequest{LedgerId: first[len(first)-1]}); status.Code(err) == codes.NotFound {
+		t.Fatalf("ledger %d, never trimmed, is gone from the bookie", first[len(first)-1])
 	}
 	slow.Close()
 
@@ -504,4 +524,14 @@ func TestAdminBadInput(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge && resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("2 MiB body: %d", resp.StatusCode)
 	}
+}
+
+func dialBookie(t *testing.T, addr string) bookiepb.BookieClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return bookiepb.NewBookieClient(cc)
 }
