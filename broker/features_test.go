@@ -535,3 +535,32 @@ func dialBookie(t *testing.T, addr string) bookiepb.BookieClient {
 	t.Cleanup(func() { cc.Close() })
 	return bookiepb.NewBookieClient(cc)
 }
+
+// Acknowledgements given before Close reach the broker even when the
+// client is closed right after (as the CLI does): the consumer sends its
+// grouped acks and waits for the broker to end the stream.
+func TestAcksBeforeCloseAreKept(t *testing.T) {
+	e := newEnv(t, nil)
+	for round := 0; round < 5; round++ {
+		cl := e.client()
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: "acked", DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "acked", SubscriptionName: "s", SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		produce(t, p, round*3, 3)
+		for _, m := range receiveN(t, cons, 3) {
+			if err := cons.Ack(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cons.Close()
+		cl.Close()
+		if n := statsBacklog(t, e, "acked", "s"); n != 0 {
+			t.Fatalf("round %d: backlog %d after acknowledging everything and closing", round, n)
+		}
+	}
+}

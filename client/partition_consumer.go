@@ -66,32 +66,33 @@ func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, topi
 	if cons, ok := parent.(*consumer); ok {
 		pc.nackDelay = cons.opts.NackRedeliveryDelay
 	}
-	stream, err := pc.connect(ctx)
+	stream, cancel, err := pc.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	pc.mu.stream = stream
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); pc.run(stream) }()
+	go func() { defer wg.Done(); pc.run(stream, cancel) }()
 	go func() { defer wg.Done(); pc.pump() }()
 	go func() { wg.Wait(); close(pc.done) }()
 	return pc, nil
 }
 
-// connect subscribes on a new stream and grants the first permits.
-func (pc *partitionConsumer) connect(ctx context.Context) (brokerpb.Broker_ConsumeClient, error) {
+// connect subscribes on a new stream and grants the first permits. The
+// stream lives until cancel is called.
+func (pc *partitionConsumer) connect(ctx context.Context) (brokerpb.Broker_ConsumeClient, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, pc.c.opts.OperationTimeout)
 	defer cancel()
 	bc, err := pc.c.lookup(ctx, pc.topic)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sctx, scancel := context.WithCancel(context.Background())
 	stream, err := bc.Consume(sctx)
 	if err != nil {
 		scancel()
-		return nil, fromStatus(err)
+		return nil, nil, fromStatus(err)
 	}
 	sub := pc.sub
 	pc.mu.Lock()
@@ -105,9 +106,9 @@ func (pc *partitionConsumer) connect(ctx context.Context) (brokerpb.Broker_Consu
 		sub = cp
 	}
 	pc.mu.Unlock()
-	fail := func(err error) (brokerpb.Broker_ConsumeClient, error) {
+	fail := func(err error) (brokerpb.Broker_ConsumeClient, context.CancelFunc, error) {
 		scancel()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Subscribe{Subscribe: sub}}); err != nil {
 		return fail(fromStatus(err))
@@ -132,14 +133,13 @@ func (pc *partitionConsumer) connect(ctx context.Context) (brokerpb.Broker_Consu
 	case <-ctx.Done():
 		return fail(fmt.Errorf("%w: subscribing to %s: %v", ErrUnavailable, pc.topic, ctx.Err()))
 	}
-	go func() { <-stream.Context().Done(); scancel() }()
 	pc.mu.Lock()
 	window := pc.window()
 	pc.mu.Unlock()
 	if err := stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(window)}}}); err != nil {
 		return fail(fromStatus(err))
 	}
-	return stream, nil
+	return stream, scancel, nil
 }
 
 // send writes a request to the current stream.
@@ -162,7 +162,7 @@ func (pc *partitionConsumer) send(r *brokerpb.ConsumeRequest) error {
 }
 
 // run receives on the stream and reconnects when it breaks.
-func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient) {
+func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient, cancel context.CancelFunc) {
 	var bo backoff
 	nack := time.NewTicker(ackGroupingTime) // also sends grouped acks
 	defer nack.Stop()
@@ -183,6 +183,7 @@ func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient) {
 		pc.sendMu.Lock() // gRPC forbids CloseSend concurrent with Send
 		stream.CloseSend()
 		pc.sendMu.Unlock()
+		cancel()
 		if closed || errors.Is(err, errUnsubscribed) {
 			return
 		}
@@ -192,11 +193,11 @@ func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient) {
 			case <-pc.stop:
 				return
 			}
-			s, err := pc.connect(context.Background())
+			s, c, err := pc.connect(context.Background())
 			if err != nil {
 				continue
 			}
-			stream = s
+			stream, cancel = s, c
 			pc.mu.Lock()
 			pc.mu.stream = s
 			pc.mu.Unlock()
@@ -208,18 +209,20 @@ func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient) {
 
 var errUnsubscribed = errors.New("client: unsubscribed")
 
+type recvResult struct {
+	r   *brokerpb.ConsumeResponse
+	err error
+}
+
 // receive handles what the broker sends until the stream breaks.
 func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack <-chan time.Time) error {
-	type res struct {
-		r   *brokerpb.ConsumeResponse
-		err error
-	}
-	ch := make(chan res, 64)
+	ch := make(chan recvResult, 64)
 	go func() {
 		for {
 			r, err := stream.Recv()
-			ch <- res{r, err}
+			ch <- recvResult{r, err}
 			if err != nil {
+				close(ch)
 				return
 			}
 		}
@@ -236,6 +239,7 @@ func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack 
 	for {
 		select {
 		case <-pc.stop:
+			pc.closeStream(stream, ch)
 			return ErrClosed
 		case <-nack:
 			pc.maybeRedeliver()
@@ -263,6 +267,37 @@ func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack 
 			case *brokerpb.ConsumeResponse_ActiveChange:
 				// Failover: the broker decides what to send; nothing to do.
 			}
+		}
+	}
+}
+
+// closeStream ends a consumer's stream gracefully: it sends the grouped
+// acknowledgements, half-closes, and waits (a bounded time) for the broker
+// to end the stream, which it does after handling everything sent before:
+// acknowledgements given before Close are not lost to a cancelled stream.
+func (pc *partitionConsumer) closeStream(stream brokerpb.Broker_ConsumeClient, ch <-chan recvResult) {
+	pc.mu.Lock()
+	acks := pc.mu.acks
+	pc.mu.acks = nil
+	pc.mu.Unlock()
+	pc.sendMu.Lock()
+	if len(acks) > 0 {
+		stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{MessageIds: acks}}})
+	}
+	stream.CloseSend()
+	pc.sendMu.Unlock()
+	timeout := time.NewTimer(min(pc.c.opts.OperationTimeout, 10*time.Second))
+	defer timeout.Stop()
+	for {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return
+			}
+			// Messages after Close are dropped: not acknowledged, they are
+			// delivered again to the next consumer.
+		case <-timeout.C:
+			return
 		}
 	}
 }
@@ -552,7 +587,6 @@ func (pc *partitionConsumer) unsubscribe(ctx context.Context) error {
 }
 
 func (pc *partitionConsumer) close() {
-	pc.flushAcks()
 	pc.mu.Lock()
 	if pc.mu.closed {
 		pc.mu.Unlock()

@@ -91,6 +91,9 @@ func (p *proc) startErr() error {
 	defer f.Close()
 	cmd := exec.Command(binary, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// Killed with the test binary too (a timeout, a ^C): nothing outlives
+	// the test that started it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
