@@ -72,6 +72,49 @@ func TestStandaloneCommand(t *testing.T) {
 		!strings.Contains(out, "metastore (etcd)  127.0.0.1:") || strings.Count(out, "bookie            127.0.0.1:") != 2 {
 		t.Fatalf("standalone printed:\n%s", out)
 	}
+	url := "magnetar://" + field(t, out, "clients           magnetar://")
+	admin := "http://" + field(t, out, "admin (HTTP)      http://")
+
+	// What the README shows a new user, end to end.
+	var buf strings.Builder
+	if err := run(ctx, &buf, "client", "produce", "first", "-m", "hello", "-n", "3", "-k", "k1", "--url", url); err != nil {
+		t.Fatalf("client produce: %v", err)
+	}
+	if strings.Count(buf.String(), "sent ") != 3 {
+		t.Fatalf("client produce printed %q", buf.String())
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "client", "consume", "first", "-s", "sub", "-p", "earliest", "-n", "3", "--url", url); err != nil {
+		t.Fatalf("client consume: %v", err)
+	}
+	if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(got) != 3 || !strings.HasPrefix(got[0], "hello\t") || !strings.HasSuffix(got[2], "\tk1") {
+		t.Fatalf("client consume printed %q", buf.String())
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "admin", "topics", "stats", "first", "--admin-url", admin); err != nil {
+		t.Fatalf("admin topics stats: %v", err)
+	}
+	if !strings.Contains(buf.String(), `"msgBacklog": 0`) {
+		t.Fatalf("the consumed messages are still in the backlog:\n%s", buf.String())
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "stats", "no-such-topic", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("stats of a missing topic: %v", err)
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "perf", "produce", "perf", "-n", "2000", "--rate", "0", "--url", url); err != nil {
+		t.Fatalf("perf produce: %v", err)
+	}
+	if !strings.Contains(buf.String(), "produce summary: 2000 messages") || !strings.Contains(buf.String(), "errors 0") {
+		t.Fatalf("perf produce printed %q", buf.String())
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "perf", "consume", "perf", "-s", "p", "--earliest", "-n", "2000", "--url", url); err != nil {
+		t.Fatalf("perf consume: %v", err)
+	}
+	if !strings.Contains(buf.String(), "consume summary: 2000 messages") {
+		t.Fatalf("perf consume printed %q", buf.String())
+	}
+
 	cancel()
 	go io.Copy(io.Discard, pr)
 	select {
@@ -81,5 +124,34 @@ func TestStandaloneCommand(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("standalone did not stop")
+	}
+}
+
+// field returns what follows prefix on its line of out.
+func field(t *testing.T, out, prefix string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, prefix); i >= 0 {
+			return strings.Fields(l[i+len(prefix):])[0]
+		}
+	}
+	t.Fatalf("no %q in\n%s", prefix, out)
+	return ""
+}
+
+func TestPerfStamp(t *testing.T) {
+	now := time.Now()
+	p := make([]byte, 1024)
+	stamp(p, now)
+	if got, ok := stamped(p); !ok || !got.Equal(time.Unix(0, now.UnixNano())) {
+		t.Fatalf("stamped = %v %v, want %v", got, ok, now)
+	}
+	short := make([]byte, 15)
+	stamp(short, now)
+	if _, ok := stamped(short); ok {
+		t.Fatal("a 15-byte payload carries no stamp")
+	}
+	if _, ok := stamped(make([]byte, 64)); ok {
+		t.Fatal("a payload without the magic has no stamp")
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -138,7 +139,6 @@ func newPerfCmd(g *globals) *cobra.Command {
 			pctx, stop := context.WithCancel(ctx)
 			defer stop()
 			go progress(pctx, cmd.OutOrStdout(), st, "produce")
-			payload := make([]byte, size)
 			var wg sync.WaitGroup
 			start := time.Now()
 			for i := 0; count == 0 || i < count; i++ {
@@ -154,6 +154,8 @@ func newPerfCmd(g *globals) *cobra.Command {
 					break
 				}
 				sent := time.Now()
+				payload := make([]byte, size) // the producer keeps it until sent
+				stamp(payload, sent)
 				wg.Add(1)
 				p.SendAsync(cmd.Context(), &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
 					defer wg.Done()
@@ -187,7 +189,7 @@ func newPerfCmd(g *globals) *cobra.Command {
 	)
 	consume := &cobra.Command{
 		Use:   "consume TOPIC",
-		Short: "Consume and acknowledge; report msg/s, MB/s and end-to-end latency (from publish time)",
+		Short: "Consume and acknowledge; report msg/s, MB/s and end-to-end latency (from the send time perf produce stamps in the payload, else the publish time)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if sub == "" {
@@ -226,7 +228,11 @@ func newPerfCmd(g *globals) *cobra.Command {
 				if err != nil {
 					break
 				}
-				st.record(len(m.Payload()), time.Since(m.PublishTime()))
+				sent, ok := stamped(m.Payload())
+				if !ok {
+					sent = m.PublishTime() // millisecond precision
+				}
+				st.record(len(m.Payload()), time.Since(sent))
 				cons.Ack(m)
 			}
 			stop()
@@ -242,6 +248,26 @@ func newPerfCmd(g *globals) *cobra.Command {
 	consume.Flags().DurationVar(&duration, "time", 0, "stop after this long (0: no limit)")
 	cmd.AddCommand(produce, consume)
 	return cmd
+}
+
+// perfMagic starts a payload of 16 bytes or more sent by perf produce; the
+// next 8 bytes are the send time (Unix nanoseconds, big endian), so that
+// perf consume measures end-to-end latency precisely (producer and
+// consumer on the same clock).
+const perfMagic = "mgperf\x00\x01"
+
+func stamp(payload []byte, t time.Time) {
+	if len(payload) >= 16 {
+		copy(payload, perfMagic)
+		binary.BigEndian.PutUint64(payload[8:], uint64(t.UnixNano()))
+	}
+}
+
+func stamped(payload []byte) (time.Time, bool) {
+	if len(payload) < 16 || string(payload[:8]) != perfMagic {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(payload[8:]))), true
 }
 
 func parseCompression(s string) (client.CompressionType, error) {
