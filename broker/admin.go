@@ -296,6 +296,11 @@ func (s *Server) adminHandler() http.Handler {
 	h("GET /admin/v2/brokers", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nonNil(s.md.listChildren(r.Context(), metastore.BrokersAvailablePrefix))
 	})
+	h("GET /admin/v2/broker-stats/cache", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		size, hits, misses := s.cache.Stats()
+		return map[string]any{"sizeBytes": size, "hits": hits, "misses": misses,
+			"entriesReadFromBookies": s.storageReads.Load()}, nil
+	})
 	h("GET /admin/v2/bookies/all", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		bs, err := s.ledgers.Bookies(r.Context())
 		if err != nil {

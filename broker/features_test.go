@@ -564,3 +564,46 @@ func TestAcksBeforeCloseAreKept(t *testing.T) {
 		}
 	}
 }
+
+// A consumer at the tail is served from the broker's cache: no entry is
+// read from the bookies. One catching up after a restart (empty cache)
+// reads them from the bookies.
+func TestTailReadsComeFromTheCache(t *testing.T) {
+	e := newEnv(t, nil)
+	type cacheStats struct {
+		FromBookies int64 `json:"entriesReadFromBookies"`
+		Hits        int64 `json:"hits"`
+	}
+	cl := e.client()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "tail", SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "tail", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ { // one by one: the consumer is at the tail
+		produce(t, p, i, 1)
+		cons.Ack(receiveN(t, cons, 1)[0])
+	}
+	st, err := adminGetJSON[cacheStats](e, "/admin/v2/broker-stats/cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.FromBookies != 0 || st.Hits < 200 {
+		t.Fatalf("tail reads: %d entries from the bookies, %d cache hits", st.FromBookies, st.Hits)
+	}
+	p.Close()
+	cons.Close()
+	e.restart()
+	cons, err = cl.Subscribe(client.ConsumerOptions{Topic: "tail", SubscriptionName: "late", SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	receiveN(t, cons, 200)
+	if st, err = adminGetJSON[cacheStats](e, "/admin/v2/broker-stats/cache"); err != nil || st.FromBookies < 200 {
+		t.Fatalf("catching up after a restart: %d entries from the bookies (%v)", st.FromBookies, err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,9 +48,11 @@ type Server struct {
 	ledgers   *ledger.Client
 	md        *metadata
 	cache     *mledger.Cache
-	session   *metastore.Session
-	id        string // advertised address
-	instance  string // random per process: tells our previous incarnation apart
+	// storageReads counts entries read from the bookies (cache misses).
+	storageReads atomic.Int64
+	session      *metastore.Session
+	id           string // advertised address
+	instance     string // random per process: tells our previous incarnation apart
 
 	ln      net.Listener
 	grpc    *grpc.Server

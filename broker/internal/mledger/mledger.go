@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -87,6 +88,9 @@ type Deps struct {
 	// guarded by it.
 	Guard *metastore.Guard
 	Cache *Cache
+	// StorageReads, if set, counts the entries read from the bookies
+	// (reads the cache did not serve).
+	StorageReads *atomic.Int64
 	Log   *zap.Logger
 }
 
@@ -671,6 +675,9 @@ func (ml *ManagedLedger) Read(ctx context.Context, p Position, max int) ([]Entry
 	}
 	for _, e := range es {
 		out = append(out, Entry{Pos: Position{p.Ledger, e.ID}, Data: e.Payload})
+	}
+	if ml.d.StorageReads != nil {
+		ml.d.StorageReads.Add(int64(len(es)))
 	}
 	return out, nil
 }
