@@ -91,7 +91,7 @@ type Deps struct {
 	// StorageReads, if set, counts the entries read from the bookies
 	// (reads the cache did not serve).
 	StorageReads *atomic.Int64
-	Log   *zap.Logger
+	Log          *zap.Logger
 }
 
 // ManagedLedger is one partition's storage. Safe for concurrent use.
