@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -605,5 +608,76 @@ func TestTailReadsComeFromTheCache(t *testing.T) {
 	receiveN(t, cons, 200)
 	if st, err = adminGetJSON[cacheStats](e, "/admin/v2/broker-stats/cache"); err != nil || st.FromBookies < 200 {
 		t.Fatalf("catching up after a restart: %d entries from the bookies (%v)", st.FromBookies, err)
+	}
+}
+
+// Publish times never decrease along a partition, however many producers
+// publish at once: seek by time relies on it. The hook holds the first
+// publish between taking its time and storing its entry until a second
+// publish has taken its time too (or 200 ms pass, which is what happens
+// when publishing is one step).
+func TestPublishTimesIncreaseAlongThePartition(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	var calls atomic.Int32
+	var firstTimed atomic.Int64 // the clock in ms when the first publish held
+	second := make(chan struct{})
+	broker.SetTestHookPublishTimed(func() {
+		switch calls.Add(1) {
+		case 1:
+			firstTimed.Store(time.Now().UnixMilli())
+			select {
+			case <-second:
+			case <-time.After(200 * time.Millisecond):
+			}
+		case 2:
+			close(second)
+		}
+	})
+	t.Cleanup(func() { broker.SetTestHookPublishTimed(nil) })
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for w := 0; w < 2; w++ {
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: "times", DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w == 1 {
+				// The second producer sends once the first send is held
+				// and the clock has moved past its publish time.
+				for firstTimed.Load() == 0 || time.Now().UnixMilli() <= firstTimed.Load() {
+					runtime.Gosched()
+				}
+			}
+			_, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte{byte(w)}})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	for w := 0; w < 2; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := cl.CreateReader(client.ReaderOptions{Topic: "times", StartMessageID: client.EarliestMessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var last time.Time
+	for i := 0; i < 2; i++ {
+		m, err := r.Next(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.PublishTime().Before(last) {
+			t.Fatalf("message %d (%v) published at %v, before the previous one (%v)", i, m.ID(), m.PublishTime(), last)
+		}
+		last = m.PublishTime()
 	}
 }

@@ -34,6 +34,12 @@ type topic struct {
 	guard *metastore.Guard
 	log   *zap.Logger
 
+	// publishMu makes publishing one step from taking a publish time to
+	// handing the entry to the managed ledger, so that entries are stored
+	// in the order of their publish times (seek by time bisects on them)
+	// whatever the number of producers. Taken before mu.
+	publishMu sync.Mutex
+
 	mu struct {
 		sync.Mutex
 		set         settings
@@ -213,6 +219,10 @@ func (t *topic) removeProducer(p *producer) {
 	t.mu.pushed[p.name] = t.mu.persisted[p.name]
 }
 
+// testHookPublishTimed, when set by a test, runs in publish between taking
+// the publish time and handing the entry to the managed ledger.
+var testHookPublishTimed func()
+
 // publish stores one message (or batch). cb gets the position, or
 // duplicate true when deduplication dropped it, or an error.
 func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, cb func(pos mledger.Position, duplicate bool, err error)) {
@@ -227,6 +237,8 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 	if send.HighestSequenceId > 0 {
 		md.HighestSequenceId = proto.Uint64(send.HighestSequenceId)
 	}
+	t.publishMu.Lock()
+	defer t.publishMu.Unlock()
 	t.mu.Lock()
 	now := max(time.Now().UnixMilli(), t.mu.lastPublish)
 	t.mu.lastPublish = now
@@ -240,6 +252,9 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 		t.mu.pushed[p.name] = int64(highest)
 	}
 	t.mu.Unlock()
+	if testHookPublishTimed != nil {
+		testHookPublishTimed()
+	}
 	md.PublishTime = proto.Uint64(uint64(now))
 	data, err := entry.Encode(md, send.Payload)
 	if err != nil {

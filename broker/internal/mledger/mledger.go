@@ -370,6 +370,11 @@ func (ml *ManagedLedger) appended(w *ledger.Writer, pos Position, op *appendOp, 
 		ml.maybeRollover(w, true)
 		return
 	}
+	// Cached before it becomes visible: a tailing reader woken by moved
+	// finds it there and never goes to the bookies for it.
+	if ml.d.Cache != nil {
+		ml.d.Cache.Put(ml.name, pos, op.data)
+	}
 	ml.mu.Lock()
 	if ml.mu.last.Before(pos) {
 		ml.mu.last = pos
@@ -377,9 +382,6 @@ func (ml *ManagedLedger) appended(w *ledger.Writer, pos Position, op *appendOp, 
 		ml.mu.moved = make(chan struct{})
 	}
 	ml.mu.Unlock()
-	if ml.d.Cache != nil {
-		ml.d.Cache.Put(ml.name, pos, op.data)
-	}
 	op.cb(pos, nil)
 	ml.maybeRollover(w, false)
 }
