@@ -46,6 +46,9 @@ func newRoot() *cobra.Command {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks the command to stop cleanly (which may wait,
+	// for example for a producer's pending sends); a second one kills.
+	context.AfterFunc(ctx, stop)
 	if err := newRoot().ExecuteContext(ctx); err != nil {
 		if !errors.Is(err, context.Canceled) {
 			fmt.Fprintf(os.Stderr, "magnetar: %v\n", err)

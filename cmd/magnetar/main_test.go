@@ -104,14 +104,15 @@ func TestStandaloneCommand(t *testing.T) {
 	if err := run(ctx, &buf, "perf", "produce", "perf", "-n", "2000", "--rate", "0", "--url", url); err != nil {
 		t.Fatalf("perf produce: %v", err)
 	}
-	if !strings.Contains(buf.String(), "produce summary: 2000 messages") || !strings.Contains(buf.String(), "errors 0") {
+	// The summary is the last line: scripts take it with tail -1.
+	if !strings.HasPrefix(lastLine(buf.String()), "produce summary: 2000 messages") || !strings.HasSuffix(buf.String(), "errors 0\n") {
 		t.Fatalf("perf produce printed %q", buf.String())
 	}
 	buf.Reset()
 	if err := run(ctx, &buf, "perf", "consume", "perf", "-s", "p", "--earliest", "-n", "2000", "--url", url); err != nil {
 		t.Fatalf("perf consume: %v", err)
 	}
-	if !strings.Contains(buf.String(), "consume summary: 2000 messages") {
+	if !strings.HasPrefix(lastLine(buf.String()), "consume summary: 2000 messages") {
 		t.Fatalf("perf consume printed %q", buf.String())
 	}
 
@@ -154,4 +155,10 @@ func TestPerfStamp(t *testing.T) {
 	if _, ok := stamped(make([]byte, 64)); ok {
 		t.Fatal("a payload without the magic has no stamp")
 	}
+}
+
+// lastLine returns the last line of s, without its newline.
+func lastLine(s string) string {
+	s = strings.TrimSuffix(s, "\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }

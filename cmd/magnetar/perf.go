@@ -80,17 +80,28 @@ func (s *stats) summary(w io.Writer, what string) {
 		ms(h.ValueAtQuantile(50)), ms(h.ValueAtQuantile(95)), ms(h.ValueAtQuantile(99)), ms(h.ValueAtQuantile(99.9)), ms(h.Max()), s.errs)
 }
 
-// progress prints a line every second until ctx ends.
-func progress(ctx context.Context, w io.Writer, s *stats, what string) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.report(w, what)
+// startProgress prints a progress line every second until ctx ends or the
+// returned stop is called; stop returns once the printing goroutine has
+// exited, so that nothing is printed after it (the summary comes last).
+func startProgress(ctx context.Context, w io.Writer, s *stats, what string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.report(w, what)
+			}
 		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
@@ -136,9 +147,7 @@ func newPerfCmd(g *globals) *cobra.Command {
 				defer cancel()
 			}
 			st := newStats()
-			pctx, stop := context.WithCancel(ctx)
-			defer stop()
-			go progress(pctx, cmd.OutOrStdout(), st, "produce")
+			stop := startProgress(ctx, cmd.OutOrStdout(), st, "produce")
 			var wg sync.WaitGroup
 			start := time.Now()
 			for i := 0; count == 0 || i < count; i++ {
@@ -220,9 +229,7 @@ func newPerfCmd(g *globals) *cobra.Command {
 				defer cancel()
 			}
 			st := newStats()
-			pctx, stop := context.WithCancel(ctx)
-			defer stop()
-			go progress(pctx, cmd.OutOrStdout(), st, "consume")
+			stop := startProgress(ctx, cmd.OutOrStdout(), st, "consume")
 			for n := 0; count == 0 || n < count; n++ {
 				m, err := cons.Receive(ctx)
 				if err != nil {

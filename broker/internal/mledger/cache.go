@@ -73,6 +73,14 @@ func (c *Cache) Get(ml string, pos Position) ([]byte, bool) {
 	return it.data, ok
 }
 
+// Has reports whether an entry is cached, without counting a hit or miss.
+func (c *Cache) Has(ml string, pos Position) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.mu.items[cacheKey{ml, pos}]
+	return ok
+}
+
 // Stats returns the bytes held and the hit and miss counts.
 func (c *Cache) Stats() (size, hits, misses int64) {
 	c.mu.Lock()

@@ -645,7 +645,11 @@ func (ml *ManagedLedger) Read(ctx context.Context, p Position, max int) ([]Entry
 		return nil, nil
 	}
 	out := make([]Entry, 0, last-p.Entry+1)
-	// The cache holds the tail: take what it has from p on.
+	// The cache holds the tail. What it has from p on is returned alone
+	// (the caller reads on from there); if it does not have p, the bookies
+	// are asked for the entries before the first one it has, so that a
+	// reader catching up meets the cached tail and reads no more of it
+	// from storage.
 	if ml.d.Cache != nil {
 		for e := p.Entry; e <= last; e++ {
 			data, ok := ml.d.Cache.Get(ml.name, Position{p.Ledger, e})
@@ -654,10 +658,15 @@ func (ml *ManagedLedger) Read(ctx context.Context, p Position, max int) ([]Entry
 			}
 			out = append(out, Entry{Pos: Position{p.Ledger, e}, Data: data})
 		}
-		if len(out) == int(last-p.Entry+1) {
+		if len(out) > 0 {
 			return out, nil
 		}
-		out = out[:0]
+		for e := p.Entry + 1; e <= last; e++ {
+			if ml.d.Cache.Has(ml.name, Position{p.Ledger, e}) {
+				last = e - 1
+				break
+			}
+		}
 	}
 	if src == nil {
 		r, err := ml.d.Ledgers.Open(ctx, p.Ledger)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -346,6 +347,38 @@ func TestTailReadsFromCache(t *testing.T) {
 	_, hits, misses := e.cache.Stats()
 	if hits-hits0 != 100 || misses != misses0 {
 		t.Fatalf("cache hits %d, misses %d", hits-hits0, misses-misses0)
+	}
+}
+
+// A reader catching up reads from the bookies only what the cache lacks:
+// the cached tail is served from memory even when a read starts before it.
+func TestCatchUpReadsOnlyWhatTheCacheLacks(t *testing.T) {
+	e := newEnv(t, 1)
+	e.cache = NewCache(int64(50 * len(data(0)))) // the last 50 entries
+	var reads atomic.Int64
+	ml, err := Open(ctxT(t), "public/default/catchup", DefaultConfig(), Deps{
+		Store: e.c.Store, Ledgers: e.c.Client(ledger.Config{}), Guard: e.own("public/default/catchup"),
+		Cache: e.cache, StorageReads: &reads, Log: zaptest.NewLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Close(ctxT(t))
+	ps := appendN(t, ml, 0, 100)
+	var got [][]byte
+	for p := ps[0]; len(got) < 100; {
+		es, err := ml.Read(ctxT(t), p, 100)
+		if err != nil || len(es) == 0 {
+			t.Fatalf("read at %v: %d entries, %v", p, len(es), err)
+		}
+		for _, x := range es {
+			got = append(got, x.Data)
+		}
+		p = ml.Next(es[len(es)-1].Pos)
+	}
+	checkData(t, got, 100)
+	if n := reads.Load(); n != 50 {
+		t.Fatalf("%d entries read from the bookies, want the 50 the cache does not hold", n)
 	}
 }
 
