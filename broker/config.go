@@ -58,6 +58,12 @@ type Config struct {
 	// RetentionCheckInterval: how often consumed ledgers are trimmed and
 	// expired messages acknowledged. Default 1m.
 	RetentionCheckInterval time.Duration `mapstructure:"retention-check-interval" yaml:"retention-check-interval"`
+	// Shared and Key_Shared subscriptions: a consumer holding this many
+	// unacknowledged messages gets no more until it acknowledged half of
+	// them; a subscription likewise (0: no limit). Pulsar's defaults,
+	// 50,000 and 200,000.
+	MaxUnackedMessagesPerConsumer     int `mapstructure:"max-unacked-messages-per-consumer" yaml:"max-unacked-messages-per-consumer"`
+	MaxUnackedMessagesPerSubscription int `mapstructure:"max-unacked-messages-per-subscription" yaml:"max-unacked-messages-per-subscription"`
 }
 
 // DefaultConfig returns the defaults.
@@ -79,6 +85,9 @@ func DefaultConfig() Config {
 		CacheSize:              256 << 20,
 		CursorPersistInterval:  time.Second,
 		RetentionCheckInterval: time.Minute,
+
+		MaxUnackedMessagesPerConsumer:     50000,
+		MaxUnackedMessagesPerSubscription: 200000,
 	}
 }
 
@@ -110,6 +119,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CursorPersistInterval <= 0 || c.RetentionCheckInterval <= 0 {
 		errs = append(errs, errors.New("intervals must be positive"))
+	}
+	if c.MaxUnackedMessagesPerConsumer < 0 || c.MaxUnackedMessagesPerSubscription < 0 {
+		errs = append(errs, errors.New("negative unacknowledged message limit"))
 	}
 	if c.CacheSize < 0 {
 		errs = append(errs, errors.New("negative cache size"))

@@ -15,6 +15,11 @@ type consumer struct {
 	priority  int32
 	queueSize int
 	sub       *subscription // set by addConsumer
+	keyShared *brokerpb.KeySharedMeta
+
+	// Shared and Key_Shared; guarded by sub.mu.
+	unacked int  // messages delivered and not acknowledged
+	blocked bool // at the unacked limit, until it acknowledged half
 
 	signal chan struct{} // wakes the sender
 	gone   chan struct{} // closed by disconnect
@@ -30,7 +35,7 @@ type consumer struct {
 
 func newConsumer(req *brokerpb.Subscribe, queueSize int) *consumer {
 	return &consumer{name: req.ConsumerName, typ: req.Type, priority: req.PriorityLevel, queueSize: queueSize,
-		signal: make(chan struct{}, 1), gone: make(chan struct{})}
+		keyShared: req.KeyShared, signal: make(chan struct{}, 1), gone: make(chan struct{})}
 }
 
 // available is the number of messages the consumer can take now.
@@ -127,6 +132,13 @@ type consumerStats struct {
 	AvailablePermits int    `json:"availablePermits"`
 	MsgDelivered     int64  `json:"msgOutCounter"`
 	PriorityLevel    int32  `json:"priorityLevel"`
+	// Shared and Key_Shared:
+	UnackedMessages  int  `json:"unackedMessages"`
+	BlockedOnUnacked bool `json:"blockedConsumerOnUnackedMsgs"`
+	// Key_Shared: the hashes given to the consumer, and the entries that
+	// would go to it but wait for their key to drain from another consumer.
+	KeyHashRanges           []string `json:"keyHashRanges,omitempty"`
+	HeldBackForDrainingKeys int      `json:"heldBackForDrainingKeys,omitempty"`
 }
 
 func (c *consumer) stats() consumerStats {

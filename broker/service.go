@@ -219,9 +219,18 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 		return err
 	}
 	switch req.Type {
-	case brokerpb.SubscriptionType_EXCLUSIVE, brokerpb.SubscriptionType_FAILOVER:
+	case brokerpb.SubscriptionType_EXCLUSIVE, brokerpb.SubscriptionType_FAILOVER, brokerpb.SubscriptionType_SHARED:
+	case brokerpb.SubscriptionType_KEY_SHARED:
+		if req.KeyShared.GetMode() == brokerpb.KeySharedMode_STICKY {
+			if _, err := checkHashRanges(req.KeyShared); err != nil {
+				return err
+			}
+		}
 	default:
-		return errorf(ErrNotAllowed, "%s subscriptions are not supported yet (exclusive and failover are)", strings.ToLower(req.Type.String()))
+		return errorf(ErrInvalidArgument, "unknown subscription type %d", req.Type)
+	}
+	if !req.Durable && isMulti(req.Type) {
+		return errorf(ErrInvalidArgument, "a reader (non-durable subscription) is exclusive")
 	}
 	queue := int(req.ReceiverQueueSize)
 	if queue == 0 {
@@ -299,7 +308,7 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 				c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Error{Error: &brokerpb.ConsumerError{Reason: reason, Message: err.Error()}}})
 			}
 		case *brokerpb.ConsumeRequest_Redeliver:
-			sub.redeliver(c)
+			sub.redeliver(c, r.Redeliver.MessageIds)
 		case *brokerpb.ConsumeRequest_Seek:
 			var target mledger.Position
 			switch s := r.Seek.Target.(type) {

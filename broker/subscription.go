@@ -18,7 +18,8 @@ import (
 // subscription is a cursor and its consumers. Exclusive and failover
 // subscriptions have one active consumer; a dispatcher goroutine reads from
 // the cursor's read position and sends entries to it, never more messages
-// than it granted permits for.
+// than it granted permits for. Shared and Key_Shared subscriptions deliver
+// to all their consumers (dispatch_shared.go).
 type subscription struct {
 	t       *topic
 	name    string
@@ -44,6 +45,9 @@ type subscription struct {
 		// waitingFor is the message count of the entry the dispatcher last
 		// stopped at for lack of permits (for stats).
 		waitingFor int
+		// multi is the delivery state of Shared and Key_Shared; nil for the
+		// other types.
+		multi *multiState
 	}
 }
 
@@ -76,12 +80,24 @@ func (s *subscription) addConsumer(c *consumer) error {
 		return errorf(ErrTopicClosed, "subscription %s is closing", s.name)
 	}
 	if len(s.mu.consumers) > 0 && s.mu.typ != c.typ {
-		return errorf(ErrConsumerBusy, "subscription %s is %s, cannot subscribe as %s", s.name, s.mu.typ, c.typ)
+		return errorf(ErrConsumerBusy, "subscription %s is %s, cannot subscribe as %s", s.name,
+			strings.ToLower(s.mu.typ.String()), strings.ToLower(c.typ.String()))
 	}
 	if c.typ == brokerpb.SubscriptionType_EXCLUSIVE && len(s.mu.consumers) > 0 {
 		return errorf(ErrConsumerBusy, "exclusive subscription %s already has a consumer", s.name)
 	}
-	s.mu.typ = c.typ
+	if len(s.mu.consumers) == 0 && s.mu.typ != c.typ {
+		// A new type: what the previous consumers were given is delivered
+		// again from the first unacknowledged entry.
+		s.mu.multi = nil
+		s.mu.typ = c.typ
+		s.rewindLocked()
+	}
+	if isMulti(c.typ) {
+		if err := s.addMultiConsumerLocked(c); err != nil {
+			return err
+		}
+	}
 	s.mu.consumers = append(s.mu.consumers, c)
 	slices.SortStableFunc(s.mu.consumers, func(a, b *consumer) int {
 		if a.priority != b.priority {
@@ -91,11 +107,13 @@ func (s *subscription) addConsumer(c *consumer) error {
 	})
 	c.sub = s
 	s.electLocked()
+	s.signal()
 	return nil
 }
 
 // removeConsumer detaches a consumer; if it was active, delivery restarts
-// from the first unacknowledged entry for the next one.
+// from the first unacknowledged entry for the next one. A Shared or
+// Key_Shared consumer's unacknowledged entries go to the others.
 func (s *subscription) removeConsumer(c *consumer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -104,6 +122,11 @@ func (s *subscription) removeConsumer(c *consumer) {
 		return
 	}
 	s.mu.consumers = slices.Delete(s.mu.consumers, i, i+1)
+	if isMulti(s.mu.typ) {
+		s.removeMultiConsumerLocked(c)
+		s.signal()
+		return
+	}
 	if s.mu.active == c {
 		s.mu.active = nil
 	}
@@ -111,9 +134,13 @@ func (s *subscription) removeConsumer(c *consumer) {
 }
 
 // electLocked picks the active consumer: the first for exclusive; for
-// failover, the one at the partition index modulo the consumer count. A
+// failover, the one at the partition index modulo the count. A
 // change rewinds delivery and tells every consumer whether it is active.
+// Shared and Key_Shared have none.
 func (s *subscription) electLocked() {
+	if isMulti(s.mu.typ) {
+		return
+	}
 	var next *consumer
 	if n := len(s.mu.consumers); n > 0 {
 		i := 0
@@ -142,10 +169,16 @@ func (s *subscription) rewindLocked() {
 	s.signal()
 }
 
-// redeliver resends what c has not acknowledged (for exclusive and
-// failover subscriptions: everything unacknowledged, if c is active).
-func (s *subscription) redeliver(c *consumer) {
+// redeliver resends what c has not acknowledged: for exclusive and
+// failover subscriptions everything unacknowledged, if c is active; for
+// Shared and Key_Shared the entries listed (all c holds if none is).
+func (s *subscription) redeliver(c *consumer, ids []*brokerpb.MessageId) {
 	s.mu.Lock()
+	if isMulti(s.mu.typ) {
+		s.mu.Unlock()
+		s.redeliverMulti(c, ids)
+		return
+	}
 	defer s.mu.Unlock()
 	if s.mu.active == c {
 		s.rewindLocked()
@@ -154,7 +187,14 @@ func (s *subscription) redeliver(c *consumer) {
 
 // ack applies acknowledgements.
 func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
+	s.mu.Lock()
+	multi := isMulti(s.mu.typ)
+	s.mu.Unlock()
+	if cumulative && multi {
+		return errorf(ErrNotAllowed, "cumulative acknowledgement is not allowed on shared and key_shared subscriptions: acknowledge each message")
+	}
 	last := s.t.ml.LastConfirmed()
+	var acked []mledger.Position
 	for _, id := range ids {
 		p := mledger.Position{Ledger: id.LedgerId, Entry: id.EntryId}
 		if last.Before(p) || p.Entry < 0 {
@@ -179,6 +219,14 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 		default:
 			s.cur.Ack(p)
 		}
+		acked = append(acked, p)
+	}
+	if multi {
+		s.mu.Lock()
+		if s.mu.multi != nil {
+			s.ackedMultiLocked(acked)
+		}
+		s.mu.Unlock()
 	}
 	return nil
 }
@@ -188,6 +236,7 @@ func (s *subscription) seek(p mledger.Position) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
+	s.resetMultiLocked()
 	s.rewindLocked()
 }
 
@@ -260,8 +309,34 @@ func (s *subscription) dispatch() {
 	backoff := 10 * time.Millisecond
 	for {
 		s.mu.Lock()
-		c, gen := s.mu.active, s.mu.gen
+		c, gen, multi := s.mu.active, s.mu.gen, isMulti(s.mu.typ)
 		s.mu.Unlock()
+		if multi {
+			progressed, moved, err := s.dispatchMultiOnce(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("dispatch read failed", zap.Error(err))
+				select {
+				case <-time.After(backoff):
+					backoff = min(2*backoff, 2*time.Second)
+				case <-s.stop:
+					return
+				}
+				continue
+			}
+			backoff = 10 * time.Millisecond
+			if !progressed {
+				select {
+				case <-moved: // nil (never ready) unless waiting for new entries
+				case <-s.wake:
+				case <-s.stop:
+					return
+				}
+			}
+			continue
+		}
 		if c == nil || c.available() == 0 {
 			select {
 			case <-s.wake:
@@ -370,6 +445,11 @@ type subscriptionStats struct {
 	ActiveConsumerName string          `json:"activeConsumerName,omitempty"`
 	CursorLedger       int64           `json:"cursorLedger,omitempty"`
 	WaitingForPermits  int             `json:"waitingForPermits,omitempty"`
+	// Shared and Key_Shared:
+	UnackedMessages int   `json:"unackedMessages"`
+	Blocked         bool  `json:"blockedSubscriptionOnUnackedMsgs"`
+	MsgRedelivered  int64 `json:"msgRedeliverCounter"`
+	Replay          int   `json:"entriesToReplay"`
 }
 
 func (s *subscription) stats() subscriptionStats {
@@ -384,7 +464,15 @@ func (s *subscription) stats() subscriptionStats {
 	st.Consumers = []consumerStats{}
 	st.WaitingForPermits = s.mu.waitingFor
 	for _, c := range s.mu.consumers {
-		st.Consumers = append(st.Consumers, c.stats())
+		cst := c.stats()
+		s.multiConsumerStatsLocked(c, &cst)
+		st.Consumers = append(st.Consumers, cst)
+	}
+	if m := s.mu.multi; m != nil {
+		st.UnackedMessages = m.unacked
+		st.Blocked = m.blocked
+		st.MsgRedelivered = m.redelivered
+		st.Replay = m.replay.Len()
 	}
 	if s.mu.active != nil {
 		st.ActiveConsumerName = s.mu.active.name

@@ -19,13 +19,14 @@ type SubscriptionType int
 const (
 	// Exclusive: one consumer; another one is refused.
 	Exclusive SubscriptionType = iota
-	// Shared: messages spread over the consumers (not supported yet).
+	// Shared: messages spread over the consumers; each message goes to one
+	// consumer at a time and is delivered again if it is not acknowledged.
 	Shared
 	// Failover: one active consumer per partition, the others take over
 	// when it leaves.
 	Failover
-	// KeyShared: messages of one key go to one consumer (not supported
-	// yet).
+	// KeyShared: like Shared, but the messages of one key go to one
+	// consumer at a time, in order.
 	KeyShared
 )
 
@@ -81,8 +82,98 @@ type ConsumerOptions struct {
 	// NackRedeliveryDelay is how long a negatively acknowledged message
 	// waits before it is delivered again. Default 1 minute.
 	NackRedeliveryDelay time.Duration
+	// NackBackoffPolicy, if set, gives the delay before a nacked message
+	// is delivered again from its redelivery count, instead of
+	// NackRedeliveryDelay (Shared and Key_Shared).
+	NackBackoffPolicy func(redeliveryCount uint32) time.Duration
+	// AckTimeout: a message not acknowledged within it after it was
+	// received is delivered again (for Exclusive and Failover: every
+	// unacknowledged message is). 0: never; otherwise at least 1s.
+	AckTimeout time.Duration
+	// KeySharedPolicy (Key_Shared only): consistent hashing over the
+	// consumers (default), or the sticky hash ranges given.
+	KeySharedPolicy *KeySharedPolicy
+	// DLQ, if set, sends a message to a dead-letter topic instead of
+	// delivering it again once it was delivered MaxDeliveries times.
+	DLQ *DLQPolicy
 	// MessageChannel, if set, receives the messages instead of Chan().
 	MessageChannel chan ConsumerMessage
+}
+
+// KeySharedPolicyMode is how a Key_Shared consumer gets its key hashes.
+type KeySharedPolicyMode int
+
+const (
+	// KeySharedPolicyModeAutoSplit: consistent hashing over the consumers.
+	KeySharedPolicyModeAutoSplit KeySharedPolicyMode = iota
+	// KeySharedPolicyModeSticky: the hash ranges the consumer gives; they
+	// may not overlap another consumer's.
+	KeySharedPolicyModeSticky
+)
+
+// KeySharedPolicy of a Key_Shared consumer. Key hashes are in 0..65535
+// (murmur3 of the ordering key, else the key, as Pulsar computes them).
+type KeySharedPolicy struct {
+	Mode KeySharedPolicyMode
+	// HashRanges (sticky): start and end (inclusive) pairs.
+	HashRanges []int
+}
+
+// NewKeySharedPolicySticky returns a sticky policy for the ranges given as
+// start, end pairs.
+func NewKeySharedPolicySticky(hashRanges []int) (*KeySharedPolicy, error) {
+	p := &KeySharedPolicy{Mode: KeySharedPolicyModeSticky, HashRanges: hashRanges}
+	return p, p.validate()
+}
+
+func (p *KeySharedPolicy) validate() error {
+	switch p.Mode {
+	case KeySharedPolicyModeAutoSplit:
+		if len(p.HashRanges) > 0 {
+			return fmt.Errorf("%w: hash ranges are for sticky key_shared consumers", ErrInvalidOptions)
+		}
+		return nil
+	case KeySharedPolicyModeSticky:
+	default:
+		return fmt.Errorf("%w: unknown key_shared mode %d", ErrInvalidOptions, p.Mode)
+	}
+	if len(p.HashRanges) == 0 || len(p.HashRanges)%2 != 0 {
+		return fmt.Errorf("%w: sticky hash ranges are start, end pairs; got %d numbers", ErrInvalidOptions, len(p.HashRanges))
+	}
+	for i := 0; i < len(p.HashRanges); i += 2 {
+		start, end := p.HashRanges[i], p.HashRanges[i+1]
+		if start < 0 || end < start || end > 65535 {
+			return fmt.Errorf("%w: hash range [%d, %d] is not within 0..65535", ErrInvalidOptions, start, end)
+		}
+	}
+	return nil
+}
+
+func (p *KeySharedPolicy) proto() *brokerpb.KeySharedMeta {
+	if p == nil {
+		return nil
+	}
+	m := &brokerpb.KeySharedMeta{}
+	if p.Mode == KeySharedPolicyModeSticky {
+		m.Mode = brokerpb.KeySharedMode_STICKY
+		for i := 0; i+1 < len(p.HashRanges); i += 2 {
+			m.HashRanges = append(m.HashRanges, &brokerpb.HashRange{Start: int32(p.HashRanges[i]), End: int32(p.HashRanges[i+1])})
+		}
+	}
+	return m
+}
+
+// DLQPolicy sends messages that keep failing to a dead-letter topic.
+type DLQPolicy struct {
+	// MaxDeliveries: a message delivered this many times (redelivery count
+	// MaxDeliveries-1) and still not acknowledged goes to the dead-letter
+	// topic the next time, with its properties plus REAL_TOPIC and
+	// ORIGIN_MESSAGE_ID, and is acknowledged. At least 1.
+	MaxDeliveries uint32
+	// DeadLetterTopic. Default "<topic>-<subscription>-DLQ".
+	DeadLetterTopic string
+	// RetryLetterTopic is reserved for ReconsumeLater (not available yet).
+	RetryLetterTopic string
 }
 
 func (o *ConsumerOptions) fill() error {
@@ -115,6 +206,25 @@ func (o *ConsumerOptions) fill() error {
 	}
 	if o.NackRedeliveryDelay < 0 {
 		return fmt.Errorf("%w: negative NackRedeliveryDelay", ErrInvalidOptions)
+	}
+	if o.AckTimeout != 0 && o.AckTimeout < time.Second {
+		return fmt.Errorf("%w: AckTimeout %v: 0 (none) or at least 1s", ErrInvalidOptions, o.AckTimeout)
+	}
+	if o.KeySharedPolicy != nil {
+		if o.Type != KeyShared {
+			return fmt.Errorf("%w: KeySharedPolicy is for Key_Shared subscriptions", ErrInvalidOptions)
+		}
+		if err := o.KeySharedPolicy.validate(); err != nil {
+			return err
+		}
+	}
+	if o.DLQ != nil {
+		if o.DLQ.MaxDeliveries < 1 {
+			return fmt.Errorf("%w: DLQ.MaxDeliveries must be at least 1", ErrInvalidOptions)
+		}
+		if o.DLQ.RetryLetterTopic != "" {
+			return fmt.Errorf("%w: retry letter topics are not available yet", ErrNotAllowed)
+		}
 	}
 	if o.Name == "" {
 		var b [5]byte
@@ -159,13 +269,18 @@ type consumer struct {
 	ch    chan ConsumerMessage
 	parts []*partitionConsumer
 	once  sync.Once
+
+	dlqMu sync.Mutex
+	dlq   Producer // created on the first dead letter
+
+	closed chan struct{} // closed by Close: Receive returns ErrClosed
 }
 
 func (c *client) Subscribe(opts ConsumerOptions) (Consumer, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	cons := &consumer{c: c, opts: opts}
+	cons := &consumer{c: c, opts: opts, closed: make(chan struct{})}
 	cons.ch = opts.MessageChannel
 	if cons.ch == nil {
 		cons.ch = make(chan ConsumerMessage, opts.ReceiverQueueSize)
@@ -187,10 +302,16 @@ func (c *client) Subscribe(opts ConsumerOptions) (Consumer, error) {
 				Topic: name, Subscription: opts.SubscriptionName, Type: brokerpb.SubscriptionType(opts.Type),
 				ConsumerName: opts.Name, Durable: true, ReceiverQueueSize: uint32(opts.ReceiverQueueSize),
 			}
+			if opts.Type == KeyShared {
+				sub.KeyShared = opts.KeySharedPolicy.proto()
+			}
 			if opts.SubscriptionInitialPosition == SubscriptionPositionEarliest {
 				sub.InitialPosition = brokerpb.InitialPosition_EARLIEST
 			}
 			pc, err := newPartitionConsumer(ctx, c, cons, name, part, sub, opts.ReceiverQueueSize)
+			if err == nil {
+				pc.baseTopic = topic
+			}
 			if err != nil {
 				cons.Close()
 				return nil, err
@@ -219,6 +340,8 @@ func (cons *consumer) Receive(ctx context.Context) (Message, error) {
 				continue // received before a seek or redelivery: it comes again
 			}
 			return m.Message, nil
+		case <-cons.closed:
+			return nil, ErrClosed
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -264,19 +387,44 @@ func (cons *consumer) ackID(id MessageID, cumulative bool) error {
 	return pc.ack(toMessageID(id), cumulative)
 }
 
-func (cons *consumer) Ack(m Message) error                { return cons.ackMessage(m, false) }
-func (cons *consumer) AckCumulative(m Message) error      { return cons.ackMessage(m, true) }
-func (cons *consumer) AckID(id MessageID) error           { return cons.ackID(id, false) }
-func (cons *consumer) AckIDCumulative(id MessageID) error { return cons.ackID(id, true) }
+func (cons *consumer) Ack(m Message) error { return cons.ackMessage(m, false) }
+func (cons *consumer) AckCumulative(m Message) error {
+	if err := cons.cumulativeAllowed(); err != nil {
+		return err
+	}
+	return cons.ackMessage(m, true)
+}
+func (cons *consumer) AckID(id MessageID) error { return cons.ackID(id, false) }
+func (cons *consumer) AckIDCumulative(id MessageID) error {
+	if err := cons.cumulativeAllowed(); err != nil {
+		return err
+	}
+	return cons.ackID(id, true)
+}
 
-func (cons *consumer) Nack(m Message) { cons.NackID(m.ID()) }
+// cumulativeAllowed: a cumulative acknowledgement would acknowledge what
+// other consumers of a Shared or Key_Shared subscription hold.
+func (cons *consumer) cumulativeAllowed() error {
+	if cons.opts.Type == Shared || cons.opts.Type == KeyShared {
+		return fmt.Errorf("%w: cumulative acknowledgement on a %s subscription: acknowledge each message", ErrNotAllowed, cons.opts.Type)
+	}
+	return nil
+}
+
+func (cons *consumer) Nack(m Message) {
+	if mm, ok := m.(*message); ok && mm.consumer != nil {
+		mm.consumer.nack(mm.id, mm.redeliveryCount)
+		return
+	}
+	cons.NackID(m.ID())
+}
 
 func (cons *consumer) NackID(id MessageID) {
 	pc, err := cons.partitionOf(id)
 	if err != nil {
 		return
 	}
-	pc.nack()
+	pc.nack(toMessageID(id), 0)
 }
 
 func (cons *consumer) Seek(id MessageID) error {
@@ -315,6 +463,7 @@ func (cons *consumer) Unsubscribe() error {
 
 func (cons *consumer) Close() {
 	cons.once.Do(func() {
+		close(cons.closed)
 		var wg sync.WaitGroup
 		for _, pc := range cons.parts {
 			wg.Add(1)
@@ -324,6 +473,54 @@ func (cons *consumer) Close() {
 			}()
 		}
 		wg.Wait()
+		cons.dlqMu.Lock()
+		if cons.dlq != nil {
+			cons.dlq.Close()
+		}
+		cons.dlqMu.Unlock()
 		cons.c.unregister(cons)
 	})
 }
+
+// toDeadLetter publishes m to the dead-letter topic with its properties
+// plus where it came from, then acknowledges it. On failure m is nacked,
+// to be tried again.
+func (cons *consumer) toDeadLetter(pc *partitionConsumer, m *message) {
+	err := func() error {
+		cons.dlqMu.Lock()
+		defer cons.dlqMu.Unlock()
+		if cons.dlq == nil {
+			topic := cons.opts.DLQ.DeadLetterTopic
+			if topic == "" {
+				topic = pc.baseTopic + "-" + cons.opts.SubscriptionName + "-DLQ"
+			}
+			p, err := cons.c.CreateProducer(ProducerOptions{Topic: topic})
+			if err != nil {
+				return err
+			}
+			cons.dlq = p
+		}
+		props := make(map[string]string, len(m.props)+2)
+		for k, v := range m.props {
+			props[k] = v
+		}
+		props[PropertyRealTopic] = m.topic
+		props[PropertyOriginMessageID] = m.id.String()
+		ctx, cancel := context.WithTimeout(context.Background(), cons.c.opts.OperationTimeout)
+		defer cancel()
+		_, err := cons.dlq.Send(ctx, &ProducerMessage{Payload: m.payload, Key: m.key, OrderingKey: m.orderingKey,
+			Properties: props, EventTime: m.eventTime})
+		return err
+	}()
+	if err != nil {
+		pc.nack(m.id, m.redeliveryCount)
+		return
+	}
+	pc.ack(m.id, false)
+}
+
+// Properties a dead-lettered message gets (Pulsar's names).
+const (
+	PropertyRealTopic       = "REAL_TOPIC"
+	PropertyOriginMessageID = "ORIGIN_MESSAGE_ID"
+)

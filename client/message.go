@@ -111,6 +111,27 @@ type Message interface {
 	RedeliveryCount() uint32
 }
 
+// entryPos names a stored entry of a partition.
+type entryPos struct{ ledger, entry int64 }
+
+// msgKey names a message of a partition: its entry and batch index.
+type msgKey struct {
+	ledger, entry int64
+	batchIdx      int32
+}
+
+func (k msgKey) before(o msgKey) bool {
+	if k.ledger != o.ledger {
+		return k.ledger < o.ledger
+	}
+	if k.entry != o.entry {
+		return k.entry < o.entry
+	}
+	return k.batchIdx < o.batchIdx
+}
+
+func (m messageID) key() msgKey { return msgKey{m.ledger, m.entry, m.batchIdx} }
+
 type message struct {
 	topic           string
 	id              messageID

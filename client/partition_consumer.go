@@ -38,6 +38,13 @@ type partitionConsumer struct {
 	sub       *brokerpb.Subscribe
 	queueSize int
 	nackDelay time.Duration
+	baseTopic string // the topic as subscribed (of a partition: its partitioned topic)
+	// multi: Shared or Key_Shared, where nacks and ack timeouts redeliver
+	// the messages concerned only.
+	multi       bool
+	nackBackoff func(uint32) time.Duration
+	ackTimeout  time.Duration
+	dlq         *DLQPolicy
 
 	signal chan struct{} // wakes pump
 	stop   chan struct{}
@@ -56,16 +63,28 @@ type partitionConsumer struct {
 		acks     []*brokerpb.MessageId // grouped individual acknowledgements
 		maxBatch int                   // largest batch received (see window)
 		nackAt   time.Time             // a redelivery is due then (zero: none)
-		closed   bool
+		// multi: nacked entries and when they are due for redelivery.
+		nacks map[entryPos]time.Time
+		// tracked: messages handed over and not acknowledged, with their
+		// ack deadline (AckTimeout).
+		tracked map[msgKey]time.Time
+		closed  bool
 	}
 }
 
 func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, topic string, partition int32, sub *brokerpb.Subscribe, queueSize int) (*partitionConsumer, error) {
 	pc := &partitionConsumer{c: c, parent: parent, topic: topic, partition: partition, sub: sub, queueSize: queueSize,
 		signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	pc.baseTopic = topic
 	if cons, ok := parent.(*consumer); ok {
 		pc.nackDelay = cons.opts.NackRedeliveryDelay
+		pc.nackBackoff = cons.opts.NackBackoffPolicy
+		pc.ackTimeout = cons.opts.AckTimeout
+		pc.dlq = cons.opts.DLQ
+		pc.multi = cons.opts.Type == Shared || cons.opts.Type == KeyShared
 	}
+	pc.mu.nacks = map[entryPos]time.Time{}
+	pc.mu.tracked = map[msgKey]time.Time{}
 	stream, cancel, err := pc.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -173,6 +192,11 @@ func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient, cancel co
 		pc.mu.gen++ // drop what was received: it comes again
 		pc.mu.queue = nil
 		pc.mu.consumed = 0
+		// Whatever was unacknowledged is delivered again after the
+		// reconnection: nothing left to redeliver or time out.
+		clear(pc.mu.nacks)
+		clear(pc.mu.tracked)
+		pc.mu.nackAt = time.Time{}
 		closed := pc.mu.closed
 		waiters := pc.mu.waiters
 		pc.mu.waiters = nil
@@ -242,8 +266,8 @@ func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack 
 			pc.closeStream(stream, ch)
 			return ErrClosed
 		case <-nack:
+			pc.flushAcks() // before redeliveries, so that they skip what was acknowledged
 			pc.maybeRedeliver()
-			pc.flushAcks()
 			continue
 		case r := <-ch:
 			if r.err != nil {
@@ -433,6 +457,13 @@ func (pc *partitionConsumer) pump() {
 			continue
 		}
 		m.gen = gen
+		if pc.dlq != nil && m.redeliveryCount >= pc.dlq.MaxDeliveries {
+			if cons, ok := pc.parent.(*consumer); ok {
+				cons.toDeadLetter(pc, m)
+				pc.consumed(1)
+				continue
+			}
+		}
 		if !pc.parent.deliver(m, pc.stop) {
 			return
 		}
@@ -440,6 +471,9 @@ func (pc *partitionConsumer) pump() {
 		if pc.mu.gen == gen {
 			id := m.id
 			pc.mu.last = &id
+			if pc.ackTimeout > 0 {
+				pc.mu.tracked[m.id.key()] = time.Now().Add(pc.ackTimeout)
+			}
 		}
 		pc.mu.Unlock()
 		pc.consumed(1)
@@ -497,6 +531,17 @@ func (pc *partitionConsumer) ack(id messageID, cumulative bool) error {
 		pc.mu.Unlock()
 		return ErrClosed
 	}
+	if len(pc.mu.tracked) > 0 {
+		if cumulative {
+			for k := range pc.mu.tracked {
+				if !id.key().before(k) {
+					delete(pc.mu.tracked, k)
+				}
+			}
+		} else {
+			delete(pc.mu.tracked, id.key())
+		}
+	}
 	if !cumulative {
 		pc.mu.acks = append(pc.mu.acks, id.proto())
 		full := len(pc.mu.acks) >= maxAckGroup
@@ -526,26 +571,77 @@ func (pc *partitionConsumer) flushAcks() error {
 	return pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{MessageIds: acks}}})
 }
 
-// nack schedules a redelivery of what is unacknowledged.
-func (pc *partitionConsumer) nack() {
+// nack schedules a redelivery: of id's entry (Shared, Key_Shared), after
+// the nack delay or the backoff policy's delay for its redelivery count;
+// of everything unacknowledged otherwise.
+func (pc *partitionConsumer) nack(id messageID, redeliveries uint32) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
+	delay := pc.nackDelay
+	if pc.nackBackoff != nil {
+		delay = max(pc.nackBackoff(redeliveries), 0)
+	}
+	delete(pc.mu.tracked, id.key())
+	if pc.multi {
+		p := entryPos{id.ledger, id.entry}
+		at := time.Now().Add(delay)
+		if due, ok := pc.mu.nacks[p]; !ok || at.Before(due) {
+			pc.mu.nacks[p] = at
+		}
+		return
+	}
 	if pc.mu.nackAt.IsZero() {
-		pc.mu.nackAt = time.Now().Add(pc.nackDelay)
+		pc.mu.nackAt = time.Now().Add(delay)
 	}
 }
 
+// maybeRedeliver asks for the redeliveries that are due: nacked messages
+// and messages past their ack timeout.
 func (pc *partitionConsumer) maybeRedeliver() {
+	now := time.Now()
 	pc.mu.Lock()
-	due := !pc.mu.nackAt.IsZero() && time.Now().After(pc.mu.nackAt)
-	if due {
+	var ids []*brokerpb.MessageId
+	all := !pc.mu.nackAt.IsZero() && now.After(pc.mu.nackAt)
+	for p, at := range pc.mu.nacks {
+		if now.After(at) {
+			delete(pc.mu.nacks, p)
+			ids = append(ids, &brokerpb.MessageId{LedgerId: p.ledger, EntryId: p.entry, BatchIndex: -1, Partition: pc.partition})
+		}
+	}
+	if len(pc.mu.tracked) > 0 {
+		expired := map[entryPos]bool{}
+		for k, at := range pc.mu.tracked {
+			if now.After(at) {
+				expired[entryPos{k.ledger, k.entry}] = true
+			}
+		}
+		for k := range pc.mu.tracked {
+			if expired[entryPos{k.ledger, k.entry}] {
+				delete(pc.mu.tracked, k)
+			}
+		}
+		for p := range expired {
+			if !pc.multi {
+				all = true
+				break
+			}
+			if _, nacked := pc.mu.nacks[p]; !nacked {
+				ids = append(ids, &brokerpb.MessageId{LedgerId: p.ledger, EntryId: p.entry, BatchIndex: -1, Partition: pc.partition})
+			}
+		}
+	}
+	if all {
 		pc.mu.nackAt = time.Time{}
+		clear(pc.mu.tracked)
 		pc.dropLocked() // what is queued comes again anyway
 	}
 	pc.mu.Unlock()
-	if due {
+	if all {
 		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{}}})
 		pc.consumed(0)
+	}
+	if len(ids) > 0 {
+		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: ids}}})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -183,8 +184,10 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 		seq = *msg.SequenceID
 	}
 	pp.mu.nextSeq = max(pp.mu.nextSeq, seq+1)
-	// A message that does not fit the current batch starts a new one.
-	if len(pp.mu.batch) > 0 && pp.mu.batchBytes+size > int(pp.opts.BatchingMaxSize) {
+	// A message that does not fit the current batch starts a new one, as
+	// does, with key-based batching, a message of another key.
+	if n := len(pp.mu.batch); n > 0 && (pp.mu.batchBytes+size > int(pp.opts.BatchingMaxSize) ||
+		pp.opts.BatcherBuilderType == KeyBasedBatchBuilder && !sameKey(pp.mu.batch[0].msg, msg)) {
 		pp.flushLocked()
 	}
 	pp.mu.batch = append(pp.mu.batch, &pendingMsg{ctx: ctx, msg: msg, seq: seq, size: size, cb: cb})
@@ -259,6 +262,16 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) 
 		payload = m.Payload
 	} else {
 		md.NumMessagesInBatch = proto.Int32(int32(len(msgs)))
+		// A batch whose messages share a key carries it, so that Key_Shared
+		// dispatches it by that key.
+		if first := msgs[0].msg; !slices.ContainsFunc(msgs, func(pm *pendingMsg) bool { return !sameKey(first, pm.msg) }) {
+			if first.Key != "" {
+				md.PartitionKey = proto.String(first.Key)
+			}
+			if first.OrderingKey != "" {
+				md.OrderingKey = []byte(first.OrderingKey)
+			}
+		}
 		for _, pm := range msgs {
 			m := pm.msg
 			smm := &pulsarpb.SingleMessageMetadata{Properties: props(m.Properties), SequenceId: proto.Uint64(uint64(pm.seq))}
@@ -572,3 +585,6 @@ func (pp *partitionProducer) close() {
 	<-pp.done
 	<-done
 }
+
+// sameKey reports whether two messages have the same key and ordering key.
+func sameKey(a, b *ProducerMessage) bool { return a.Key == b.Key && a.OrderingKey == b.OrderingKey }

@@ -72,6 +72,11 @@ type ProducerOptions struct {
 	// messages and 128 KiB.
 	BatchingMaxMessages uint
 	BatchingMaxSize     uint
+	// BatcherBuilderType: DefaultBatchBuilder, or KeyBasedBatchBuilder for
+	// Key_Shared subscriptions: a batch then holds messages of one key
+	// only (a message with another key starts a new batch), so that the
+	// broker can give each batch to the consumer of its key.
+	BatcherBuilderType BatcherBuilderType
 	// CompressionType of batches (or single messages). Default none.
 	CompressionType CompressionType
 	// MessageRouter picks the partition of a message for partitioned
@@ -79,6 +84,16 @@ type ProducerOptions struct {
 	// messages without a key.
 	MessageRouter func(*ProducerMessage, TopicMetadata) int
 }
+
+// BatcherBuilderType says how messages are grouped into batches.
+type BatcherBuilderType int
+
+const (
+	// DefaultBatchBuilder: messages in send order, whatever their keys.
+	DefaultBatchBuilder BatcherBuilderType = iota
+	// KeyBasedBatchBuilder: a batch holds messages of a single key.
+	KeyBasedBatchBuilder
+)
 
 func (o *ProducerOptions) fill(maxMessageSize int) error {
 	if o.Topic == "" {
@@ -107,6 +122,9 @@ func (o *ProducerOptions) fill(maxMessageSize int) error {
 	}
 	if int(o.BatchingMaxSize) > maxMessageSize {
 		return fmt.Errorf("%w: BatchingMaxSize %d exceeds the maximum message size %d", ErrInvalidOptions, o.BatchingMaxSize, maxMessageSize)
+	}
+	if o.BatcherBuilderType != DefaultBatchBuilder && o.BatcherBuilderType != KeyBasedBatchBuilder {
+		return fmt.Errorf("%w: unknown batcher builder type %d", ErrInvalidOptions, o.BatcherBuilderType)
 	}
 	if _, ok := o.CompressionType.proto(); !ok {
 		return fmt.Errorf("%w: unknown compression type %d", ErrInvalidOptions, o.CompressionType)

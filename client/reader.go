@@ -45,6 +45,8 @@ type reader struct {
 	last *messageID
 	mu   sync.Mutex
 	once sync.Once
+	// closed by Close: Next returns ErrClosed.
+	closed chan struct{}
 }
 
 func (c *client) CreateReader(opts ReaderOptions) (Reader, error) {
@@ -85,7 +87,7 @@ func (c *client) CreateReader(opts ReaderOptions) (Reader, error) {
 		sub.StartMessageId = toMessageID(start).proto()
 		sub.StartInclusive = opts.StartMessageIDInclusive
 	}
-	r := &reader{c: c, opts: opts, ch: make(chan *message, opts.ReceiverQueueSize)}
+	r := &reader{c: c, opts: opts, ch: make(chan *message, opts.ReceiverQueueSize), closed: make(chan struct{})}
 	if r.pc, err = newPartitionConsumer(ctx, c, r, names[0], -1, sub, opts.ReceiverQueueSize); err != nil {
 		return nil, err
 	}
@@ -115,6 +117,8 @@ func (r *reader) Next(ctx context.Context) (Message, error) {
 		r.last = &id
 		r.mu.Unlock()
 		return m, nil
+	case <-r.closed:
+		return nil, ErrClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -156,6 +160,7 @@ func (r *reader) HasNext() bool {
 
 func (r *reader) Close() {
 	r.once.Do(func() {
+		close(r.closed)
 		r.pc.close()
 		r.c.unregister(r)
 	})

@@ -207,6 +207,52 @@ func (InitialPosition) EnumDescriptor() ([]byte, []int) {
 	return file_brokerpb_broker_proto_rawDescGZIP(), []int{2}
 }
 
+type KeySharedMode int32
+
+const (
+	KeySharedMode_AUTO_SPLIT KeySharedMode = 0
+	KeySharedMode_STICKY     KeySharedMode = 1
+)
+
+// Enum value maps for KeySharedMode.
+var (
+	KeySharedMode_name = map[int32]string{
+		0: "AUTO_SPLIT",
+		1: "STICKY",
+	}
+	KeySharedMode_value = map[string]int32{
+		"AUTO_SPLIT": 0,
+		"STICKY":     1,
+	}
+)
+
+func (x KeySharedMode) Enum() *KeySharedMode {
+	p := new(KeySharedMode)
+	*p = x
+	return p
+}
+
+func (x KeySharedMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeySharedMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_brokerpb_broker_proto_enumTypes[3].Descriptor()
+}
+
+func (KeySharedMode) Type() protoreflect.EnumType {
+	return &file_brokerpb_broker_proto_enumTypes[3]
+}
+
+func (x KeySharedMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeySharedMode.Descriptor instead.
+func (KeySharedMode) EnumDescriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{3}
+}
+
 type MessageId struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -1149,8 +1195,10 @@ type Subscribe struct {
 	// The consumer's receive queue: a batch larger than it is delivered when
 	// the queue is empty.
 	ReceiverQueueSize uint32 `protobuf:"varint,10,opt,name=receiver_queue_size,json=receiverQueueSize,proto3" json:"receiver_queue_size,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Key_Shared only: how hashes are assigned to this consumer.
+	KeyShared     *KeySharedMeta `protobuf:"bytes,11,opt,name=key_shared,json=keyShared,proto3" json:"key_shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Subscribe) Reset() {
@@ -1253,6 +1301,121 @@ func (x *Subscribe) GetReceiverQueueSize() uint32 {
 	return 0
 }
 
+func (x *Subscribe) GetKeyShared() *KeySharedMeta {
+	if x != nil {
+		return x.KeyShared
+	}
+	return nil
+}
+
+// KeySharedMeta is a Key_Shared consumer's hash assignment, as Pulsar's
+// KeySharedMeta: AUTO_SPLIT (consistent hashing over the consumers) or
+// STICKY (the ranges given, which must not overlap another consumer's).
+type KeySharedMeta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          KeySharedMode          `protobuf:"varint,1,opt,name=mode,proto3,enum=magnetar.broker.v1.KeySharedMode" json:"mode,omitempty"`
+	HashRanges    []*HashRange           `protobuf:"bytes,2,rep,name=hash_ranges,json=hashRanges,proto3" json:"hash_ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeySharedMeta) Reset() {
+	*x = KeySharedMeta{}
+	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeySharedMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeySharedMeta) ProtoMessage() {}
+
+func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeySharedMeta.ProtoReflect.Descriptor instead.
+func (*KeySharedMeta) Descriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *KeySharedMeta) GetMode() KeySharedMode {
+	if x != nil {
+		return x.Mode
+	}
+	return KeySharedMode_AUTO_SPLIT
+}
+
+func (x *KeySharedMeta) GetHashRanges() []*HashRange {
+	if x != nil {
+		return x.HashRanges
+	}
+	return nil
+}
+
+// HashRange is a range of key hashes, start..end inclusive, in 0..65535.
+type HashRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         int32                  `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           int32                  `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HashRange) Reset() {
+	*x = HashRange{}
+	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HashRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HashRange) ProtoMessage() {}
+
+func (x *HashRange) ProtoReflect() protoreflect.Message {
+	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HashRange.ProtoReflect.Descriptor instead.
+func (*HashRange) Descriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HashRange) GetStart() int32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *HashRange) GetEnd() int32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
 type Flow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Permits       uint32                 `protobuf:"varint,1,opt,name=permits,proto3" json:"permits,omitempty"`
@@ -1262,7 +1425,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	mi := &file_brokerpb_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1437,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	mi := &file_brokerpb_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1450,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{15}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Flow) GetPermits() uint32 {
@@ -1307,7 +1470,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	mi := &file_brokerpb_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1482,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	mi := &file_brokerpb_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1495,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{16}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ack) GetMessageIds() []*MessageId {
@@ -1362,7 +1525,7 @@ type Seek struct {
 
 func (x *Seek) Reset() {
 	*x = Seek{}
-	mi := &file_brokerpb_broker_proto_msgTypes[17]
+	mi := &file_brokerpb_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1537,7 @@ func (x *Seek) String() string {
 func (*Seek) ProtoMessage() {}
 
 func (x *Seek) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[17]
+	mi := &file_brokerpb_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1550,7 @@ func (x *Seek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seek.ProtoReflect.Descriptor instead.
 func (*Seek) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{17}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Seek) GetTarget() isSeek_Target {
@@ -1431,7 +1594,9 @@ func (*Seek_MessageId) isSeek_Target() {}
 
 func (*Seek_PublishTimeUnixMs) isSeek_Target() {}
 
-// Redeliver asks for the unacknowledged messages to be sent again.
+// Redeliver asks for unacknowledged messages to be sent again: the ones
+// listed (Shared and Key_Shared: nacks and ack timeouts), or all that this
+// consumer holds when none is listed.
 type Redeliver struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MessageIds    []*MessageId           `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
@@ -1441,7 +1606,7 @@ type Redeliver struct {
 
 func (x *Redeliver) Reset() {
 	*x = Redeliver{}
-	mi := &file_brokerpb_broker_proto_msgTypes[18]
+	mi := &file_brokerpb_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1618,7 @@ func (x *Redeliver) String() string {
 func (*Redeliver) ProtoMessage() {}
 
 func (x *Redeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[18]
+	mi := &file_brokerpb_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1631,7 @@ func (x *Redeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redeliver.ProtoReflect.Descriptor instead.
 func (*Redeliver) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{18}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Redeliver) GetMessageIds() []*MessageId {
@@ -1493,7 +1658,7 @@ type ConsumeResponse struct {
 
 func (x *ConsumeResponse) Reset() {
 	*x = ConsumeResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[19]
+	mi := &file_brokerpb_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1670,7 @@ func (x *ConsumeResponse) String() string {
 func (*ConsumeResponse) ProtoMessage() {}
 
 func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[19]
+	mi := &file_brokerpb_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1683,7 @@ func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{19}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ConsumeResponse) GetResponse() isConsumeResponse_Response {
@@ -1630,7 +1795,7 @@ type Unsubscribed struct {
 
 func (x *Unsubscribed) Reset() {
 	*x = Unsubscribed{}
-	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1807,7 @@ func (x *Unsubscribed) String() string {
 func (*Unsubscribed) ProtoMessage() {}
 
 func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1820,7 @@ func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribed.ProtoReflect.Descriptor instead.
 func (*Unsubscribed) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{20}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
 }
 
 type Subscribed struct {
@@ -1666,7 +1831,7 @@ type Subscribed struct {
 
 func (x *Subscribed) Reset() {
 	*x = Subscribed{}
-	mi := &file_brokerpb_broker_proto_msgTypes[21]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1843,7 @@ func (x *Subscribed) String() string {
 func (*Subscribed) ProtoMessage() {}
 
 func (x *Subscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[21]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1856,7 @@ func (x *Subscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribed.ProtoReflect.Descriptor instead.
 func (*Subscribed) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{21}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
 }
 
 type Message struct {
@@ -1708,7 +1873,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1885,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1898,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Message) GetMessageId() *MessageId {
@@ -1773,7 +1938,7 @@ type ActiveChange struct {
 
 func (x *ActiveChange) Reset() {
 	*x = ActiveChange{}
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1950,7 @@ func (x *ActiveChange) String() string {
 func (*ActiveChange) ProtoMessage() {}
 
 func (x *ActiveChange) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1963,7 @@ func (x *ActiveChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveChange.ProtoReflect.Descriptor instead.
 func (*ActiveChange) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ActiveChange) GetIsActive() bool {
@@ -1816,7 +1981,7 @@ type SeekDone struct {
 
 func (x *SeekDone) Reset() {
 	*x = SeekDone{}
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1993,7 @@ func (x *SeekDone) String() string {
 func (*SeekDone) ProtoMessage() {}
 
 func (x *SeekDone) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2006,7 @@ func (x *SeekDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekDone.ProtoReflect.Descriptor instead.
 func (*SeekDone) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{26}
 }
 
 type ConsumerError struct {
@@ -1854,7 +2019,7 @@ type ConsumerError struct {
 
 func (x *ConsumerError) Reset() {
 	*x = ConsumerError{}
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2031,7 @@ func (x *ConsumerError) String() string {
 func (*ConsumerError) ProtoMessage() {}
 
 func (x *ConsumerError) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2044,7 @@ func (x *ConsumerError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerError.ProtoReflect.Descriptor instead.
 func (*ConsumerError) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ConsumerError) GetReason() ErrorReason {
@@ -1905,7 +2070,7 @@ type GetLastMessageIdRequest struct {
 
 func (x *GetLastMessageIdRequest) Reset() {
 	*x = GetLastMessageIdRequest{}
-	mi := &file_brokerpb_broker_proto_msgTypes[26]
+	mi := &file_brokerpb_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2082,7 @@ func (x *GetLastMessageIdRequest) String() string {
 func (*GetLastMessageIdRequest) ProtoMessage() {}
 
 func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[26]
+	mi := &file_brokerpb_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2095,7 @@ func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdRequest.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdRequest) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{26}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetLastMessageIdRequest) GetTopic() string {
@@ -1949,7 +2114,7 @@ type GetLastMessageIdResponse struct {
 
 func (x *GetLastMessageIdResponse) Reset() {
 	*x = GetLastMessageIdResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[27]
+	mi := &file_brokerpb_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2126,7 @@ func (x *GetLastMessageIdResponse) String() string {
 func (*GetLastMessageIdResponse) ProtoMessage() {}
 
 func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[27]
+	mi := &file_brokerpb_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2139,7 @@ func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdResponse.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{27}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLastMessageIdResponse) GetMessageId() *MessageId {
@@ -2054,7 +2219,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\tredeliver\x18\x05 \x01(\v2\x1d.magnetar.broker.v1.RedeliverH\x00R\tredeliver\x12C\n" +
 	"\vunsubscribe\x18\x06 \x01(\v2\x1f.magnetar.broker.v1.UnsubscribeH\x00R\vunsubscribeB\t\n" +
 	"\arequest\"\r\n" +
-	"\vUnsubscribe\"\xd7\x03\n" +
+	"\vUnsubscribe\"\x99\x04\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x128\n" +
@@ -2066,7 +2231,16 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x10start_message_id\x18\b \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\x0estartMessageId\x12'\n" +
 	"\x0fstart_inclusive\x18\t \x01(\bR\x0estartInclusive\x12.\n" +
 	"\x13receiver_queue_size\x18\n" +
-	" \x01(\rR\x11receiverQueueSize\" \n" +
+	" \x01(\rR\x11receiverQueueSize\x12@\n" +
+	"\n" +
+	"key_shared\x18\v \x01(\v2!.magnetar.broker.v1.KeySharedMetaR\tkeyShared\"\x86\x01\n" +
+	"\rKeySharedMeta\x125\n" +
+	"\x04mode\x18\x01 \x01(\x0e2!.magnetar.broker.v1.KeySharedModeR\x04mode\x12>\n" +
+	"\vhash_ranges\x18\x02 \x03(\v2\x1d.magnetar.broker.v1.HashRangeR\n" +
+	"hashRanges\"3\n" +
+	"\tHashRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x05R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x05R\x03end\" \n" +
 	"\x04Flow\x12\x18\n" +
 	"\apermits\x18\x01 \x01(\rR\apermits\"e\n" +
 	"\x03Ack\x12>\n" +
@@ -2141,7 +2315,12 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x0fInitialPosition\x12\n" +
 	"\n" +
 	"\x06LATEST\x10\x00\x12\f\n" +
-	"\bEARLIEST\x10\x012\xf0\x03\n" +
+	"\bEARLIEST\x10\x01*+\n" +
+	"\rKeySharedMode\x12\x0e\n" +
+	"\n" +
+	"AUTO_SPLIT\x10\x00\x12\n" +
+	"\n" +
+	"\x06STICKY\x10\x012\xf0\x03\n" +
 	"\x06Broker\x12O\n" +
 	"\x06Lookup\x12!.magnetar.broker.v1.LookupRequest\x1a\".magnetar.broker.v1.LookupResponse\x12v\n" +
 	"\x13PartitionedMetadata\x12..magnetar.broker.v1.PartitionedMetadataRequest\x1a/.magnetar.broker.v1.PartitionedMetadataResponse\x12V\n" +
@@ -2161,89 +2340,95 @@ func file_brokerpb_broker_proto_rawDescGZIP() []byte {
 	return file_brokerpb_broker_proto_rawDescData
 }
 
-var file_brokerpb_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_brokerpb_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_brokerpb_broker_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: magnetar.broker.v1.ErrorReason
 	(SubscriptionType)(0),               // 1: magnetar.broker.v1.SubscriptionType
 	(InitialPosition)(0),                // 2: magnetar.broker.v1.InitialPosition
-	(*MessageId)(nil),                   // 3: magnetar.broker.v1.MessageId
-	(*LookupRequest)(nil),               // 4: magnetar.broker.v1.LookupRequest
-	(*LookupResponse)(nil),              // 5: magnetar.broker.v1.LookupResponse
-	(*PartitionedMetadataRequest)(nil),  // 6: magnetar.broker.v1.PartitionedMetadataRequest
-	(*PartitionedMetadataResponse)(nil), // 7: magnetar.broker.v1.PartitionedMetadataResponse
-	(*ProduceRequest)(nil),              // 8: magnetar.broker.v1.ProduceRequest
-	(*ProducerOpen)(nil),                // 9: magnetar.broker.v1.ProducerOpen
-	(*Send)(nil),                        // 10: magnetar.broker.v1.Send
-	(*ProduceResponse)(nil),             // 11: magnetar.broker.v1.ProduceResponse
-	(*ProducerOpened)(nil),              // 12: magnetar.broker.v1.ProducerOpened
-	(*SendReceipt)(nil),                 // 13: magnetar.broker.v1.SendReceipt
-	(*SendError)(nil),                   // 14: magnetar.broker.v1.SendError
-	(*ConsumeRequest)(nil),              // 15: magnetar.broker.v1.ConsumeRequest
-	(*Unsubscribe)(nil),                 // 16: magnetar.broker.v1.Unsubscribe
-	(*Subscribe)(nil),                   // 17: magnetar.broker.v1.Subscribe
-	(*Flow)(nil),                        // 18: magnetar.broker.v1.Flow
-	(*Ack)(nil),                         // 19: magnetar.broker.v1.Ack
-	(*Seek)(nil),                        // 20: magnetar.broker.v1.Seek
-	(*Redeliver)(nil),                   // 21: magnetar.broker.v1.Redeliver
-	(*ConsumeResponse)(nil),             // 22: magnetar.broker.v1.ConsumeResponse
-	(*Unsubscribed)(nil),                // 23: magnetar.broker.v1.Unsubscribed
-	(*Subscribed)(nil),                  // 24: magnetar.broker.v1.Subscribed
-	(*Message)(nil),                     // 25: magnetar.broker.v1.Message
-	(*ActiveChange)(nil),                // 26: magnetar.broker.v1.ActiveChange
-	(*SeekDone)(nil),                    // 27: magnetar.broker.v1.SeekDone
-	(*ConsumerError)(nil),               // 28: magnetar.broker.v1.ConsumerError
-	(*GetLastMessageIdRequest)(nil),     // 29: magnetar.broker.v1.GetLastMessageIdRequest
-	(*GetLastMessageIdResponse)(nil),    // 30: magnetar.broker.v1.GetLastMessageIdResponse
-	nil,                                 // 31: magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	(*pulsarpb.MessageMetadata)(nil),    // 32: magnetar.pulsar.v1.MessageMetadata
+	(KeySharedMode)(0),                  // 3: magnetar.broker.v1.KeySharedMode
+	(*MessageId)(nil),                   // 4: magnetar.broker.v1.MessageId
+	(*LookupRequest)(nil),               // 5: magnetar.broker.v1.LookupRequest
+	(*LookupResponse)(nil),              // 6: magnetar.broker.v1.LookupResponse
+	(*PartitionedMetadataRequest)(nil),  // 7: magnetar.broker.v1.PartitionedMetadataRequest
+	(*PartitionedMetadataResponse)(nil), // 8: magnetar.broker.v1.PartitionedMetadataResponse
+	(*ProduceRequest)(nil),              // 9: magnetar.broker.v1.ProduceRequest
+	(*ProducerOpen)(nil),                // 10: magnetar.broker.v1.ProducerOpen
+	(*Send)(nil),                        // 11: magnetar.broker.v1.Send
+	(*ProduceResponse)(nil),             // 12: magnetar.broker.v1.ProduceResponse
+	(*ProducerOpened)(nil),              // 13: magnetar.broker.v1.ProducerOpened
+	(*SendReceipt)(nil),                 // 14: magnetar.broker.v1.SendReceipt
+	(*SendError)(nil),                   // 15: magnetar.broker.v1.SendError
+	(*ConsumeRequest)(nil),              // 16: magnetar.broker.v1.ConsumeRequest
+	(*Unsubscribe)(nil),                 // 17: magnetar.broker.v1.Unsubscribe
+	(*Subscribe)(nil),                   // 18: magnetar.broker.v1.Subscribe
+	(*KeySharedMeta)(nil),               // 19: magnetar.broker.v1.KeySharedMeta
+	(*HashRange)(nil),                   // 20: magnetar.broker.v1.HashRange
+	(*Flow)(nil),                        // 21: magnetar.broker.v1.Flow
+	(*Ack)(nil),                         // 22: magnetar.broker.v1.Ack
+	(*Seek)(nil),                        // 23: magnetar.broker.v1.Seek
+	(*Redeliver)(nil),                   // 24: magnetar.broker.v1.Redeliver
+	(*ConsumeResponse)(nil),             // 25: magnetar.broker.v1.ConsumeResponse
+	(*Unsubscribed)(nil),                // 26: magnetar.broker.v1.Unsubscribed
+	(*Subscribed)(nil),                  // 27: magnetar.broker.v1.Subscribed
+	(*Message)(nil),                     // 28: magnetar.broker.v1.Message
+	(*ActiveChange)(nil),                // 29: magnetar.broker.v1.ActiveChange
+	(*SeekDone)(nil),                    // 30: magnetar.broker.v1.SeekDone
+	(*ConsumerError)(nil),               // 31: magnetar.broker.v1.ConsumerError
+	(*GetLastMessageIdRequest)(nil),     // 32: magnetar.broker.v1.GetLastMessageIdRequest
+	(*GetLastMessageIdResponse)(nil),    // 33: magnetar.broker.v1.GetLastMessageIdResponse
+	nil,                                 // 34: magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	(*pulsarpb.MessageMetadata)(nil),    // 35: magnetar.pulsar.v1.MessageMetadata
 }
 var file_brokerpb_broker_proto_depIdxs = []int32{
-	9,  // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
-	10, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
-	31, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	32, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
-	12, // 4: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
-	13, // 5: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
-	14, // 6: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
-	3,  // 7: magnetar.broker.v1.SendReceipt.message_id:type_name -> magnetar.broker.v1.MessageId
+	10, // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
+	11, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
+	34, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	35, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
+	13, // 4: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
+	14, // 5: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
+	15, // 6: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
+	4,  // 7: magnetar.broker.v1.SendReceipt.message_id:type_name -> magnetar.broker.v1.MessageId
 	0,  // 8: magnetar.broker.v1.SendError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	17, // 9: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
-	18, // 10: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
-	19, // 11: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
-	20, // 12: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
-	21, // 13: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
-	16, // 14: magnetar.broker.v1.ConsumeRequest.unsubscribe:type_name -> magnetar.broker.v1.Unsubscribe
+	18, // 9: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
+	21, // 10: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
+	22, // 11: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
+	23, // 12: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
+	24, // 13: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
+	17, // 14: magnetar.broker.v1.ConsumeRequest.unsubscribe:type_name -> magnetar.broker.v1.Unsubscribe
 	1,  // 15: magnetar.broker.v1.Subscribe.type:type_name -> magnetar.broker.v1.SubscriptionType
 	2,  // 16: magnetar.broker.v1.Subscribe.initial_position:type_name -> magnetar.broker.v1.InitialPosition
-	3,  // 17: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
-	3,  // 18: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
-	3,  // 19: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
-	3,  // 20: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
-	24, // 21: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
-	25, // 22: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
-	26, // 23: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
-	27, // 24: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
-	28, // 25: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
-	23, // 26: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
-	3,  // 27: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
-	0,  // 28: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	3,  // 29: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
-	4,  // 30: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
-	6,  // 31: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
-	8,  // 32: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
-	15, // 33: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
-	29, // 34: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
-	5,  // 35: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
-	7,  // 36: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
-	11, // 37: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
-	22, // 38: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
-	30, // 39: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
-	35, // [35:40] is the sub-list for method output_type
-	30, // [30:35] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	4,  // 17: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
+	19, // 18: magnetar.broker.v1.Subscribe.key_shared:type_name -> magnetar.broker.v1.KeySharedMeta
+	3,  // 19: magnetar.broker.v1.KeySharedMeta.mode:type_name -> magnetar.broker.v1.KeySharedMode
+	20, // 20: magnetar.broker.v1.KeySharedMeta.hash_ranges:type_name -> magnetar.broker.v1.HashRange
+	4,  // 21: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
+	4,  // 22: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
+	4,  // 23: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
+	27, // 24: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
+	28, // 25: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
+	29, // 26: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
+	30, // 27: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
+	31, // 28: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
+	26, // 29: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
+	4,  // 30: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
+	0,  // 31: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
+	4,  // 32: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
+	5,  // 33: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
+	7,  // 34: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
+	9,  // 35: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
+	16, // 36: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
+	32, // 37: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
+	6,  // 38: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
+	8,  // 39: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
+	12, // 40: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
+	25, // 41: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
+	33, // 42: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
+	38, // [38:43] is the sub-list for method output_type
+	33, // [33:38] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_brokerpb_broker_proto_init() }
@@ -2268,11 +2453,11 @@ func file_brokerpb_broker_proto_init() {
 		(*ConsumeRequest_Redeliver)(nil),
 		(*ConsumeRequest_Unsubscribe)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[17].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[19].OneofWrappers = []any{
 		(*Seek_MessageId)(nil),
 		(*Seek_PublishTimeUnixMs)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[19].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[21].OneofWrappers = []any{
 		(*ConsumeResponse_Subscribed)(nil),
 		(*ConsumeResponse_Message)(nil),
 		(*ConsumeResponse_ActiveChange)(nil),
@@ -2285,8 +2470,8 @@ func file_brokerpb_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_brokerpb_broker_proto_rawDesc), len(file_brokerpb_broker_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   29,
+			NumEnums:      4,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
