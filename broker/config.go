@@ -64,6 +64,10 @@ type Config struct {
 	// 50,000 and 200,000.
 	MaxUnackedMessagesPerConsumer     int `mapstructure:"max-unacked-messages-per-consumer" yaml:"max-unacked-messages-per-consumer"`
 	MaxUnackedMessagesPerSubscription int `mapstructure:"max-unacked-messages-per-subscription" yaml:"max-unacked-messages-per-subscription"`
+	// DelayedDeliveryMaxIndexed bounds the delayed messages a Shared or
+	// Key_Shared subscription indexes in memory; later ones are found
+	// again by scanning the partition when there is room. Default 100,000.
+	DelayedDeliveryMaxIndexed int `mapstructure:"delayed-delivery-max-indexed" yaml:"delayed-delivery-max-indexed"`
 }
 
 // DefaultConfig returns the defaults.
@@ -88,6 +92,7 @@ func DefaultConfig() Config {
 
 		MaxUnackedMessagesPerConsumer:     50000,
 		MaxUnackedMessagesPerSubscription: 200000,
+		DelayedDeliveryMaxIndexed:         100000,
 	}
 }
 
@@ -122,6 +127,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxUnackedMessagesPerConsumer < 0 || c.MaxUnackedMessagesPerSubscription < 0 {
 		errs = append(errs, errors.New("negative unacknowledged message limit"))
+	}
+	if c.DelayedDeliveryMaxIndexed < 2 {
+		errs = append(errs, fmt.Errorf("delayed delivery index of %d messages: at least 2", c.DelayedDeliveryMaxIndexed))
 	}
 	if c.CacheSize < 0 {
 		errs = append(errs, errors.New("negative cache size"))

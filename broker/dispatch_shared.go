@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/btree"
 
@@ -71,14 +72,17 @@ type multiState struct {
 	blocked      bool
 	redelivered  int64 // deliveries of entries again, ever
 
+	delayed *delayedIndex
+
 	// Key_Shared:
 	selector     keySelector
 	holds        map[int32]*hashHold
 	replayHashes map[int32]int // entries in replay per hash
 }
 
-func newMultiState() *multiState {
+func newMultiState(maxDelayed int) *multiState {
 	return &multiState{
+		delayed:      newDelayedIndex(maxDelayed),
 		pending:      map[mledger.Position]*pendingEntry{},
 		replay:       btree.NewG(32, replayLess),
 		redeliveries: map[mledger.Position]uint32{},
@@ -94,7 +98,7 @@ func isMulti(t brokerpb.SubscriptionType) bool {
 // addMultiConsumerLocked registers a Shared or Key_Shared consumer.
 func (s *subscription) addMultiConsumerLocked(c *consumer) error {
 	if s.mu.multi == nil {
-		s.mu.multi = newMultiState()
+		s.mu.multi = newMultiState(s.t.s.cfg.DelayedDeliveryMaxIndexed)
 	}
 	m := s.mu.multi
 	if c.typ == brokerpb.SubscriptionType_KEY_SHARED {
@@ -128,10 +132,7 @@ func (s *subscription) removeMultiConsumerLocked(c *consumer) {
 func (s *subscription) toReplayLocked(p mledger.Position, pe *pendingEntry) {
 	m := s.mu.multi
 	s.unpendLocked(p, pe)
-	m.replay.ReplaceOrInsert(replayItem{p, pe.hash})
-	if pe.hash >= 0 {
-		m.replayHashes[pe.hash]++
-	}
+	s.addReplayLocked(p, pe.hash)
 	m.redeliveries[p]++
 	m.redelivered++
 	s.signal()
@@ -238,7 +239,7 @@ func (s *subscription) resetMultiLocked() {
 	for _, c := range s.mu.consumers {
 		c.unacked, c.blocked = 0, false
 	}
-	s.mu.multi = newMultiState()
+	s.mu.multi = newMultiState(s.t.s.cfg.DelayedDeliveryMaxIndexed)
 	s.mu.multi.selector = sel
 }
 
@@ -253,18 +254,43 @@ const (
 	offerStale                      // delivery restarted meanwhile
 )
 
-// dispatchMultiOnce delivers what it can: replay first, then new entries.
-// It reports whether it made progress; if not, moved (when not nil) is
-// what to wait for besides a wake-up.
-func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, moved <-chan struct{}, err error) {
+// multiWait is what an idle Shared or Key_Shared dispatcher waits for,
+// besides a wake-up and the next delayed entry's time: new entries.
+type multiWait struct {
+	moved <-chan struct{}
+}
+
+// nextDelayed is when a delayed entry is due or a spilled one needs a
+// scan (unix ms; 0: none).
+func (s *subscription) nextDelayed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.multi == nil {
+		return 0
+	}
+	return s.mu.multi.delayed.next()
+}
+
+// dispatchMultiOnce delivers what it can: due delayed entries go to
+// replay, replay is served first, then new entries. It reports whether it
+// made progress; if not, what to wait for.
+func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, wait multiWait, err error) {
 	s.mu.Lock()
 	m := s.mu.multi
 	if m == nil || m.blocked || !s.anyRoomLocked() {
 		s.mu.Unlock()
-		return false, nil, nil
+		return false, wait, nil
 	}
 	gen := s.mu.gen
 	keyShared := s.mu.typ == brokerpb.SubscriptionType_KEY_SHARED
+	now := time.Now().UnixMilli()
+	for _, it := range m.delayed.due(now) {
+		s.addReplayLocked(it.pos, it.hash)
+	}
+	scan := m.delayed.wantScan(now)
+	if scan {
+		m.delayed.startScan()
+	}
 	var replay []mledger.Position
 	m.replay.Ascend(func(it replayItem) bool {
 		replay = append(replay, it.pos)
@@ -273,21 +299,28 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 	full := m.replay.Len() >= maxReplay
 	s.mu.Unlock()
 
+	if scan {
+		more, err := s.scanDelayed(ctx, gen, now)
+		if err != nil {
+			return progressed, wait, err
+		}
+		progressed = more // come back at once for the rest
+	}
 	blocked := map[int32]bool{} // hashes that must wait this pass
 	if len(replay) > 0 {
 		es, err := s.readPositions(ctx, gen, replay)
 		if err != nil {
-			return progressed, nil, err
+			return progressed, wait, err
 		}
 		for _, e := range es {
 			switch s.offer(gen, e, true, blocked) {
 			case offerStale:
-				return true, nil, nil
+				return true, wait, nil
 			case offerSent, offerDropped:
 				progressed = true
 			case offerNoRoom:
 				if !keyShared {
-					return progressed, nil, nil
+					return progressed, wait, nil
 				}
 			}
 		}
@@ -296,34 +329,114 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 			left := s.mu.multi.replay.Len()
 			s.mu.Unlock()
 			if left > 0 {
-				return progressed, nil, nil // new entries wait behind replay
+				return progressed, wait, nil // new entries wait behind replay
 			}
 		}
 	}
 	if full {
-		return progressed, nil, nil
+		return progressed, wait, nil
 	}
-	moved = s.t.ml.Moved()
+	moved := s.t.ml.Moved()
 	pos := s.cur.ReadPosition()
 	want := max(1, min(s.totalPermits()/max(int(s.avgBatch), 1), 100))
 	es, err := s.t.ml.Read(ctx, pos, want)
 	if err != nil {
-		return progressed, nil, err
+		return progressed, wait, err
 	}
 	if len(es) == 0 {
-		return progressed, moved, nil
+		wait.moved = moved
+		return progressed, wait, nil
 	}
 	for _, e := range es {
 		switch s.offer(gen, e, false, blocked) {
 		case offerStale:
-			return true, nil, nil
+			return true, wait, nil
 		case offerNoRoom:
-			return progressed, nil, nil
+			return progressed, wait, nil
 		default:
 			progressed = true
 		}
 	}
-	return progressed, nil, nil
+	return progressed, wait, nil
+}
+
+// addReplayLocked queues an entry for (re)delivery.
+func (s *subscription) addReplayLocked(p mledger.Position, hash int32) {
+	m := s.mu.multi
+	if _, ok := m.replay.ReplaceOrInsert(replayItem{p, hash}); !ok && hash >= 0 {
+		m.replayHashes[hash]++
+	}
+}
+
+// maxScan bounds the entries one pass of a delayed-index scan reads.
+const maxScan = 1000
+
+// scanDelayed looks again, from where it stopped, for the delayed entries
+// the index spilled: up to maxScan entries, stopping at the read position.
+// It reports whether the scan is to go on.
+func (s *subscription) scanDelayed(ctx context.Context, gen int64, now int64) (more bool, err error) {
+	s.mu.Lock()
+	from := s.mu.multi.delayed.scanAt
+	s.mu.Unlock()
+	for read := 0; read < maxScan; {
+		end := s.cur.ReadPosition()
+		if !from.Before(end) {
+			break
+		}
+		es, err := s.t.ml.Read(ctx, from, min(100, maxScan-read))
+		if err != nil {
+			return false, err
+		}
+		if len(es) == 0 {
+			break
+		}
+		s.mu.Lock()
+		m := s.mu.multi
+		if s.mu.gen != gen || m == nil || !m.delayed.scanning {
+			s.mu.Unlock()
+			return false, nil
+		}
+		for _, e := range es {
+			if !e.Pos.Before(end) {
+				break
+			}
+			// Past e first: if adding e spills it, the spill is recorded
+			// for the next scan rather than left to this one.
+			from = s.t.ml.Next(e.Pos)
+			m.delayed.scanned(from)
+			read++
+			_, pending := m.pending[e.Pos]
+			_, queued := m.replay.Get(replayItem{pos: e.Pos})
+			if pending || queued || m.delayed.has(e.Pos) || s.cur.IsAcked(e.Pos) {
+				continue
+			}
+			_, md, err := entryMessages(e.Data)
+			if err != nil || md.GetDeliverAtTime() == 0 {
+				continue
+			}
+			hash := int32(-1)
+			if s.mu.typ == brokerpb.SubscriptionType_KEY_SHARED {
+				hash = stickyKeyHash(stickyKey(md))
+			}
+			if at := md.GetDeliverAtTime(); at > now {
+				m.delayed.add(delayedItem{at: at, pos: e.Pos, hash: hash})
+			} else {
+				s.addReplayLocked(e.Pos, hash)
+			}
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.mu.multi
+	if m == nil || s.mu.gen != gen || !m.delayed.scanning {
+		return false, nil
+	}
+	if !from.Before(s.cur.ReadPosition()) {
+		m.delayed.endScan()
+		return false, nil
+	}
+	return true, nil
 }
 
 // anyRoomLocked reports whether some consumer could take a message.
@@ -410,7 +523,7 @@ func (s *subscription) offer(gen int64, e mledger.Entry, fromReplay bool, blocke
 	if !fromReplay {
 		_, pending := m.pending[e.Pos]
 		_, queued := m.replay.Get(replayItem{pos: e.Pos})
-		skip = skip || pending || queued
+		skip = skip || pending || queued || m.delayed.has(e.Pos)
 	}
 	if skip {
 		if fromReplay {
@@ -420,13 +533,21 @@ func (s *subscription) offer(gen int64, e mledger.Entry, fromReplay bool, blocke
 		}
 		return offerDropped
 	}
+	hash := int32(-1)
+	if s.mu.typ == brokerpb.SubscriptionType_KEY_SHARED {
+		hash = stickyKeyHash(stickyKey(md))
+	}
+	if at := md.GetDeliverAtTime(); !fromReplay && at > time.Now().UnixMilli() {
+		// Delayed: indexed (or spilled) until due, then replayed.
+		m.delayed.add(delayedItem{at: at, pos: e.Pos, hash: hash})
+		s.cur.SetReadPosition(s.t.ml.Next(e.Pos))
+		return offerHeld
+	}
 	if m.blocked {
 		return offerNoRoom
 	}
-	hash := int32(-1)
 	var c *consumer
 	if s.mu.typ == brokerpb.SubscriptionType_KEY_SHARED {
-		hash = stickyKeyHash(stickyKey(md))
 		c = m.selector.pick(hash)
 		hold := m.holds[hash]
 		wait := blocked[hash] || c == nil || c.blocked ||
@@ -439,8 +560,7 @@ func (s *subscription) offer(gen int64, e mledger.Entry, fromReplay bool, blocke
 			if m.replay.Len() >= maxReplay {
 				return offerNoRoom
 			}
-			m.replay.ReplaceOrInsert(replayItem{e.Pos, hash})
-			m.replayHashes[hash]++
+			s.addReplayLocked(e.Pos, hash)
 			s.cur.SetReadPosition(s.t.ml.Next(e.Pos))
 			return offerHeld
 		}

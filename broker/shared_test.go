@@ -165,6 +165,8 @@ type subStats struct {
 	Blocked         bool   `json:"blockedSubscriptionOnUnackedMsgs"`
 	MsgRedelivered  int64  `json:"msgRedeliverCounter"`
 	Replay          int    `json:"entriesToReplay"`
+	MsgDelayed      int    `json:"msgDelayed"`
+	DelayedSpilled  bool   `json:"delayedSpilled"`
 	Consumers       []struct {
 		Name                    string   `json:"consumerName"`
 		UnackedMessages         int      `json:"unackedMessages"`
@@ -718,4 +720,99 @@ func TestKeySharedHoldsBackKeysStillHeldElsewhere(t *testing.T) {
 		b.Ack(m)
 	}
 	waitSub(t, e, "drain", "ks", func(st subStats) bool { return st.MsgBacklog == 0 })
+}
+
+// sendDelayed sends a message to be delivered at the time it carries.
+func sendDelayed(t *testing.T, p client.Producer, at time.Time) {
+	t.Helper()
+	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("d-" + strconv.FormatInt(at.UnixMilli(), 10)), DeliverAt: at}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNotEarly fails if m, sent by sendDelayed, arrived before its time.
+func checkNotEarly(t *testing.T, m client.Message) {
+	t.Helper()
+	now := time.Now().UnixMilli()
+	at, err := strconv.ParseInt(strings.TrimPrefix(string(m.Payload()), "d-"), 10, 64)
+	if err != nil {
+		t.Fatalf("payload %q", m.Payload())
+	}
+	if now < at {
+		t.Fatalf("message due at %d delivered at %d, %d ms early", at, now, at-now)
+	}
+}
+
+// Delayed messages: Shared subscriptions deliver them no earlier than
+// their time, after the messages sent at once, and still after a broker
+// restart.
+func TestDelayedDeliveryNoEarlierAndAfterRestart(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "later", SubscriptionName: "s", Type: client.Shared,
+		SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendDelayed(t, p, time.Now().Add(700*time.Millisecond))
+	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("now")}); err != nil {
+		t.Fatal(err)
+	}
+	if m := receiveOne(t, cons); string(m.Payload()) != "now" {
+		t.Fatalf("first message %q, want the one not delayed", m.Payload())
+	} else {
+		cons.Ack(m)
+	}
+	m := receiveOne(t, cons)
+	checkNotEarly(t, m)
+	cons.Ack(m)
+
+	// Pending delayed messages survive a restart of the broker.
+	due := time.Now().Add(1500 * time.Millisecond)
+	sendDelayed(t, p, due)
+	waitSub(t, e, "later", "s", func(st subStats) bool { return st.MsgDelayed == 1 })
+	e.restart()
+	m = receiveOne(t, cons)
+	checkNotEarly(t, m)
+	cons.Ack(m)
+	waitSub(t, e, "later", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
+}
+
+// More delayed messages than the in-memory index holds: the rest are
+// found again by scanning the partition, none is lost or early.
+func TestDelayedDeliveryBeyondTheIndex(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.DelayedDeliveryMaxIndexed = 10 })
+	cl := e.client()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "many-later", SubscriptionName: "s", Type: client.KeyShared,
+		SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "many-later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		// Due between 0.5 and 2.5 s from now, in shuffled order.
+		sendDelayed(t, p, start.Add(500*time.Millisecond+time.Duration(i*7919%n)*10*time.Millisecond))
+	}
+	if st := waitSub(t, e, "many-later", "s", func(st subStats) bool { return st.DelayedSpilled }); st.MsgDelayed > 10 {
+		t.Fatalf("index of %d delayed messages, bounded to 10", st.MsgDelayed)
+	}
+	got := map[string]bool{}
+	for len(got) < n {
+		m := receiveOne(t, cons)
+		checkNotEarly(t, m)
+		got[string(m.Payload())] = true
+		cons.Ack(m)
+	}
+	waitSub(t, e, "many-later", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
 }

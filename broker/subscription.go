@@ -312,7 +312,7 @@ func (s *subscription) dispatch() {
 		c, gen, multi := s.mu.active, s.mu.gen, isMulti(s.mu.typ)
 		s.mu.Unlock()
 		if multi {
-			progressed, moved, err := s.dispatchMultiOnce(ctx)
+			progressed, wait, err := s.dispatchMultiOnce(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -328,11 +328,21 @@ func (s *subscription) dispatch() {
 			}
 			backoff = 10 * time.Millisecond
 			if !progressed {
+				var timer *time.Timer
+				var due <-chan time.Time
+				if at := s.nextDelayed(); at > 0 {
+					timer = time.NewTimer(time.Until(time.UnixMilli(at)))
+					due = timer.C
+				}
 				select {
-				case <-moved: // nil (never ready) unless waiting for new entries
+				case <-wait.moved: // nil (never ready) unless waiting for new entries
+				case <-due:
 				case <-s.wake:
 				case <-s.stop:
 					return
+				}
+				if timer != nil {
+					timer.Stop()
 				}
 			}
 			continue
@@ -450,6 +460,10 @@ type subscriptionStats struct {
 	Blocked         bool  `json:"blockedSubscriptionOnUnackedMsgs"`
 	MsgRedelivered  int64 `json:"msgRedeliverCounter"`
 	Replay          int   `json:"entriesToReplay"`
+	// Delayed messages indexed in memory, and whether more are spilled
+	// (to be found again by scanning the partition).
+	MsgDelayed     int  `json:"msgDelayed"`
+	DelayedSpilled bool `json:"delayedSpilled"`
 }
 
 func (s *subscription) stats() subscriptionStats {
@@ -473,6 +487,8 @@ func (s *subscription) stats() subscriptionStats {
 		st.Blocked = m.blocked
 		st.MsgRedelivered = m.redelivered
 		st.Replay = m.replay.Len()
+		st.MsgDelayed = m.delayed.len()
+		st.DelayedSpilled = m.delayed.spilled || m.delayed.scanning
 	}
 	if s.mu.active != nil {
 		st.ActiveConsumerName = s.mu.active.name

@@ -171,4 +171,21 @@ type ProducerMessage struct {
 	// SequenceID overrides the producer's next sequence id (it must keep
 	// increasing).
 	SequenceID *int64
+	// DeliverAfter or DeliverAt delays the message: Shared and Key_Shared
+	// subscriptions deliver it no earlier than that (Exclusive and
+	// Failover ones at once, as Pulsar does). A delayed message is sent
+	// in a batch of its own.
+	DeliverAfter time.Duration
+	DeliverAt    time.Time
+}
+
+// deliverAt is when a message may be delivered, in unix ms (0: at once).
+func (m *ProducerMessage) deliverAt(now time.Time) int64 {
+	switch {
+	case !m.DeliverAt.IsZero():
+		return m.DeliverAt.UnixMilli()
+	case m.DeliverAfter > 0:
+		return now.Add(m.DeliverAfter).UnixMilli()
+	}
+	return 0
 }

@@ -66,6 +66,8 @@ type pendingMsg struct {
 	seq  int64
 	size int
 	cb   func(MessageID, *ProducerMessage, error)
+	// deliverAt: delayed delivery, unix ms (0: none).
+	deliverAt int64
 }
 
 type pendingBatch struct {
@@ -190,9 +192,15 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 		pp.opts.BatcherBuilderType == KeyBasedBatchBuilder && !sameKey(pp.mu.batch[0].msg, msg)) {
 		pp.flushLocked()
 	}
-	pp.mu.batch = append(pp.mu.batch, &pendingMsg{ctx: ctx, msg: msg, seq: seq, size: size, cb: cb})
+	at := msg.deliverAt(time.Now())
+	if at > 0 {
+		pp.flushLocked() // a delayed message is an entry of its own
+	}
+	pp.mu.batch = append(pp.mu.batch, &pendingMsg{ctx: ctx, msg: msg, seq: seq, size: size, cb: cb, deliverAt: at})
 	pp.mu.batchBytes += size
 	switch {
+	case at > 0:
+		pp.flushLocked()
 	case pp.opts.DisableBatching, len(pp.mu.batch) >= int(pp.opts.BatchingMaxMessages), pp.mu.batchBytes >= int(pp.opts.BatchingMaxSize):
 		pp.flushLocked()
 	case pp.mu.batchTimer == nil:
@@ -298,6 +306,9 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) 
 			return nil, err
 		}
 		payload = c
+	}
+	if at := msgs[0].deliverAt; at > 0 && len(msgs) == 1 {
+		md.DeliverAtTime = proto.Int64(at)
 	}
 	// The broker fills in the producer name, sequence id and publish time.
 	md.ProducerName = proto.String("")

@@ -1,0 +1,137 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testcluster"
+)
+
+// BenchmarkDispatch measures how fast a subscription's consumers drain a
+// backlog of b.N 1 KiB messages (receive and acknowledge each), by
+// subscription type and number of consumers, each consumer with a client
+// (connection) of its own. The backlog is the same for every case: keys
+// in runs of 100 messages (1,000 keys), key-based batching, so that
+// Key_Shared can dispatch the batches by key.
+//
+//	go test -run '^$' -bench BenchmarkDispatch -benchtime 200000x ./broker/
+//
+// Subscribing is part of the time measured (a few milliseconds).
+func BenchmarkDispatch(b *testing.B) {
+	cases := []struct {
+		typ       client.SubscriptionType
+		consumers int
+	}{
+		{client.Exclusive, 1},
+		{client.Shared, 1}, {client.Shared, 4}, {client.Shared, 16},
+		{client.KeyShared, 1}, {client.KeyShared, 4}, {client.KeyShared, 16},
+	}
+	for _, tc := range cases {
+		b.Run(fmt.Sprintf("%s-%d", tc.typ, tc.consumers), func(b *testing.B) {
+			benchDispatch(b, tc.typ, tc.consumers)
+		})
+	}
+}
+
+func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int) {
+	c := testcluster.Start(b, 1, testcluster.Options{})
+	cfg := broker.DefaultConfig()
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
+	cfg.Metastore = c.Etcd.Endpoints()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s, err := broker.Start(ctx, cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	newClient := func() client.Client {
+		cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(cl.Close)
+		return cl
+	}
+	subscribe := func(i int) client.Consumer {
+		cn, err := newClient().Subscribe(client.ConsumerOptions{Topic: "bench", SubscriptionName: "s", Type: typ,
+			Name: fmt.Sprint("c", i), SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return cn
+	}
+	// The subscription exists before the backlog; its consumers come once
+	// the backlog is complete, so that all of it is dispatched while timed.
+	subscribe(0).Close()
+	p, err := newClient().CreateProducer(client.ProducerOptions{Topic: "bench", BatcherBuilderType: client.KeyBasedBatchBuilder,
+		MaxPendingMessages: 5000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 1024)
+	var sendErr atomic.Value
+	for i := 0; i < b.N; i++ {
+		p.SendAsync(ctx, &client.ProducerMessage{Payload: payload, Key: "k" + strconv.Itoa(i/100%1000)},
+			func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+				if err != nil {
+					sendErr.Store(err)
+				}
+			})
+	}
+	if err := p.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err, _ := sendErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+
+	b.ResetTimer()
+	start := time.Now()
+	var cons []client.Consumer
+	for i := 0; i < consumers; i++ {
+		cn := subscribe(i)
+		defer cn.Close()
+		cons = append(cons, cn)
+	}
+	var received atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for _, cn := range cons {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, err := cn.Receive(rctx)
+				if err != nil {
+					return
+				}
+				cn.Ack(m)
+				if received.Add(1) == int64(b.N) {
+					close(done)
+				}
+			}
+		}()
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		b.Fatalf("%d of %d messages received", received.Load(), b.N)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stop()
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msg/s")
+}
