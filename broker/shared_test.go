@@ -816,3 +816,62 @@ func TestDelayedDeliveryBeyondTheIndex(t *testing.T) {
 	}
 	waitSub(t, e, "many-later", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
 }
+
+// ReconsumeLater sends a message through the retry topic, back to the
+// consumer after the delay with its reconsume count; past MaxDeliveries it
+// goes to the dead-letter topic instead.
+func TestRetryTopicRoundTrip(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	dlq, err := cl.Subscribe(client.ConsumerOptions{Topic: "jobs-s-DLQ", SubscriptionName: "ops",
+		SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "jobs", SubscriptionName: "s", Type: client.Shared,
+		SubscriptionInitialPosition: client.SubscriptionPositionEarliest, RetryEnable: true,
+		DLQ: &client.DLQPolicy{MaxDeliveries: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("job"), Properties: map[string]string{"app": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := receiveOne(t, cons)
+	for times := 1; times <= 2; times++ {
+		sent := time.Now()
+		if err := cons.ReconsumeLater(m, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		m = receiveOne(t, cons)
+		if waited := time.Since(sent); waited < 300*time.Millisecond {
+			t.Fatalf("reconsumed after %v, before the 300ms delay", waited)
+		}
+		props := m.Properties()
+		if string(m.Payload()) != "job" || props["app"] != "x" || props[client.PropertyReconsumeTimes] != strconv.Itoa(times) ||
+			props[client.PropertyRealTopic] != "persistent://public/default/jobs" || props[client.PropertyOriginMessageID] != id.String() ||
+			!strings.HasSuffix(m.Topic(), "jobs-s-RETRY") {
+			t.Fatalf("reconsumed %q from %s with properties %v", m.Payload(), m.Topic(), props)
+		}
+	}
+	// A third time is past MaxDeliveries: dead letter.
+	if err := cons.ReconsumeLater(m, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveOne(t, dlq)
+	if string(d.Payload()) != "job" || d.Properties()[client.PropertyOriginMessageID] != id.String() {
+		t.Fatalf("dead letter %q %v", d.Payload(), d.Properties())
+	}
+	waitSub(t, e, "jobs", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
+	waitSub(t, e, "jobs-s-RETRY", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
+	if err := cons.ReconsumeLater(d, time.Second); err == nil {
+		t.Error("ReconsumeLater of another consumer's message accepted")
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -94,8 +96,13 @@ type ConsumerOptions struct {
 	// consumers (default), or the sticky hash ranges given.
 	KeySharedPolicy *KeySharedPolicy
 	// DLQ, if set, sends a message to a dead-letter topic instead of
-	// delivering it again once it was delivered MaxDeliveries times.
+	// delivering it again once it was delivered MaxDeliveries times (or,
+	// with RetryEnable, reconsumed MaxDeliveries times).
 	DLQ *DLQPolicy
+	// RetryEnable subscribes to the retry letter topic too, so that
+	// ReconsumeLater can send a message back to be received after a delay.
+	RetryEnable bool
+	retryTopic  string // filled in by fill
 	// MessageChannel, if set, receives the messages instead of Chan().
 	MessageChannel chan ConsumerMessage
 }
@@ -172,7 +179,8 @@ type DLQPolicy struct {
 	MaxDeliveries uint32
 	// DeadLetterTopic. Default "<topic>-<subscription>-DLQ".
 	DeadLetterTopic string
-	// RetryLetterTopic is reserved for ReconsumeLater (not available yet).
+	// RetryLetterTopic receives what ReconsumeLater sends back (with
+	// RetryEnable). Default "<topic>-<subscription>-RETRY".
 	RetryLetterTopic string
 }
 
@@ -222,9 +230,20 @@ func (o *ConsumerOptions) fill() error {
 		if o.DLQ.MaxDeliveries < 1 {
 			return fmt.Errorf("%w: DLQ.MaxDeliveries must be at least 1", ErrInvalidOptions)
 		}
-		if o.DLQ.RetryLetterTopic != "" {
-			return fmt.Errorf("%w: retry letter topics are not available yet", ErrNotAllowed)
+	}
+	if o.RetryEnable {
+		if len(o.Topics) != 1 {
+			return fmt.Errorf("%w: RetryEnable needs a single topic", ErrInvalidOptions)
 		}
+		if o.Type != Shared && o.Type != KeyShared {
+			return fmt.Errorf("%w: RetryEnable needs a Shared or Key_Shared subscription (only they delay delivery)", ErrInvalidOptions)
+		}
+		retry := o.Topics[0] + "-" + o.SubscriptionName + "-RETRY"
+		if o.DLQ != nil && o.DLQ.RetryLetterTopic != "" {
+			retry = o.DLQ.RetryLetterTopic
+		}
+		o.retryTopic = retry
+		o.Topics = append(slices.Clip(o.Topics), retry)
 	}
 	if o.Name == "" {
 		var b [5]byte
@@ -257,6 +276,11 @@ type Consumer interface {
 	// topic), SeekByTime to the first message published at or after t.
 	Seek(MessageID) error
 	SeekByTime(time.Time) error
+	// ReconsumeLater acknowledges msg and publishes a copy to the retry
+	// letter topic, delivered after delay (RetryEnable). A message
+	// reconsumed more than DLQ.MaxDeliveries times goes to the dead-letter
+	// topic instead. On failure msg is nacked and the error returned.
+	ReconsumeLater(msg Message, delay time.Duration) error
 	// Unsubscribe deletes the subscription.
 	Unsubscribe() error
 	Close()
@@ -270,8 +294,9 @@ type consumer struct {
 	parts []*partitionConsumer
 	once  sync.Once
 
-	dlqMu sync.Mutex
-	dlq   Producer // created on the first dead letter
+	dlqMu sync.Mutex // guards dlq and retry
+	dlq   Producer   // created on the first dead letter
+	retry Producer   // created on the first ReconsumeLater
 
 	closed chan struct{} // closed by Close: Receive returns ErrClosed
 }
@@ -474,8 +499,10 @@ func (cons *consumer) Close() {
 		}
 		wg.Wait()
 		cons.dlqMu.Lock()
-		if cons.dlq != nil {
-			cons.dlq.Close()
+		for _, p := range []Producer{cons.dlq, cons.retry} {
+			if p != nil {
+				p.Close()
+			}
 		}
 		cons.dlqMu.Unlock()
 		cons.c.unregister(cons)
@@ -485,42 +512,86 @@ func (cons *consumer) Close() {
 // toDeadLetter publishes m to the dead-letter topic with its properties
 // plus where it came from, then acknowledges it. On failure m is nacked,
 // to be tried again.
-func (cons *consumer) toDeadLetter(pc *partitionConsumer, m *message) {
-	err := func() error {
-		cons.dlqMu.Lock()
-		defer cons.dlqMu.Unlock()
-		if cons.dlq == nil {
-			topic := cons.opts.DLQ.DeadLetterTopic
-			if topic == "" {
-				topic = pc.baseTopic + "-" + cons.opts.SubscriptionName + "-DLQ"
-			}
-			p, err := cons.c.CreateProducer(ProducerOptions{Topic: topic})
-			if err != nil {
-				return err
-			}
-			cons.dlq = p
+func (cons *consumer) toDeadLetter(pc *partitionConsumer, m *message) error {
+	topic := cons.opts.DLQ.DeadLetterTopic
+	if topic == "" {
+		topic = cons.opts.Topics[0] + "-" + cons.opts.SubscriptionName + "-DLQ"
+		if cons.opts.retryTopic == "" {
+			topic = pc.baseTopic + "-" + cons.opts.SubscriptionName + "-DLQ"
 		}
-		props := make(map[string]string, len(m.props)+2)
-		for k, v := range m.props {
-			props[k] = v
-		}
+	}
+	props := make(map[string]string, len(m.props)+2)
+	for k, v := range m.props {
+		props[k] = v
+	}
+	if _, ok := props[PropertyRealTopic]; !ok { // a reconsumed message keeps its origin
 		props[PropertyRealTopic] = m.topic
 		props[PropertyOriginMessageID] = m.id.String()
-		ctx, cancel := context.WithTimeout(context.Background(), cons.c.opts.OperationTimeout)
-		defer cancel()
-		_, err := cons.dlq.Send(ctx, &ProducerMessage{Payload: m.payload, Key: m.key, OrderingKey: m.orderingKey,
-			Properties: props, EventTime: m.eventTime})
-		return err
-	}()
+	}
+	err := cons.sendTo(&cons.dlq, topic, &ProducerMessage{Payload: m.payload, Key: m.key, OrderingKey: m.orderingKey,
+		Properties: props, EventTime: m.eventTime})
 	if err != nil {
 		pc.nack(m.id, m.redeliveryCount)
-		return
+		return err
 	}
-	pc.ack(m.id, false)
+	return pc.ack(m.id, false)
 }
 
-// Properties a dead-lettered message gets (Pulsar's names).
+// Properties a dead-lettered or reconsumed message gets (Pulsar's names).
 const (
 	PropertyRealTopic       = "REAL_TOPIC"
 	PropertyOriginMessageID = "ORIGIN_MESSAGE_ID"
+	PropertyReconsumeTimes  = "RECONSUMETIMES"
+	PropertyDelayTime       = "DELAY_TIME"
 )
+
+func (cons *consumer) ReconsumeLater(msg Message, delay time.Duration) error {
+	if cons.opts.retryTopic == "" {
+		return fmt.Errorf("%w: ReconsumeLater needs RetryEnable", ErrNotAllowed)
+	}
+	m, ok := msg.(*message)
+	if !ok || m.consumer == nil || !slices.Contains(cons.parts, m.consumer) {
+		return fmt.Errorf("%w: ReconsumeLater takes a message this consumer received", ErrInvalidOptions)
+	}
+	times := 1
+	if n, err := strconv.Atoi(m.props[PropertyReconsumeTimes]); err == nil {
+		times = n + 1
+	}
+	if dlq := cons.opts.DLQ; dlq != nil && times > int(dlq.MaxDeliveries) {
+		return cons.toDeadLetter(m.consumer, m)
+	}
+	props := make(map[string]string, len(m.props)+4)
+	for k, v := range m.props {
+		props[k] = v
+	}
+	if _, ok := props[PropertyRealTopic]; !ok {
+		props[PropertyRealTopic] = m.topic
+		props[PropertyOriginMessageID] = m.id.String()
+	}
+	props[PropertyReconsumeTimes] = strconv.Itoa(times)
+	props[PropertyDelayTime] = strconv.FormatInt(delay.Milliseconds(), 10)
+	err := cons.sendTo(&cons.retry, cons.opts.retryTopic, &ProducerMessage{Payload: m.payload, Key: m.key,
+		OrderingKey: m.orderingKey, Properties: props, EventTime: m.eventTime, DeliverAfter: delay})
+	if err != nil {
+		m.consumer.nack(m.id, m.redeliveryCount)
+		return err
+	}
+	return m.consumer.ack(m.id, false)
+}
+
+// sendTo publishes with the producer in *p, creating it for topic first.
+func (cons *consumer) sendTo(p *Producer, topic string, msg *ProducerMessage) error {
+	cons.dlqMu.Lock()
+	defer cons.dlqMu.Unlock()
+	if *p == nil {
+		np, err := cons.c.CreateProducer(ProducerOptions{Topic: topic})
+		if err != nil {
+			return err
+		}
+		*p = np
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cons.c.opts.OperationTimeout)
+	defer cancel()
+	_, err := (*p).Send(ctx, msg)
+	return err
+}
