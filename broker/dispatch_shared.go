@@ -64,13 +64,14 @@ type hashHold struct {
 // multiState is a Shared or Key_Shared subscription's delivery state.
 // Guarded by subscription.mu.
 type multiState struct {
-	pending      map[mledger.Position]*pendingEntry
-	replay       *btree.BTreeG[replayItem]
-	redeliveries map[mledger.Position]uint32
-	rr           int // next consumer to try (Shared)
-	unacked      int // messages pending over all consumers
-	blocked      bool
-	redelivered  int64 // deliveries of entries again, ever
+	pending        map[mledger.Position]*pendingEntry
+	replay         *btree.BTreeG[replayItem]
+	redeliveries   map[mledger.Position]uint32
+	rr             int // next consumer to try (Shared)
+	unacked        int // messages pending over all consumers
+	blocked        bool
+	redelivered    int64 // deliveries of entries again, ever
+	redeliveries1m rateWindow
 
 	delayed *delayedIndex
 
@@ -135,6 +136,7 @@ func (s *subscription) toReplayLocked(p mledger.Position, pe *pendingEntry) {
 	s.addReplayLocked(p, pe.hash)
 	m.redeliveries[p]++
 	m.redelivered++
+	m.redeliveries1m.add(time.Now(), 1)
 	s.signal()
 }
 
@@ -627,4 +629,31 @@ func (s *subscription) multiConsumerStatsLocked(c *consumer, st *consumerStats) 
 		}
 		return true
 	})
+}
+
+// rateWindow counts events per second over the last minute.
+type rateWindow struct {
+	secs   [60]int64 // the unix second each bucket counts
+	counts [60]int64
+}
+
+func (r *rateWindow) add(now time.Time, n int64) {
+	sec := now.Unix()
+	i := sec % 60
+	if r.secs[i] != sec {
+		r.secs[i], r.counts[i] = sec, 0
+	}
+	r.counts[i] += n
+}
+
+// perSecond is the mean rate over the minute before now.
+func (r *rateWindow) perSecond(now time.Time) float64 {
+	sec := now.Unix()
+	var sum int64
+	for i := range r.secs {
+		if sec-r.secs[i] < 60 {
+			sum += r.counts[i]
+		}
+	}
+	return float64(sum) / 60
 }

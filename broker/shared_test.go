@@ -159,15 +159,16 @@ func TestSharedConsumerKilledMidway(t *testing.T) {
 }
 
 type subStats struct {
-	Type            string `json:"type"`
-	MsgBacklog      int64  `json:"msgBacklog"`
-	UnackedMessages int    `json:"unackedMessages"`
-	Blocked         bool   `json:"blockedSubscriptionOnUnackedMsgs"`
-	MsgRedelivered  int64  `json:"msgRedeliverCounter"`
-	Replay          int    `json:"entriesToReplay"`
-	MsgDelayed      int    `json:"msgDelayed"`
-	DelayedSpilled  bool   `json:"delayedSpilled"`
-	Consumers       []struct {
+	Type             string  `json:"type"`
+	MsgBacklog       int64   `json:"msgBacklog"`
+	UnackedMessages  int     `json:"unackedMessages"`
+	Blocked          bool    `json:"blockedSubscriptionOnUnackedMsgs"`
+	MsgRedelivered   int64   `json:"msgRedeliverCounter"`
+	MsgRateRedeliver float64 `json:"msgRateRedeliver"`
+	Replay           int     `json:"entriesToReplay"`
+	MsgDelayed       int     `json:"msgDelayed"`
+	DelayedSpilled   bool    `json:"delayedSpilled"`
+	Consumers        []struct {
 		Name                    string   `json:"consumerName"`
 		UnackedMessages         int      `json:"unackedMessages"`
 		BlockedOnUnacked        bool     `json:"blockedConsumerOnUnackedMsgs"`
@@ -279,8 +280,8 @@ func TestSharedNackAndAckTimeoutRedeliverWithCounts(t *testing.T) {
 	}
 	mu.Unlock()
 	st := waitSub(t, e, "retry", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
-	if st.MsgRedelivered != 3 {
-		t.Errorf("redelivery counter %d, want 3", st.MsgRedelivered)
+	if st.MsgRedelivered != 3 || st.MsgRateRedeliver != 3.0/60 {
+		t.Errorf("redelivery counter %d and rate %v/s, want 3 and 3 in the last minute", st.MsgRedelivered, st.MsgRateRedeliver)
 	}
 }
 

@@ -459,7 +459,10 @@ type subscriptionStats struct {
 	UnackedMessages int   `json:"unackedMessages"`
 	Blocked         bool  `json:"blockedSubscriptionOnUnackedMsgs"`
 	MsgRedelivered  int64 `json:"msgRedeliverCounter"`
-	Replay          int   `json:"entriesToReplay"`
+	// MsgRateRedeliver: entries delivered again per second, over the last
+	// minute.
+	MsgRateRedeliver float64 `json:"msgRateRedeliver"`
+	Replay           int     `json:"entriesToReplay"`
 	// Delayed messages indexed in memory, and whether more are spilled
 	// (to be found again by scanning the partition).
 	MsgDelayed     int  `json:"msgDelayed"`
@@ -486,6 +489,7 @@ func (s *subscription) stats() subscriptionStats {
 		st.UnackedMessages = m.unacked
 		st.Blocked = m.blocked
 		st.MsgRedelivered = m.redelivered
+		st.MsgRateRedeliver = m.redeliveries1m.perSecond(time.Now())
 		st.Replay = m.replay.Len()
 		st.MsgDelayed = m.delayed.len()
 		st.DelayedSpilled = m.delayed.spilled || m.delayed.scanning

@@ -90,11 +90,21 @@ func TestStandaloneCommand(t *testing.T) {
 	if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(got) != 3 || !strings.HasPrefix(got[0], "hello\t") || !strings.HasSuffix(got[2], "\tk1") {
 		t.Fatalf("client consume printed %q", buf.String())
 	}
+	// Every subscription type from the CLI.
+	for _, typ := range []string{"failover", "shared", "key_shared"} {
+		buf.Reset()
+		if err := run(ctx, &buf, "client", "consume", "first", "-s", "sub-"+typ, "-t", typ, "-p", "earliest", "-n", "3", "--url", url); err != nil {
+			t.Fatalf("client consume -t %s: %v", typ, err)
+		}
+		if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(got) != 3 || !strings.HasPrefix(got[0], "hello\t") {
+			t.Fatalf("client consume -t %s printed %q", typ, buf.String())
+		}
+	}
 	buf.Reset()
 	if err := run(ctx, &buf, "admin", "topics", "stats", "first", "--admin-url", admin); err != nil {
 		t.Fatalf("admin topics stats: %v", err)
 	}
-	if !strings.Contains(buf.String(), `"msgBacklog": 0`) {
+	if strings.Count(buf.String(), `"msgBacklog": 0`) != 4 {
 		t.Fatalf("the consumed messages are still in the backlog:\n%s", buf.String())
 	}
 	if err := run(ctx, io.Discard, "admin", "topics", "stats", "no-such-topic", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "not found") {
