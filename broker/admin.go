@@ -249,7 +249,7 @@ func (s *Server) adminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		sub.seek(p)
+		sub.seek(p, nil)
 		return nil, nil
 	})
 	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor", func(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -267,7 +267,7 @@ func (s *Server) adminHandler() http.Handler {
 		if id.LedgerID < 0 || id.EntryID < 0 {
 			return nil, errorf(ErrInvalidArgument, "message id %d:%d", id.LedgerID, id.EntryID)
 		}
-		sub.seek(mledger.Position{Ledger: id.LedgerID, Entry: id.EntryID})
+		sub.seek(mledger.Position{Ledger: id.LedgerID, Entry: id.EntryID}, nil)
 		return nil, nil
 	})
 	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/skip/{n}", func(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -611,6 +611,7 @@ func (s *subscription) skip(ctx context.Context, t *topic, n int) error {
 		p = t.ml.Next(p)
 	}
 	s.mu.Lock()
+	s.refreshPendingLocked()
 	s.rewindLocked()
 	s.mu.Unlock()
 	return nil

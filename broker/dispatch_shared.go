@@ -231,6 +231,20 @@ func (s *subscription) ackedMultiLocked(ps []mledger.Position) {
 	}
 }
 
+// refreshPendingLocked updates every pending entry after acknowledgements
+// made by the broker itself (message TTL, admin skip).
+func (s *subscription) refreshPendingLocked() {
+	m := s.mu.multi
+	if m == nil {
+		return
+	}
+	ps := make([]mledger.Position, 0, len(m.pending))
+	for p := range m.pending {
+		ps = append(ps, p)
+	}
+	s.ackedMultiLocked(ps)
+}
+
 // resetMultiLocked forgets every delivery (seek, change of type).
 func (s *subscription) resetMultiLocked() {
 	m := s.mu.multi
@@ -293,11 +307,7 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 	if scan {
 		m.delayed.startScan()
 	}
-	var replay []mledger.Position
-	m.replay.Ascend(func(it replayItem) bool {
-		replay = append(replay, it.pos)
-		return len(replay) < 200
-	})
+	replay := s.replayCandidatesLocked(keyShared, 200)
 	full := m.replay.Len() >= maxReplay
 	s.mu.Unlock()
 
@@ -321,15 +331,22 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 			case offerSent, offerDropped:
 				progressed = true
 			case offerNoRoom:
-				if !keyShared {
-					return progressed, wait, nil
-				}
+				// Nobody can take more (Shared), or the subscription is at
+				// its unacked limit: later entries must not overtake this one.
+				return progressed, wait, nil
 			}
 		}
 		if !keyShared {
 			s.mu.Lock()
-			left := s.mu.multi.replay.Len()
+			stale := s.mu.multi == nil || s.mu.gen != gen
+			left := 0
+			if !stale {
+				left = s.mu.multi.replay.Len()
+			}
 			s.mu.Unlock()
+			if stale {
+				return true, wait, nil
+			}
 			if left > 0 {
 				return progressed, wait, nil // new entries wait behind replay
 			}
@@ -360,6 +377,32 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 		}
 	}
 	return progressed, wait, nil
+}
+
+// replayCandidatesLocked lists, in position order, up to n replay entries
+// to offer now. For Key_Shared it passes over the entries whose consumer
+// cannot take them now (none, no permits, another consumer holds the key),
+// and every later entry of their keys, so that entries held back for some
+// keys never stall the others.
+func (s *subscription) replayCandidatesLocked(keyShared bool, n int) []mledger.Position {
+	m := s.mu.multi
+	var out []mledger.Position
+	skipped := map[int32]bool{}
+	m.replay.Ascend(func(it replayItem) bool {
+		if keyShared {
+			if skipped[it.hash] {
+				return true
+			}
+			c := m.selector.pick(it.hash)
+			if h := m.holds[it.hash]; c == nil || c.blocked || c.available() == 0 || (h != nil && h.c != c) {
+				skipped[it.hash] = true
+				return true
+			}
+		}
+		out = append(out, it.pos)
+		return len(out) < n
+	})
+	return out
 }
 
 // addReplayLocked queues an entry for (re)delivery.
@@ -488,6 +531,7 @@ func (s *subscription) readPositions(ctx context.Context, gen int64, ps []mledge
 			s.mu.Lock()
 			if s.mu.gen == gen {
 				s.dropReplayLocked(ps[i])
+				delete(s.mu.multi.redeliveries, ps[i])
 			}
 			s.mu.Unlock()
 			k = 1
@@ -530,6 +574,7 @@ func (s *subscription) offer(gen int64, e mledger.Entry, fromReplay bool, blocke
 	if skip {
 		if fromReplay {
 			s.dropReplayLocked(e.Pos)
+			delete(m.redeliveries, e.Pos)
 		} else {
 			s.cur.SetReadPosition(s.t.ml.Next(e.Pos))
 		}

@@ -321,7 +321,7 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 			default:
 				return errorf(ErrInvalidArgument, "seek without a target")
 			}
-			sub.seek(target)
+			sub.seek(target, c)
 			c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_SeekDone{SeekDone: &brokerpb.SeekDone{}}})
 		case *brokerpb.ConsumeRequest_Subscribe:
 			return errorf(ErrInvalidArgument, "already subscribed on this stream")

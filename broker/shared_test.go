@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/murmur3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -874,5 +875,142 @@ func TestRetryTopicRoundTrip(t *testing.T) {
 	waitSub(t, e, "jobs-s-RETRY", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
 	if err := cons.ReconsumeLater(d, time.Second); err == nil {
 		t.Error("ReconsumeLater of another consumer's message accepted")
+	}
+}
+
+// keysIn returns n keys whose Key_Shared hash is in lo..hi.
+func keysIn(n, lo, hi int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		k := fmt.Sprint("key-", i)
+		if h := int((murmur3.Sum32([]byte(k)) & 0x7fffffff) % 65536); h >= lo && h <= hi {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Entries held back for keys nobody can take now do not stall the keys a
+// consumer can take, however many of them wait in replay (from a review:
+// only the first 200 replay entries were ever looked at).
+func TestKeySharedHeldBackEntriesDoNotStallOtherKeys(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	pol, err := client.NewKeySharedPolicySticky([]int{0, 32767})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := cl.Subscribe(client.ConsumerOptions{Topic: "hol", SubscriptionName: "ks", Type: client.KeyShared,
+		Name: "a", KeySharedPolicy: pol, NackRedeliveryDelay: 10 * time.Millisecond,
+		SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "hol", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 250 messages of keys nobody covers: held back in replay.
+	for _, k := range keysIn(250, 32768, 65535) {
+		if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("x"), Key: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSub(t, e, "hol", "ks", func(st subStats) bool { return st.Replay == 250 })
+	kA := keysIn(1, 0, 32767)[0]
+	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("first"), Key: kA}); err != nil {
+		t.Fatal(err)
+	}
+	a.Nack(receiveOne(t, a)) // back to replay, behind the 250
+	waitSub(t, e, "hol", "ks", func(st subStats) bool { return st.MsgRedelivered == 1 })
+	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("second"), Key: kA}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"first", "second"} {
+		if m := receiveOne(t, a); string(m.Payload()) != want {
+			t.Fatalf("got %q, want %q", m.Payload(), want)
+		} else {
+			a.Ack(m)
+		}
+	}
+}
+
+// One bad id in an acknowledgement request is refused; the others are
+// applied, and the entries they acknowledge are no longer counted as
+// unacknowledged (from a review).
+func TestSharedAckWithOneBadIDAppliesTheOthers(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "badack", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 3)
+	stream := rawConsume(t, e, &brokerpb.Subscribe{Topic: "badack", Subscription: "s", Type: brokerpb.SubscriptionType_SHARED,
+		Durable: true, InitialPosition: brokerpb.InitialPosition_EARLIEST, ReceiverQueueSize: 10})
+	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: 10}}})
+	var ids []*brokerpb.MessageId
+	for len(ids) < 3 {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := r.GetMessage(); m != nil {
+			ids = append(ids, m.MessageId)
+		}
+	}
+	bad := &brokerpb.MessageId{LedgerId: ids[0].LedgerId + 1000, EntryId: 0, BatchIndex: -1}
+	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{MessageIds: []*brokerpb.MessageId{ids[0], bad, ids[2]}}}})
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetError() != nil {
+			break
+		}
+	}
+	st := waitSub(t, e, "badack", "s", func(st subStats) bool { return st.MsgBacklog == 1 })
+	if st.UnackedMessages != 1 {
+		t.Fatalf("backlog 1 but %d messages counted unacknowledged", st.UnackedMessages)
+	}
+}
+
+// Messages that timed out while waiting in the consumer's queue, unseen by
+// the application, are not handed to it after they went to another
+// consumer (from a review).
+func TestAckTimeoutDropsQueuedCopies(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	sub := func(name string) client.Consumer {
+		c, err := cl.Subscribe(client.ConsumerOptions{Topic: "at", SubscriptionName: "s", Type: client.Shared, Name: name,
+			AckTimeout: time.Second, ReceiverQueueSize: 100, SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	a := sub("a")
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "at", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 20)
+	waitSub(t, e, "at", "s", func(st subStats) bool { return st.UnackedMessages == 20 })
+	b := sub("b")
+	// a's application does not receive; after the ack timeout the messages
+	// go to b, which acknowledges them all.
+	for n := 0; n < 20; {
+		m := receiveOne(t, b)
+		b.Ack(m)
+		n++
+	}
+	waitSub(t, e, "at", "s", func(st subStats) bool { return st.MsgBacklog == 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if m, err := a.Receive(ctx); err == nil {
+		t.Fatalf("a's application got %q, processed by b already", m.Payload())
 	}
 }

@@ -195,10 +195,19 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 	}
 	last := s.t.ml.LastConfirmed()
 	var acked []mledger.Position
+	var firstErr error
+	fail := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	// A bad id is reported; the others are applied all the same (they
+	// arrived together, grouped by the client).
 	for _, id := range ids {
 		p := mledger.Position{Ledger: id.LedgerId, Entry: id.EntryId}
 		if last.Before(p) || p.Entry < 0 {
-			return errorf(ErrInvalidArgument, "acknowledgement of %v, after the last message %v", p, last)
+			fail(errorf(ErrInvalidArgument, "acknowledgement of %v, after the last message %v", p, last))
+			continue
 		}
 		batch := id.BatchIndex >= 0 && id.BatchSize > 1
 		switch {
@@ -207,14 +216,16 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 			s.cur.AckCumulative(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
 			for i := int32(0); i <= id.BatchIndex; i++ {
 				if err := s.cur.AckBatchIndex(p, int(i), int(id.BatchSize)); err != nil {
-					return errorf(ErrInvalidArgument, "%v", err)
+					fail(errorf(ErrInvalidArgument, "%v", err))
+					break
 				}
 			}
 		case cumulative:
 			s.cur.AckCumulative(p)
 		case batch:
 			if err := s.cur.AckBatchIndex(p, int(id.BatchIndex), int(id.BatchSize)); err != nil {
-				return errorf(ErrInvalidArgument, "%v", err)
+				fail(errorf(ErrInvalidArgument, "%v", err))
+				continue
 			}
 		default:
 			s.cur.Ack(p)
@@ -228,16 +239,31 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 		}
 		s.mu.Unlock()
 	}
-	return nil
+	return firstErr
 }
 
-// seek resets the cursor so that delivery restarts at p.
-func (s *subscription) seek(p mledger.Position) {
+// seek resets the cursor so that delivery restarts at p. On Shared and
+// Key_Shared subscriptions the consumers other than by (nil: all) are
+// disconnected, as Pulsar does: what they had received before the seek
+// would otherwise be processed next to its redelivery to others. They
+// reconnect and receive from p on.
+func (s *subscription) seek(p mledger.Position, by *consumer) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
 	s.resetMultiLocked()
 	s.rewindLocked()
+	var others []*consumer
+	if isMulti(s.mu.typ) {
+		for _, c := range s.mu.consumers {
+			if c != by {
+				others = append(others, c)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range others {
+		c.disconnect(errorf(ErrTopicClosed, "subscription %s was reset: reconnect", s.name))
+	}
 }
 
 // expire acknowledges, up to a bounded number, the entries published
@@ -268,6 +294,9 @@ func (s *subscription) expire(ctx context.Context, cutoff int64) {
 	}
 	if lastExpired != nil {
 		s.cur.AckCumulative(*lastExpired)
+		s.mu.Lock()
+		s.refreshPendingLocked()
+		s.mu.Unlock()
 		s.log.Debug("expired messages past their TTL", zap.Stringer("up-to", *lastExpired))
 	}
 }

@@ -39,6 +39,8 @@ type topic struct {
 	// in the order of their publish times (seek by time bisects on them)
 	// whatever the number of producers. Taken before mu.
 	publishMu sync.Mutex
+	// subsMu serializes the creation of subscriptions. Taken before mu.
+	subsMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
@@ -369,6 +371,15 @@ func (t *topic) getOrCreateSubscription(ctx context.Context, req *brokerpb.Subsc
 	}
 	sub := t.mu.subs[req.Subscription]
 	t.mu.Unlock()
+	if sub == nil {
+		// One creation at a time: two consumers subscribing at once to a
+		// new subscription must not both create its cursor.
+		t.subsMu.Lock()
+		defer t.subsMu.Unlock()
+		t.mu.Lock()
+		sub = t.mu.subs[req.Subscription]
+		t.mu.Unlock()
+	}
 	if sub == nil {
 		var cur *cursor.Cursor
 		if req.Durable {

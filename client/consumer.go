@@ -227,6 +227,9 @@ func (o *ConsumerOptions) fill() error {
 		}
 	}
 	if o.DLQ != nil {
+		if o.Type != Shared && o.Type != KeyShared {
+			return fmt.Errorf("%w: a DLQ policy needs a Shared or Key_Shared subscription (they count redeliveries)", ErrInvalidOptions)
+		}
 		if o.DLQ.MaxDeliveries < 1 {
 			return fmt.Errorf("%w: DLQ.MaxDeliveries must be at least 1", ErrInvalidOptions)
 		}
@@ -333,10 +336,7 @@ func (c *client) Subscribe(opts ConsumerOptions) (Consumer, error) {
 			if opts.SubscriptionInitialPosition == SubscriptionPositionEarliest {
 				sub.InitialPosition = brokerpb.InitialPosition_EARLIEST
 			}
-			pc, err := newPartitionConsumer(ctx, c, cons, name, part, sub, opts.ReceiverQueueSize)
-			if err == nil {
-				pc.baseTopic = topic
-			}
+			pc, err := newPartitionConsumer(ctx, c, cons, topic, name, part, sub, opts.ReceiverQueueSize)
 			if err != nil {
 				cons.Close()
 				return nil, err
@@ -356,6 +356,11 @@ func (cons *consumer) Chan() <-chan ConsumerMessage { return cons.ch }
 
 func (cons *consumer) Receive(ctx context.Context) (Message, error) {
 	for {
+		select {
+		case <-cons.closed:
+			return nil, ErrClosed
+		default:
+		}
 		select {
 		case m, ok := <-cons.ch:
 			if !ok {

@@ -144,7 +144,8 @@ type message struct {
 	producerName    string
 	redeliveryCount uint32
 	consumer        *partitionConsumer
-	gen             int // the partition consumer's generation when handed over
+	gen             int    // the partition consumer's generation when handed over
+	recvSeq         uint64 // the partition consumer's number of the entry it came in
 }
 
 func (m *message) Topic() string                 { return m.topic }

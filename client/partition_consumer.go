@@ -68,14 +68,20 @@ type partitionConsumer struct {
 		// tracked: messages handed over and not acknowledged, with their
 		// ack deadline (AckTimeout).
 		tracked map[msgKey]time.Time
-		closed  bool
+		// recvSeq numbers the entries received; redelivered[p] is the
+		// number of the last one received before entry p was asked for
+		// again: copies of p up to it that still wait in the channel are
+		// skipped by Receive (multi).
+		recvSeq     uint64
+		redelivered map[entryPos]uint64
+		closed      bool
 	}
 }
 
-func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, topic string, partition int32, sub *brokerpb.Subscribe, queueSize int) (*partitionConsumer, error) {
+func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, baseTopic, topic string, partition int32, sub *brokerpb.Subscribe, queueSize int) (*partitionConsumer, error) {
 	pc := &partitionConsumer{c: c, parent: parent, topic: topic, partition: partition, sub: sub, queueSize: queueSize,
 		signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	pc.baseTopic = topic
+	pc.baseTopic = baseTopic
 	if cons, ok := parent.(*consumer); ok {
 		pc.nackDelay = cons.opts.NackRedeliveryDelay
 		pc.nackBackoff = cons.opts.NackBackoffPolicy
@@ -85,6 +91,7 @@ func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, topi
 	}
 	pc.mu.nacks = map[entryPos]time.Time{}
 	pc.mu.tracked = map[msgKey]time.Time{}
+	pc.mu.redelivered = map[entryPos]uint64{}
 	stream, cancel, err := pc.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -196,6 +203,7 @@ func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient, cancel co
 		// reconnection: nothing left to redeliver or time out.
 		clear(pc.mu.nacks)
 		clear(pc.mu.tracked)
+		clear(pc.mu.redelivered) // the generation changed: all stale anyway
 		pc.mu.nackAt = time.Time{}
 		closed := pc.mu.closed
 		waiters := pc.mu.waiters
@@ -337,6 +345,12 @@ func (pc *partitionConsumer) reset(err error) {
 	}
 	if err == nil {
 		pc.dropLocked()
+		// Delivery restarted: nothing handed over before is to time out
+		// or be redelivered.
+		clear(pc.mu.nacks)
+		clear(pc.mu.tracked)
+		clear(pc.mu.redelivered)
+		pc.mu.nackAt = time.Time{}
 	}
 	pc.mu.Unlock()
 	if w != nil {
@@ -390,7 +404,9 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 	for _, i := range m.AckedBatchIndexes {
 		skip[i] = true
 	}
+	pc.mu.recvSeq++
 	for _, msg := range msgs {
+		msg.recvSeq = pc.mu.recvSeq
 		if skip[msg.id.batchIdx] {
 			pc.mu.consumed++ // acknowledged before: not delivered again
 			continue
@@ -485,11 +501,15 @@ func (pc *partitionConsumer) pump() {
 func (pc *partitionConsumer) stale(m *message) bool {
 	pc.mu.Lock()
 	stale := m.gen != pc.mu.gen
+	seq, again := pc.mu.redelivered[entryPos{m.id.ledger, m.id.entry}]
 	pc.mu.Unlock()
 	if stale {
 		pc.consumed(0)
+		return true
 	}
-	return stale
+	// Its entry was asked for again (nack, ack timeout) after this copy
+	// arrived: the new copy is the one to process.
+	return again && m.recvSeq <= seq
 }
 
 // returnPermits grants again the permits of every message taken.
@@ -641,6 +661,14 @@ func (pc *partitionConsumer) maybeRedeliver() {
 		pc.consumed(0)
 	}
 	if len(ids) > 0 {
+		pc.mu.Lock()
+		if len(pc.mu.redelivered) > 100000 {
+			clear(pc.mu.redelivered) // bounded; at worst a copy is processed twice
+		}
+		for _, id := range ids {
+			pc.mu.redelivered[entryPos{id.LedgerId, id.EntryId}] = pc.mu.recvSeq
+		}
+		pc.mu.Unlock()
 		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: ids}}})
 	}
 }

@@ -88,7 +88,7 @@ func (c *client) CreateReader(opts ReaderOptions) (Reader, error) {
 		sub.StartInclusive = opts.StartMessageIDInclusive
 	}
 	r := &reader{c: c, opts: opts, ch: make(chan *message, opts.ReceiverQueueSize), closed: make(chan struct{})}
-	if r.pc, err = newPartitionConsumer(ctx, c, r, names[0], -1, sub, opts.ReceiverQueueSize); err != nil {
+	if r.pc, err = newPartitionConsumer(ctx, c, r, opts.Topic, names[0], -1, sub, opts.ReceiverQueueSize); err != nil {
 		return nil, err
 	}
 	if err := c.register(r); err != nil {
@@ -110,6 +110,11 @@ func (r *reader) deliver(m *message, stop <-chan struct{}) bool {
 func (r *reader) Topic() string { return r.opts.Topic }
 
 func (r *reader) Next(ctx context.Context) (Message, error) {
+	select {
+	case <-r.closed:
+		return nil, ErrClosed
+	default:
+	}
 	select {
 	case m := <-r.ch:
 		r.mu.Lock()
