@@ -37,12 +37,27 @@ func BenchmarkDispatch(b *testing.B) {
 	}
 	for _, tc := range cases {
 		b.Run(fmt.Sprintf("%s-%d", tc.typ, tc.consumers), func(b *testing.B) {
-			benchDispatch(b, tc.typ, tc.consumers)
+			benchDispatch(b, tc.typ, tc.consumers, false)
 		})
 	}
 }
 
-func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int) {
+// BenchmarkDispatchUnbatched is BenchmarkDispatch with one message per
+// entry (batching disabled): the cost of dispatching each entry.
+//
+//	go test -run '^$' -bench BenchmarkDispatchUnbatched -benchtime 200000x ./broker/
+func BenchmarkDispatchUnbatched(b *testing.B) {
+	for _, tc := range []struct {
+		typ       client.SubscriptionType
+		consumers int
+	}{{client.Exclusive, 1}, {client.Shared, 4}, {client.KeyShared, 4}} {
+		b.Run(fmt.Sprintf("%s-%d", tc.typ, tc.consumers), func(b *testing.B) {
+			benchDispatch(b, tc.typ, tc.consumers, true)
+		})
+	}
+}
+
+func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int, unbatched bool) {
 	c := testcluster.Start(b, 1, testcluster.Options{})
 	cfg := broker.DefaultConfig()
 	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
@@ -74,7 +89,7 @@ func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int) {
 	// the backlog is complete, so that all of it is dispatched while timed.
 	subscribe(0).Close()
 	p, err := newClient().CreateProducer(client.ProducerOptions{Topic: "bench", BatcherBuilderType: client.KeyBasedBatchBuilder,
-		MaxPendingMessages: 5000})
+		MaxPendingMessages: 5000, DisableBatching: unbatched})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1014,3 +1014,40 @@ func TestAckTimeoutDropsQueuedCopies(t *testing.T) {
 		t.Fatalf("a's application got %q, processed by b already", m.Payload())
 	}
 }
+
+// The subscription's unacknowledged limit holds back every consumer.
+func TestUnackedLimitPerSubscription(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.MaxUnackedMessagesPerSubscription = 10 })
+	cl := e.client()
+	var cons []client.Consumer
+	for _, name := range []string{"a", "b"} {
+		c, err := cl.Subscribe(client.ConsumerOptions{Topic: "sublimit", SubscriptionName: "s", Type: client.Shared, Name: name,
+			SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cons = append(cons, c)
+	}
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "sublimit", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 30)
+	st := waitSub(t, e, "sublimit", "s", func(st subStats) bool { return st.Blocked })
+	if st.UnackedMessages != 10 || st.Consumers[0].UnackedMessages+st.Consumers[1].UnackedMessages != 10 {
+		t.Fatalf("blocked with %+v", st)
+	}
+	// Acknowledging what they hold lets the rest through.
+	for n := 0; n < 30; n++ {
+		select {
+		case m := <-cons[0].Chan():
+			cons[0].Ack(m.Message)
+		case m := <-cons[1].Chan():
+			cons[1].Ack(m.Message)
+		case <-ctxT(t).Done():
+			t.Fatalf("%d of 30 received", n)
+		}
+	}
+	waitSub(t, e, "sublimit", "s", func(st subStats) bool { return st.MsgBacklog == 0 && !st.Blocked })
+}
