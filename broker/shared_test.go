@@ -25,26 +25,10 @@ import (
 // produceKeyed sends n messages "v-<i>" with keys "k<i % keys>" and
 // returns the first error.
 func produceKeyed(ctx context.Context, p client.Producer, n, keys int) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		p.SendAsync(ctx, &client.ProducerMessage{Payload: []byte("v-" + strconv.Itoa(i)), Key: "k" + strconv.Itoa(i%keys)},
-			func(_ client.MessageID, _ *client.ProducerMessage, err error) {
-				defer wg.Done()
-				if err != nil {
-					mu.Lock()
-					first = cmp.Or(first, err)
-					mu.Unlock()
-				}
-			})
-	}
-	wg.Wait()
-	if err := p.Flush(); err != nil {
+	if err := produceKeyedFrom(ctx, p, 0, n, keys); err != nil {
 		return err
 	}
-	return first
+	return p.Flush()
 }
 
 func valueOf(t *testing.T, m client.Message) int {

@@ -343,14 +343,7 @@ func (s *subscription) dispatch() {
 		if multi {
 			progressed, wait, err := s.dispatchMultiOnce(ctx)
 			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.log.Warn("dispatch read failed", zap.Error(err))
-				select {
-				case <-time.After(backoff):
-					backoff = min(2*backoff, 2*time.Second)
-				case <-s.stop:
+				if !s.backOff(ctx, err, &backoff) {
 					return
 				}
 				continue
@@ -391,14 +384,7 @@ func (s *subscription) dispatch() {
 		want := max(1, min(c.available()/max(int(s.avgBatch), 1), 100))
 		es, err := s.t.ml.Read(ctx, pos, want)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Warn("dispatch read failed", zap.Stringer("position", pos), zap.Error(err))
-			select {
-			case <-time.After(backoff):
-				backoff = min(2*backoff, 2*time.Second)
-			case <-s.stop:
+			if !s.backOff(ctx, err, &backoff) {
 				return
 			}
 			continue
@@ -421,6 +407,22 @@ func (s *subscription) dispatch() {
 				return
 			}
 		}
+	}
+}
+
+// backOff waits after a failed read, longer each time (up to 2 s); it
+// reports false when the dispatcher is to stop.
+func (s *subscription) backOff(ctx context.Context, err error, backoff *time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	s.log.Warn("dispatch read failed", zap.Error(err))
+	select {
+	case <-time.After(*backoff):
+		*backoff = min(2**backoff, 2*time.Second)
+		return true
+	case <-s.stop:
+		return false
 	}
 }
 
