@@ -180,13 +180,17 @@ type ProducerMessage struct {
 	DeliverAt    time.Time
 }
 
-// deliverAt is when a message may be delivered, in unix ms (0: at once).
+// deliverAt is when a message may be delivered, in unix ms rounded up
+// (never before the time asked for), 0 for at once.
 func (m *ProducerMessage) deliverAt(now time.Time) int64 {
+	var t time.Time
 	switch {
 	case !m.DeliverAt.IsZero():
-		return m.DeliverAt.UnixMilli()
+		t = m.DeliverAt
 	case m.DeliverAfter > 0:
-		return now.Add(m.DeliverAfter).UnixMilli()
+		t = now.Add(m.DeliverAfter)
+	default:
+		return 0
 	}
-	return 0
+	return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 }
