@@ -559,9 +559,11 @@ func (t *topic) findByTime(ctx context.Context, ts int64) (mledger.Position, err
 	return end, nil
 }
 
-// entryMessages returns the number of messages in a stored entry.
+// entryMessages returns the number of messages in a stored entry and its
+// metadata, without checking the entry's checksum.
 func entryMessages(data []byte) (int, *pulsarpb.MessageMetadata, error) {
-	md, _, err := entry.Decode(data)
+	// Routing needs the metadata only; the consumer checks the checksum.
+	md, _, err := entry.DecodeUnchecked(data)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -68,6 +68,18 @@ func Decode(b []byte) (*pulsarpb.MessageMetadata, []byte, error) {
 	if sum := crc32.Checksum(b[6:], castagnoli); sum != binary.BigEndian.Uint32(b[2:]) {
 		return nil, nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
+	return DecodeUnchecked(b)
+}
+
+// DecodeUnchecked is Decode without the checksum, for a reader that only
+// routes the entry (the broker's dispatcher: the consumer checks it).
+func DecodeUnchecked(b []byte) (*pulsarpb.MessageMetadata, []byte, error) {
+	if len(b) < headerLen {
+		return nil, nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+	}
+	if m := binary.BigEndian.Uint16(b); m != Magic {
+		return nil, nil, fmt.Errorf("%w: magic %#04x", ErrCorrupt, m)
+	}
 	n := binary.BigEndian.Uint32(b[6:])
 	if n > MaxMetadataSize || int(n) > len(b)-headerLen {
 		return nil, nil, fmt.Errorf("%w: metadata size %d in %d bytes", ErrCorrupt, n, len(b))
