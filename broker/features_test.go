@@ -438,9 +438,11 @@ func TestRetentionAndTTL(t *testing.T) {
 	lc := e.c.Client(ledger.Config{})
 	bk := dialBookie(t, e.c.Bookies()[0].ID)
 	for _, id := range first[:len(first)-1] {
-		if _, err := lc.Metadata(ctxT(t), id); !errors.Is(err, ledger.ErrNoSuchLedger) {
-			t.Fatalf("trimmed ledger %d still in the metadata: %v", id, err)
-		}
+		// The list is stored first, then the ledgers are deleted.
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("trimmed ledger %d gone from the metadata", id), func() bool {
+			_, err := lc.Metadata(ctxT(t), id)
+			return errors.Is(err, ledger.ErrNoSuchLedger)
+		})
 		// The bookie's garbage collection removes its entries.
 		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("ledger %d gone from the bookie", id), func() bool {
 			_, err := bk.ReadLAC(ctxT(t), &bookiepb.ReadLACRequest{LedgerId: id})
