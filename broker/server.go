@@ -146,7 +146,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		return nil, err
 	}
 	undo = append(undo, func() { s.session.Close() })
-	if _, err := s.store.Put(ctx, metastore.BrokerAvailableKey(s.id), []byte(s.id), metastore.WithLease(s.session.Lease())); err != nil {
+	if err := s.register(ctx); err != nil {
 		return nil, fmt.Errorf("broker: register: %w", err)
 	}
 
@@ -173,10 +173,11 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			s.http.Serve(s.httpLn)
 		}()
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go s.persistLoop()
 	go s.retentionLoop()
 	go s.sweepLoop()
+	go s.registerLoop()
 	s.log.Info("broker started", zap.String("listen", s.ln.Addr().String()), zap.String("http", s.HTTPAddr()))
 	return s, nil
 }

@@ -49,10 +49,15 @@ func checkName(what, s string) error {
 }
 
 func (v *service) Lookup(ctx context.Context, req *brokerpb.LookupRequest) (*brokerpb.LookupResponse, error) {
-	if _, err := parseTopic(req.Topic); err != nil {
+	n, err := parseTopic(req.Topic)
+	if err != nil {
 		return nil, err
 	}
-	return &brokerpb.LookupResponse{BrokerAddress: v.s.id}, nil
+	addr, err := v.s.lookup(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return &brokerpb.LookupResponse{BrokerAddress: addr}, nil
 }
 
 func (v *service) PartitionedMetadata(ctx context.Context, req *brokerpb.PartitionedMetadataRequest) (*brokerpb.PartitionedMetadataResponse, error) {

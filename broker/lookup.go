@@ -1,0 +1,130 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/topicname"
+)
+
+// brokerInfo is a live broker's registration (brokers/available/<id>),
+// under its session lease.
+type brokerInfo struct {
+	Address string `json:"address"`
+	// Topics is how many topic partitions it owns.
+	Topics int `json:"topics"`
+}
+
+// registerInterval is how often a broker refreshes its registration.
+const registerInterval = 5 * time.Second
+
+// register writes the broker's registration with its current load.
+func (s *Server) register(ctx context.Context) error {
+	s.mu.Lock()
+	info := brokerInfo{Address: s.id, Topics: len(s.mu.topics)}
+	s.mu.Unlock()
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	_, err = s.store.Put(ctx, metastore.BrokerAvailableKey(s.id), b, metastore.WithLease(s.session.Lease()))
+	return err
+}
+
+// registerLoop keeps the registration's load current.
+func (s *Server) registerLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(registerInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.register(ctx); err != nil {
+			s.log.Warn("refreshing the broker registration failed", zap.Error(err))
+		}
+		cancel()
+	}
+}
+
+// lookup returns the address of the broker that serves n: its owner; for
+// a partition nobody owns, the least loaded live broker (this one then
+// claims it at once, another one does when the client gets there).
+func (s *Server) lookup(ctx context.Context, n topicname.Name) (string, error) {
+	path := topicPath(n)
+	kv, err := s.store.Get(ctx, metastore.OwnerKey(path))
+	switch {
+	case err == nil:
+		owner, _, _ := strings.Cut(string(kv.Value), "\n")
+		return owner, nil
+	case !errors.Is(err, metastore.ErrNotFound):
+		return "", err
+	}
+	target, err := s.leastLoaded(ctx, path)
+	if err != nil {
+		return "", err
+	}
+	if target != s.id {
+		return target, nil
+	}
+	if _, err := s.getTopic(ctx, n, true); err != nil {
+		if errors.Is(err, ErrNotOwner) { // another broker claimed it meanwhile
+			return s.lookupOwner(ctx, path)
+		}
+		return "", err
+	}
+	return s.id, nil
+}
+
+// lookupOwner returns the owner of a partition that has one.
+func (s *Server) lookupOwner(ctx context.Context, path string) (string, error) {
+	kv, err := s.store.Get(ctx, metastore.OwnerKey(path))
+	if err != nil {
+		if errors.Is(err, metastore.ErrNotFound) {
+			return "", errorf(ErrServiceNotReady, "%s changed owner; look it up again", path)
+		}
+		return "", err
+	}
+	owner, _, _ := strings.Cut(string(kv.Value), "\n")
+	return owner, nil
+}
+
+// leastLoaded picks the live broker owning the fewest partitions; among
+// equals, one chosen by the topic's hash, so that concurrent lookups of
+// one topic agree and lookups of many topics spread.
+func (s *Server) leastLoaded(ctx context.Context, path string) (string, error) {
+	var best []string
+	fewest := -1
+	err := s.store.ListAll(ctx, metastore.BrokersAvailablePrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
+		var info brokerInfo
+		if err := json.Unmarshal(kv.Value, &info); err != nil || info.Address == "" {
+			return nil // not a broker this version understands
+		}
+		switch {
+		case fewest < 0 || info.Topics < fewest:
+			best, fewest = []string{info.Address}, info.Topics
+		case info.Topics == fewest:
+			best = append(best, info.Address)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(best) == 0 {
+		return s.id, nil
+	}
+	h := fnv.New32a()
+	h.Write([]byte(path))
+	return best[int(h.Sum32()%uint32(len(best)))], nil
+}
