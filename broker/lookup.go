@@ -110,6 +110,9 @@ func (s *Server) leastLoaded(ctx context.Context, path string) (string, error) {
 		if err := json.Unmarshal(kv.Value, &info); err != nil || info.Address == "" {
 			return nil // not a broker this version understands
 		}
+		if info.Address == s.id && s.stopping() {
+			return nil
+		}
 		switch {
 		case fewest < 0 || info.Topics < fewest:
 			best, fewest = []string{info.Address}, info.Topics
@@ -122,9 +125,18 @@ func (s *Server) leastLoaded(ctx context.Context, path string) (string, error) {
 		return "", err
 	}
 	if len(best) == 0 {
-		return s.id, nil
+		return "", errorf(ErrServiceNotReady, "no live broker to serve %s", path)
 	}
 	h := fnv.New32a()
 	h.Write([]byte(path))
 	return best[int(h.Sum32()%uint32(len(best)))], nil
+}
+
+func (s *Server) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
 }

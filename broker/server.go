@@ -208,6 +208,11 @@ func (s *Server) Close() error {
 	close(s.stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Unregistered first: lookups stop sending partitions here while they
+	// are handed over.
+	if err := s.store.Delete(ctx, metastore.BrokerAvailableKey(s.id)); err != nil {
+		s.log.Warn("unregistering failed", zap.Error(err))
+	}
 	if s.http != nil {
 		s.http.Shutdown(ctx)
 	}

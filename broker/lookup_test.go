@@ -1,0 +1,102 @@
+package broker_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/metastore"
+)
+
+// Two brokers: a client that knows only one of them is sent to the
+// partition's owner; when the owner stops cleanly, the partition moves to
+// the other broker, and the consumer receives every message once, in
+// order.
+func TestLookupRedirectsAndCleanHandover(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.cfg
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
+	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	servers := map[string]*broker.Server{e.b.Addr(): e.b, other.Addr(): other}
+
+	both := "magnetar://" + e.b.Addr() + "," + other.Addr()
+	cl, err := client.NewClient(client.ClientOptions{URL: both, OperationTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "moving", SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	kv, err := e.c.Store.Get(ctxT(t), metastore.OwnerKey("public/default/moving"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownerAddr, _, _ := strings.Cut(string(kv.Value), "\n")
+	owner := servers[ownerAddr]
+	if owner == nil {
+		t.Fatalf("owner %q is neither broker", ownerAddr)
+	}
+	var nonOwner *broker.Server
+	for _, s := range servers {
+		if s != owner {
+			nonOwner = s
+		}
+	}
+
+	// A client that knows only the other broker is sent to the owner.
+	only, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + nonOwner.Addr(), OperationTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer only.Close()
+	p, err := only.CreateProducer(client.ProducerOptions{Topic: "moving", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))}); err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+		}
+	}
+	next := 0
+	expect := func(upTo int) {
+		for next < upTo {
+			m := receiveOne(t, cons)
+			if got := string(m.Payload()); got != fmt.Sprint(next) {
+				t.Fatalf("received %s, want %d", got, next)
+			}
+			cons.Ack(m)
+			next++
+		}
+	}
+	send(0, 50)
+	expect(50)
+
+	// The owner stops cleanly: the partition moves to the other broker.
+	if err := owner.Close(); err != nil {
+		t.Fatal(err)
+	}
+	send(50, 50)
+	expect(100)
+	kv, err = e.c.Store.Get(ctxT(t), metastore.OwnerKey("public/default/moving"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := strings.Cut(string(kv.Value), "\n"); got != nonOwner.Addr() {
+		t.Fatalf("after the handover the owner is %q, want %q", got, nonOwner.Addr())
+	}
+}
