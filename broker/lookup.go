@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,7 +36,7 @@ func (s *Server) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.store.Put(ctx, metastore.BrokerAvailableKey(s.id), b, metastore.WithLease(s.session.Lease()))
+	_, err = s.store.Put(ctx, metastore.BrokerAvailableKey(s.id), b, metastore.WithLease(s.session.Load().Lease()))
 	return err
 }
 
@@ -138,5 +140,68 @@ func (s *Server) stopping() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// sessionLoop watches the broker's session. When it is lost (the lease
+// expired: the broker was cut off from etcd or paused longer than its
+// TTL), its owner keys are gone and other brokers may own its partitions
+// already: it stops serving every partition at once, without waiting for
+// anything, then starts a new session and registers again. Safety does not
+// rest on this (bookie fencing and guarded writes stop a deposed owner);
+// it ends the service of clients by a broker that is no longer the owner.
+func (s *Server) sessionLoop() {
+	defer s.wg.Done()
+	for {
+		sess := s.session.Load()
+		select {
+		case <-s.stop:
+			return
+		case <-sess.Done():
+		}
+		if s.stopping() {
+			return
+		}
+		s.log.Error("etcd session lost: unloading every partition", zap.Error(sess.Err()))
+		topics := s.loadedTopics()
+		s.mu.Lock()
+		for path, t := range s.mu.topics {
+			if slices.Contains(topics, t) {
+				delete(s.mu.topics, path)
+			}
+		}
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, t := range topics {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				t.close(ctx) // its metadata writes fail: it is no longer the owner
+			}()
+		}
+		wg.Wait()
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			next, err := s.store.NewSession(ctx, s.cfg.SessionTTL)
+			if err == nil {
+				s.session.Store(next)
+				if err = s.register(ctx); err != nil {
+					next.Close()
+				}
+			}
+			cancel()
+			if err == nil {
+				s.log.Info("new etcd session", zap.Int64("lease", int64(next.Lease())))
+				break
+			}
+			s.log.Warn("starting a new etcd session failed", zap.Error(err))
+			select {
+			case <-time.After(backoff):
+			case <-s.stop:
+				return
+			}
+		}
 	}
 }

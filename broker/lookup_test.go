@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -98,5 +100,53 @@ func TestLookupRedirectsAndCleanHandover(t *testing.T) {
 	}
 	if got, _, _ := strings.Cut(string(kv.Value), "\n"); got != nonOwner.Addr() {
 		t.Fatalf("after the handover the owner is %q, want %q", got, nonOwner.Addr())
+	}
+}
+
+// A broker whose etcd session is lost stops serving its partitions at
+// once; with a new session it (or another broker) takes them over, and the
+// clients carry on without losing a message.
+func TestSessionLossUnloadsPartitions(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "lost", SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "lost", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 20)
+	for _, m := range receiveN(t, cons, 20) {
+		cons.Ack(m)
+	}
+	key := metastore.OwnerKey("public/default/lost")
+	before, err := e.c.Store.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease expires (as when the broker is cut off from etcd).
+	lease := e.b.SessionLease()
+	if _, err := e.c.Store.Client().Revoke(ctxT(t), clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "a new session", func() bool { return e.b.SessionLease() != lease })
+	produce(t, p, 20, 20)
+	msgs := receiveN(t, cons, 20)
+	for i, m := range msgs {
+		if want := fmt.Sprintf("m-%05d", 20+i); string(m.Payload()) != want {
+			t.Fatalf("after the session loss: %q, want %q", m.Payload(), want)
+		}
+		cons.Ack(m)
+	}
+	after, err := e.c.Store.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CreateRevision == before.CreateRevision || after.Lease == before.Lease {
+		t.Fatalf("the partition was not claimed again: owner key revision %d -> %d, lease %d -> %d",
+			before.CreateRevision, after.CreateRevision, before.Lease, after.Lease)
 	}
 }

@@ -50,9 +50,11 @@ type Server struct {
 	cache     *mledger.Cache
 	// storageReads counts entries read from the bookies (cache misses).
 	storageReads atomic.Int64
-	session      *metastore.Session
-	id           string // advertised address
-	instance     string // random per process: tells our previous incarnation apart
+	// session is the broker's etcd session: its registration and every
+	// owner key live under its lease. Replaced by sessionLoop when lost.
+	session  atomic.Pointer[metastore.Session]
+	id       string // advertised address
+	instance string // random per process: tells our previous incarnation apart
 
 	ln      net.Listener
 	grpc    *grpc.Server
@@ -141,11 +143,12 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		undo = append(undo, func() { s.httpLn.Close() })
 	}
 
-	s.session, err = s.store.NewSession(ctx, cfg.SessionTTL)
+	sess, err := s.store.NewSession(ctx, cfg.SessionTTL)
 	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { s.session.Close() })
+	s.session.Store(sess)
+	undo = append(undo, func() { sess.Close() })
 	if err := s.register(ctx); err != nil {
 		return nil, fmt.Errorf("broker: register: %w", err)
 	}
@@ -173,11 +176,12 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			s.http.Serve(s.httpLn)
 		}()
 	}
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go s.persistLoop()
 	go s.retentionLoop()
 	go s.sweepLoop()
 	go s.registerLoop()
+	go s.sessionLoop()
 	s.log.Info("broker started", zap.String("listen", s.ln.Addr().String()), zap.String("http", s.HTTPAddr()))
 	return s, nil
 }
@@ -229,7 +233,7 @@ func (s *Server) Close() error {
 		<-done
 	}
 	s.wg.Wait()
-	errs = append(errs, s.ledgers.Close(), s.session.Close())
+	errs = append(errs, s.ledgers.Close(), s.session.Load().Close())
 	if s.ownsStore {
 		errs = append(errs, s.store.Close())
 	}
@@ -318,7 +322,7 @@ func (s *Server) ownerValue() string { return s.id + "\n" + s.instance }
 func (s *Server) claim(ctx context.Context, path string) (*metastore.Guard, error) {
 	key := metastore.OwnerKey(path)
 	for attempt := 0; attempt < 5; attempt++ {
-		rev, err := s.store.Create(ctx, key, []byte(s.ownerValue()), metastore.WithLease(s.session.Lease()))
+		rev, err := s.store.Create(ctx, key, []byte(s.ownerValue()), metastore.WithLease(s.session.Load().Lease()))
 		if err == nil {
 			return &metastore.Guard{Key: key, Token: rev}, nil
 		}
