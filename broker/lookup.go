@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,6 +133,21 @@ func (s *Server) leastLoaded(ctx context.Context, path string) (string, error) {
 	return best[int(h.Sum32()%uint32(len(best)))], nil
 }
 
+// unloadLost stops serving a partition this broker may no longer own (its
+// session was lost, or its ledger was fenced): clients are disconnected
+// and look it up again; its metadata writes fail if another broker owns it.
+func (s *Server) unloadLost(t *topic) {
+	s.mu.Lock()
+	if s.mu.topics[t.path] == t {
+		delete(s.mu.topics, t.path)
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t.close(ctx)
+	s.log.Info("partition unloaded", zap.String("topic", t.name.String()))
+}
+
 func (s *Server) stopping() bool {
 	select {
 	case <-s.stop:
@@ -163,22 +177,12 @@ func (s *Server) sessionLoop() {
 			return
 		}
 		s.log.Error("etcd session lost: unloading every partition", zap.Error(sess.Err()))
-		topics := s.loadedTopics()
-		s.mu.Lock()
-		for path, t := range s.mu.topics {
-			if slices.Contains(topics, t) {
-				delete(s.mu.topics, path)
-			}
-		}
-		s.mu.Unlock()
 		var wg sync.WaitGroup
-		for _, t := range topics {
+		for _, t := range s.loadedTopics() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				t.close(ctx) // its metadata writes fail: it is no longer the owner
+				s.unloadLost(t)
 			}()
 		}
 		wg.Wait()

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/testutil"
@@ -148,5 +149,53 @@ func TestSessionLossUnloadsPartitions(t *testing.T) {
 	if after.CreateRevision == before.CreateRevision || after.Lease == before.Lease {
 		t.Fatalf("the partition was not claimed again: owner key revision %d -> %d, lease %d -> %d",
 			before.CreateRevision, after.CreateRevision, before.Lease, after.Lease)
+	}
+}
+
+// When another owner fences the partition's ledger (it recovered it), the
+// broker stops serving the partition at once; clients look it up again
+// and, here, the broker claims it anew and they carry on.
+func TestFencedPartitionIsUnloaded(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "fenced", SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "fenced", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 10)
+	key := metastore.OwnerKey("public/default/fenced")
+	before, err := e.c.Store.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := adminGetJSON[internalStats](e, "/admin/v2/persistent/public/default/fenced/internalStats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := st.Ledgers[len(st.Ledgers)-1].LedgerID
+	lc := e.c.Client(ledger.Config{})
+	if _, err := lc.OpenRecover(ctxT(t), current); err != nil {
+		t.Fatal(err)
+	}
+	// The next send meets the fence; the partition is unloaded and claimed
+	// again, and the producer resends.
+	produce(t, p, 10, 10)
+	for i, m := range receiveN(t, cons, 20) {
+		if want := fmt.Sprintf("m-%05d", i); string(m.Payload()) != want {
+			t.Fatalf("message %d: %q", i, m.Payload())
+		}
+		cons.Ack(m)
+	}
+	after, err := e.c.Store.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CreateRevision == before.CreateRevision {
+		t.Fatal("the fenced partition was not unloaded and claimed again")
 	}
 }

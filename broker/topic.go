@@ -93,7 +93,8 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	t.mu.subs = map[string]*subscription{}
 	t.mu.pushed = map[string]int64{}
 	t.mu.persisted = map[string]int64{}
-	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache, StorageReads: &s.storageReads, Log: s.log})
+	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache,
+		StorageReads: &s.storageReads, OnFenced: func() { s.unloadLost(t) }, Log: s.log})
 	if err != nil {
 		s.release(path, guard)
 		return nil, err

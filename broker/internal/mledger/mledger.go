@@ -91,7 +91,10 @@ type Deps struct {
 	// StorageReads, if set, counts the entries read from the bookies
 	// (reads the cache did not serve).
 	StorageReads *atomic.Int64
-	Log          *zap.Logger
+	// OnFenced, if set, is called once, in a goroutine of its own, when the
+	// managed ledger learns that another owner fenced it.
+	OnFenced func()
+	Log      *zap.Logger
 }
 
 // ManagedLedger is one partition's storage. Safe for concurrent use.
@@ -276,6 +279,9 @@ func (ml *ManagedLedger) fence() {
 	if ml.mu.err == nil {
 		ml.mu.err = fmt.Errorf("%w: %s", ErrFenced, ml.name)
 		ml.log.Warn("managed ledger fenced: the partition is owned elsewhere")
+		if ml.d.OnFenced != nil {
+			go ml.d.OnFenced()
+		}
 	}
 	ml.failQueueLocked(ml.mu.err)
 }
