@@ -293,6 +293,32 @@ func (s *Server) adminHandler() http.Handler {
 		return sub.peek(r.Context(), t, n)
 	})
 	// Cluster.
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/unload", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		n, err := topicOf(r)
+		if err != nil {
+			return nil, err
+		}
+		if n.PartitionIndex() < 0 {
+			if parts, err := s.md.partitions(r.Context(), n); err != nil {
+				return nil, err
+			} else if parts > 0 {
+				return nil, errorf(ErrNotAllowed, "%s is partitioned: unload its partitions (%s ...)", n, n.Partition(0))
+			}
+		}
+		if err := s.ownedElsewhere(r.Context(), topicPath(n), r); err != nil {
+			return nil, err
+		}
+		return nil, s.unloadTopic(r.Context(), n)
+	})
+	h("GET /admin/v2/owners", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		owners := map[string]string{}
+		err := s.store.ListAll(r.Context(), metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
+			owner, _, _ := strings.Cut(string(kv.Value), "\n")
+			owners["persistent://"+strings.TrimPrefix(kv.Key, metastore.OwnersPrefix)] = owner
+			return nil
+		})
+		return owners, err
+	})
 	h("GET /admin/v2/brokers", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nonNil(s.md.listChildren(r.Context(), metastore.BrokersAvailablePrefix))
 	})
@@ -379,6 +405,14 @@ func readJSON(r *http.Request, v any, optional bool) error {
 // writeResult writes a JSON result, 204 for none, or the error.
 func writeResult(w http.ResponseWriter, out any, err error) {
 	w.Header().Set("Content-Type", "application/json")
+	var redirect *redirectError
+	if errors.As(err, &redirect) {
+		// 307 keeps the method and body: the owner answers.
+		w.Header().Set("Location", redirect.url)
+		w.WriteHeader(http.StatusTemporaryRedirect)
+		json.NewEncoder(w).Encode(map[string]string{"reason": redirect.Error(), "code": "REDIRECT"})
+		return
+	}
 	if err != nil {
 		_, _, code := reasonOf(err)
 		var mbe *http.MaxBytesError
@@ -414,10 +448,14 @@ func (s *Server) setPolicies(ctx context.Context, ns string, fn func(*metapb.Nam
 	return nil
 }
 
-// adminTopic loads the topic of an admin request (it must exist).
+// adminTopic loads the topic of an admin request (it must exist); a
+// topic another broker owns is answered by a redirect to it.
 func (s *Server) adminTopic(r *http.Request) (*topic, error) {
 	n, err := topicOf(r)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.ownedElsewhere(r.Context(), topicPath(n), r); err != nil {
 		return nil, err
 	}
 	return s.getTopic(r.Context(), n, false)
@@ -444,12 +482,14 @@ func (s *Server) forPartitions(r *http.Request, fn func(*topic) (any, error)) (a
 		return nil, err
 	}
 	if parts == 0 {
-		t, err := s.getTopic(r.Context(), n, false)
+		t, err := s.adminTopic(r)
 		if err != nil {
 			return nil, err
 		}
 		return fn(t)
 	}
+	// The partitions must all be owned here or by nobody (a partition
+	// owned by another broker answers NOT_OWNER: ask about it alone).
 	out := map[string]any{}
 	for i := 0; i < parts; i++ {
 		t, err := s.getTopic(r.Context(), n.Partition(i), true)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,8 @@ import (
 // under its session lease.
 type brokerInfo struct {
 	Address string `json:"address"`
+	// HTTP is its admin REST address ("" if it serves none).
+	HTTP string `json:"http,omitempty"`
 	// Topics is how many topic partitions it owns.
 	Topics int `json:"topics"`
 }
@@ -29,7 +32,7 @@ const registerInterval = 5 * time.Second
 // register writes the broker's registration with its current load.
 func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
-	info := brokerInfo{Address: s.id, Topics: len(s.mu.topics)}
+	info := brokerInfo{Address: s.id, HTTP: s.HTTPAddr(), Topics: len(s.mu.topics)}
 	s.mu.Unlock()
 	b, err := json.Marshal(info)
 	if err != nil {
@@ -208,4 +211,39 @@ func (s *Server) sessionLoop() {
 			}
 		}
 	}
+}
+
+// redirectError sends an admin request to the broker that owns its topic.
+type redirectError struct {
+	owner, url string
+}
+
+func (e *redirectError) Error() string { return "owned by broker " + e.owner + ": see " + e.url }
+
+// ownedElsewhere reports, for an admin request about partition path,
+// where to send it if another live broker owns the partition (nil if this
+// broker owns it or nobody does).
+func (s *Server) ownedElsewhere(ctx context.Context, path string, r *http.Request) error {
+	kv, err := s.store.Get(ctx, metastore.OwnerKey(path))
+	if errors.Is(err, metastore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	owner, _, _ := strings.Cut(string(kv.Value), "\n")
+	if owner == s.id {
+		return nil
+	}
+	var info brokerInfo
+	rkv, err := s.store.Get(ctx, metastore.BrokerAvailableKey(owner))
+	if err == nil {
+		err = json.Unmarshal(rkv.Value, &info)
+	}
+	if err != nil || info.HTTP == "" {
+		return errorf(ErrServiceNotReady, "%s is owned by broker %s, which serves no admin API now; try again", path, owner)
+	}
+	u := *r.URL
+	u.Scheme, u.Host = "http", info.HTTP
+	return &redirectError{owner: owner, url: u.String()}
 }

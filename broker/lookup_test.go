@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -197,5 +198,65 @@ func TestFencedPartitionIsUnloaded(t *testing.T) {
 	}
 	if after.CreateRevision == before.CreateRevision {
 		t.Fatal("the fenced partition was not unloaded and claimed again")
+	}
+}
+
+// Admin calls about a topic another broker owns are redirected to it;
+// unload makes the owner close the topic cleanly, and the owners listing
+// shows who owns what.
+func TestAdminRedirectsToTheOwner(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.cfg
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	// The other broker owns the topic: its client asks it alone, and it is
+	// the least loaded (the first broker owns nothing either: retry until
+	// a topic lands there).
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + other.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var topic string
+	for i := 0; topic == ""; i++ {
+		name := fmt.Sprint("owned-", i)
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+		kv, err := e.c.Store.Get(ctxT(t), metastore.OwnerKey("public/default/"+name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner, _, _ := strings.Cut(string(kv.Value), "\n"); owner == other.Addr() {
+			topic = name
+		}
+	}
+	// Asked of the first broker, answered by the owner (the Go client
+	// follows the 307).
+	st, err := adminGetJSON[struct {
+		Entries int64 `json:"entries"`
+	}](e, "/admin/v2/persistent/public/default/"+topic+"/stats")
+	if err != nil || st.Entries != 1 {
+		t.Fatalf("stats through the other broker: %+v, %v", st, err)
+	}
+	owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
+	if err != nil || owners["persistent://public/default/"+topic] != other.Addr() {
+		t.Fatalf("owners %v (%v), want %s on %s", owners, err, topic, other.Addr())
+	}
+	code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/"+topic+"/unload", nil)
+	if err != nil || code != 204 {
+		t.Fatalf("unload: %d %s %v", code, body, err)
+	}
+	if _, err := e.c.Store.Get(ctxT(t), metastore.OwnerKey("public/default/"+topic)); !errors.Is(err, metastore.ErrNotFound) {
+		t.Fatalf("after unload the topic is still owned: %v", err)
 	}
 }

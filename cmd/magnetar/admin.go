@@ -239,6 +239,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 	sk := withTopic("skip", "Acknowledge the next N messages of a subscription", "POST", "/subscription/{sub}/skip/{n}", nil)
 	subFlag(sk)
 	sk.Flags().IntVarP(&n, "count", "n", 1, "number of messages")
+	withTopic("unload", "Unload a topic (partition): its owner closes it cleanly; the next lookup assigns it again", "PUT", "/unload", nil)
 	pk := withTopic("peek-messages", "Show the N-th unacknowledged message of a subscription", "GET", "/subscription/{sub}/position/{n}", nil)
 	subFlag(pk)
 	pk.Flags().IntVarP(&n, "count", "n", 1, "which message (1: the first unacknowledged)")
@@ -255,6 +256,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 
 	brokers := &cobra.Command{Use: "brokers", Short: "Brokers"}
 	sub(brokers, "list", "List live brokers", 0, func([]string) error { return a.call("GET", "/admin/v2/brokers", nil) })
+	sub(brokers, "owners", "Show which broker owns each loaded topic partition", 0, func([]string) error { return a.call("GET", "/admin/v2/owners", nil) })
 	bookies := &cobra.Command{Use: "bookies", Short: "Bookies"}
 	sub(bookies, "list", "List live bookies", 0, func([]string) error { return a.call("GET", "/admin/v2/bookies/all", nil) })
 
