@@ -68,6 +68,10 @@ type Config struct {
 	// Key_Shared subscription indexes in memory; later ones are found
 	// again by scanning the partition when there is room. Default 100,000.
 	DelayedDeliveryMaxIndexed int `mapstructure:"delayed-delivery-max-indexed" yaml:"delayed-delivery-max-indexed"`
+	// LoadBalanceInterval: how often a broker compares its load with the
+	// others' and unloads partitions if it has clearly more (0: never).
+	// Default 1m.
+	LoadBalanceInterval time.Duration `mapstructure:"load-balance-interval" yaml:"load-balance-interval"`
 }
 
 // DefaultConfig returns the defaults.
@@ -93,6 +97,7 @@ func DefaultConfig() Config {
 		MaxUnackedMessagesPerConsumer:     50000,
 		MaxUnackedMessagesPerSubscription: 200000,
 		DelayedDeliveryMaxIndexed:         100000,
+		LoadBalanceInterval:               time.Minute,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -26,8 +27,10 @@ type brokerInfo struct {
 	Topics int `json:"topics"`
 }
 
-// registerInterval is how often a broker refreshes its registration.
-const registerInterval = 5 * time.Second
+// registerInterval is how often a broker refreshes its registration (its
+// load); balancing waits twice that after unloading, so that it sees the
+// partitions settled on their new owners before it looks again.
+const registerInterval = 2 * time.Second
 
 // register writes the broker's registration with its current load.
 func (s *Server) register(ctx context.Context) error {
@@ -246,4 +249,84 @@ func (s *Server) ownedElsewhere(ctx context.Context, path string, r *http.Reques
 	u := *r.URL
 	u.Scheme, u.Host = "http", info.HTTP
 	return &redirectError{owner: owner, url: u.String()}
+}
+
+// balanceOnce unloads some of this broker's partitions when it owns
+// clearly more than the mean of the live brokers (more than 1.2x the mean
+// plus one) and some broker owns less than the mean: the next lookup of
+// each assigns it to the least loaded broker. It unloads down to the mean,
+// at most maxUnloadPerRound at a time, so that a broker joining an idle
+// cluster gets its share within a few rounds and nothing flaps.
+func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
+	var loads []int
+	err = s.store.ListAll(ctx, metastore.BrokersAvailablePrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
+		var info brokerInfo
+		if json.Unmarshal(kv.Value, &info) == nil && info.Address != "" && info.Address != s.id {
+			loads = append(loads, info.Topics)
+		}
+		return nil
+	})
+	if err != nil || len(loads) == 0 {
+		return 0, err
+	}
+	mine := s.loadedTopics()
+	total := len(mine)
+	minOther := loads[0]
+	for _, l := range loads {
+		total += l
+		minOther = min(minOther, l)
+	}
+	mean := float64(total) / float64(len(loads)+1)
+	if float64(len(mine)) <= 1.2*mean+1 || float64(minOther) >= mean {
+		return 0, nil
+	}
+	excess := min(len(mine)-int(math.Ceil(mean)), maxUnloadPerRound)
+	for _, t := range mine[:max(excess, 0)] {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.unloadTopic(ctx, t.name)
+		cancel()
+		if err != nil {
+			s.log.Warn("unloading for balance failed", zap.String("topic", t.name.String()), zap.Error(err))
+			continue
+		}
+		unloaded++
+	}
+	s.log.Info("unloaded partitions to balance the load", zap.Int("unloaded", unloaded), zap.Int("owned", len(mine)), zap.Float64("mean", mean))
+	return unloaded, nil
+}
+
+// maxUnloadPerRound bounds the partitions one balancing round unloads.
+const maxUnloadPerRound = 50
+
+// balanceLoop runs balanceOnce every LoadBalanceInterval.
+func (s *Server) balanceLoop() {
+	defer s.wg.Done()
+	if s.cfg.LoadBalanceInterval <= 0 {
+		return
+	}
+	tick := time.NewTicker(s.cfg.LoadBalanceInterval)
+	defer tick.Stop()
+	var lastUnload time.Time
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		if time.Since(lastUnload) < 2*registerInterval {
+			continue
+		}
+		// Fresh loads first: ours, and the others' within registerInterval.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := s.register(ctx); err == nil {
+			n, err := s.balanceOnce(ctx)
+			if err != nil {
+				s.log.Warn("load balancing failed", zap.Error(err))
+			}
+			if n > 0 {
+				lastUnload = time.Now()
+			}
+		}
+		cancel()
+	}
 }

@@ -260,3 +260,55 @@ func TestAdminRedirectsToTheOwner(t *testing.T) {
 		t.Fatalf("after unload the topic is still owned: %v", err)
 	}
 }
+
+// A broker that joins gets a share of the partitions: the busy broker
+// unloads its excess and lookups assign it to the newcomer; the producers
+// carry on.
+func TestLoadBalancingMovesPartitionsToANewBroker(t *testing.T) {
+	fast := func(c *broker.Config) { c.LoadBalanceInterval = 100 * time.Millisecond }
+	e := newEnv(t, fast)
+	cl := e.client()
+	var producers []client.Producer
+	for i := 0; i < 10; i++ {
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: fmt.Sprint("busy-", i), DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		producers = append(producers, p)
+	}
+	cfg := e.cfg
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
+	fast(&cfg)
+	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	owned := func(addr string) int {
+		owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, o := range owners {
+			if o == addr {
+				n++
+			}
+		}
+		return n
+	}
+	// The producers keep sending: each send looks the partition up again
+	// if it moved.
+	testutil.Eventually(t, 30*time.Second, "the new broker owns half the partitions", func() bool {
+		for i, p := range producers {
+			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))}); err != nil {
+				t.Fatalf("send to busy-%d: %v", i, err)
+			}
+		}
+		return owned(other.Addr()) == 5
+	})
+	if n := owned(e.b.Addr()); n != 5 {
+		t.Fatalf("the first broker owns %d partitions, want 5", n)
+	}
+}

@@ -176,12 +176,13 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			s.http.Serve(s.httpLn)
 		}()
 	}
-	s.wg.Add(5)
+	s.wg.Add(6)
 	go s.persistLoop()
 	go s.retentionLoop()
 	go s.sweepLoop()
 	go s.registerLoop()
 	go s.sessionLoop()
+	go s.balanceLoop()
 	s.log.Info("broker started", zap.String("listen", s.ln.Addr().String()), zap.String("http", s.HTTPAddr()))
 	return s, nil
 }
