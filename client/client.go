@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -219,15 +220,20 @@ func (c *client) Close() {
 }
 
 // backoff grows a reconnection delay.
+// backoff spaces reconnection attempts: 100 ms doubling up to 1 s, with
+// ±20% jitter so that the clients of a failed broker do not all come back
+// at once. The cap is low because a partition whose owner died is taken
+// over as soon as the owner's lease expires: a client should find out
+// within a second.
 type backoff struct{ d time.Duration }
 
 func (b *backoff) next() time.Duration {
 	if b.d == 0 {
 		b.d = 100 * time.Millisecond
 	} else {
-		b.d = min(2*b.d, 30*time.Second)
+		b.d = min(2*b.d, time.Second)
 	}
-	return b.d
+	return time.Duration(float64(b.d) * (0.8 + 0.4*mathrand.Float64()))
 }
 
 func (b *backoff) reset() { b.d = 0 }
