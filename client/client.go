@@ -104,7 +104,9 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 		cc, err = grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+			// A broker that stops answering (paused, cut off) is noticed
+			// within about 8 s (the broker permits pings every 5 s).
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 3 * time.Second}),
 			grpc.WithWriteBufferSize(256<<10), grpc.WithReadBufferSize(256<<10),
 			grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20),
 		)
@@ -118,6 +120,10 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 
 // lookup finds the broker serving a topic: any broker of the URL answers
 // (trying them in turn).
+// lookupAttemptTimeout bounds one broker's answer to a lookup (which may
+// include claiming the partition and recovering its ledger).
+const lookupAttemptTimeout = 5 * time.Second
+
 func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClient, error) {
 	var lastErr error
 	for _, b := range c.brokers {
@@ -125,7 +131,10 @@ func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClien
 		if err != nil {
 			return nil, err
 		}
-		resp, err := bc.Lookup(ctx, &brokerpb.LookupRequest{Topic: topic})
+		// Bounded per broker: a stalled one must not hold up the others.
+		lctx, cancel := context.WithTimeout(ctx, lookupAttemptTimeout)
+		resp, err := bc.Lookup(lctx, &brokerpb.LookupRequest{Topic: topic})
+		cancel()
 		if err != nil {
 			lastErr = fromStatus(err)
 			if !retriable(lastErr) {

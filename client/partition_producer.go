@@ -436,7 +436,11 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 			drain()
 			return ErrClosed
 		case <-timeouts:
-			pp.expire()
+			if pp.expire() > 0 {
+				// No receipt in time: the broker may be stalled (paused,
+				// cut off). Look the partition up again on a new stream.
+				return fmt.Errorf("%w: sends timed out on %s", ErrUnavailable, pp.topic)
+			}
 			continue
 		case r := <-ch:
 			if r.err != nil {
@@ -509,9 +513,9 @@ func (pp *partitionProducer) failBatch(seq uint64, err error) {
 }
 
 // expire fails the batches older than SendTimeout.
-func (pp *partitionProducer) expire() {
+func (pp *partitionProducer) expire() int {
 	if pp.opts.SendTimeout < 0 {
-		return
+		return 0
 	}
 	cutoff := time.Now().Add(-pp.opts.SendTimeout)
 	pp.mu.Lock()
@@ -531,6 +535,7 @@ func (pp *partitionProducer) expire() {
 			m.cb(nil, m.msg, fmt.Errorf("%w: no receipt within %v", ErrSendTimeout, pp.opts.SendTimeout))
 		}
 	}
+	return n
 }
 
 // failAll fails everything pending and batched.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,4 +268,109 @@ func (c *cluster) ownerRevision(topic string) int64 {
 		c.t.Fatal(err)
 	}
 	return kv.CreateRevision
+}
+
+// signal sends sig to the process.
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Signal(sig)
+	}
+}
+
+// The owner of a partition is paused (SIGSTOP) longer than its lease: the
+// other broker takes the partition over and fences its ledger. When the
+// zombie wakes up (SIGCONT) it has lost its session and its ledger is
+// fenced: it gets nothing more acknowledged, unloads, and the messages
+// acknowledged by either broker are all delivered, once, in order.
+func TestPausedBrokerIsFencedOut(t *testing.T) {
+	c := newCluster(t, 1)
+	addrs := freePorts(t, 2)
+	brokers := map[string]*proc{}
+	for i, addr := range addrs {
+		brokers[addr] = c.startBroker(fmt.Sprint("broker-", i), addr, "3s")
+	}
+	for _, addr := range addrs {
+		c.waitBroker(addr)
+	}
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + strings.Join(addrs, ","), OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A short send timeout: sends to the paused owner fail and are looked
+	// up again rather than waiting for it.
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "zombie", DisableBatching: true, SendTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "zombie", SubscriptionName: "s",
+		SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	var acked []int
+	send := func(v int) {
+		if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint(v))}); err == nil {
+			acked = append(acked, v)
+		}
+	}
+	for v := 0; v < 50; v++ {
+		send(v)
+	}
+	owner := c.owner("public/default/zombie")
+	zombie := brokers[owner]
+	zombie.signal(syscall.SIGSTOP)
+	paused := time.Now()
+	// Keep sending until the other broker has taken over.
+	v := 50
+	for ; c.owner("public/default/zombie") == owner || c.owner("public/default/zombie") == ""; v++ {
+		if time.Since(paused) > time.Minute {
+			t.Fatal("nobody took the paused broker's partition over")
+		}
+		send(v)
+	}
+	for end := v + 50; v < end; v++ {
+		send(v)
+	}
+	zombie.signal(syscall.SIGCONT)
+	// The woken broker must not take writes any more; the others go on.
+	for end := v + 50; v < end; v++ {
+		send(v)
+	}
+	t.Logf("paused %v; %d of %d sends acknowledged", time.Since(paused).Round(time.Millisecond), len(acked), v)
+	got := map[int]bool{}
+	last := -1
+	missing := func() int {
+		n := 0
+		for _, a := range acked {
+			if !got[a] {
+				n++
+			}
+		}
+		return n
+	}
+	for missing() > 0 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("%d acknowledged messages never received: %v", missing(), err)
+		}
+		var x int
+		fmt.Sscan(string(m.Payload()), &x)
+		if x < last && !got[x] {
+			t.Fatalf("%d received after %d", x, last)
+		}
+		last = max(last, x)
+		got[x] = true
+		cons.Ack(m)
+	}
+	if now := c.owner("public/default/zombie"); now == owner {
+		t.Fatalf("the woken broker owns the partition again")
+	}
 }
