@@ -310,6 +310,14 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		return nil, s.unloadTopic(r.Context(), n)
 	})
+	h("PUT /admin/v2/namespaces/{tenant}/{ns}/unload", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		ns := r.PathValue("tenant") + "/" + r.PathValue("ns")
+		if _, err := s.md.policies(r.Context(), ns); err != nil {
+			return nil, err
+		}
+		n, err := s.unloadNamespace(r.Context(), ns)
+		return map[string]int{"unloaded": n}, err
+	})
 	h("GET /admin/v2/owners", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		owners := map[string]string{}
 		err := s.store.ListAll(r.Context(), metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"net/http"
 	"strings"
@@ -329,4 +331,66 @@ func (s *Server) balanceLoop() {
 		}
 		cancel()
 	}
+}
+
+// unloadNamespace unloads every owned partition of a namespace: this
+// broker's itself, the others' by asking their owners (admin unload). It
+// returns how many were unloaded and the first error.
+func (s *Server) unloadNamespace(ctx context.Context, ns string) (int, error) {
+	type owned struct{ path, owner string }
+	var all []owned
+	err := s.store.ListAll(ctx, metastore.OwnersPrefix+ns+"/", metastore.ListOptions{}, func(kv metastore.KV) error {
+		owner, _, _ := strings.Cut(string(kv.Value), "\n")
+		all = append(all, owned{strings.TrimPrefix(kv.Key, metastore.OwnersPrefix), owner})
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, o := range all {
+		tn, err := topicname.Parse("persistent://" + o.path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if o.owner == s.id {
+			err = s.unloadTopic(ctx, tn)
+		} else {
+			err = s.unloadRemote(ctx, o.owner, o.path)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", o.path, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// unloadRemote asks broker owner to unload partition path.
+func (s *Server) unloadRemote(ctx context.Context, owner, path string) error {
+	var info brokerInfo
+	kv, err := s.store.Get(ctx, metastore.BrokerAvailableKey(owner))
+	if err == nil {
+		err = json.Unmarshal(kv.Value, &info)
+	}
+	if err != nil || info.HTTP == "" {
+		return errorf(ErrServiceNotReady, "broker %s serves no admin API now", owner)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+info.HTTP+"/admin/v2/persistent/"+path+"/unload", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return errorf(ErrServiceNotReady, "broker %s: %v", owner, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return errorf(ErrServiceNotReady, "broker %s answered %d: %s", owner, resp.StatusCode, body)
+	}
+	return nil
 }

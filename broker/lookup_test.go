@@ -312,3 +312,48 @@ func TestLoadBalancingMovesPartitionsToANewBroker(t *testing.T) {
 		t.Fatalf("the first broker owns %d partitions, want 5", n)
 	}
 }
+
+// Unloading a namespace unloads its partitions on every broker.
+func TestNamespaceUnloadReachesEveryBroker(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.cfg
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr() + "," + other.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// Topics until both brokers own some.
+	byOwner := map[string]int{}
+	for i := 0; len(byOwner) < 2; i++ {
+		if i == 50 {
+			t.Fatalf("50 topics, all on one broker: %v", byOwner)
+		}
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: fmt.Sprint("ns-", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+		owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(byOwner)
+		for _, o := range owners {
+			byOwner[o]++
+		}
+	}
+	code, body, err := adminDo(e, "PUT", "/admin/v2/namespaces/public/default/unload", nil)
+	if err != nil || code != 200 {
+		t.Fatalf("namespace unload: %d %s %v", code, body, err)
+	}
+	owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
+	if err != nil || len(owners) != 0 {
+		t.Fatalf("after the namespace unload: %v %v", owners, err)
+	}
+}

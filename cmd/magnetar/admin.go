@@ -124,6 +124,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 	}
 	withNS("create", "Create a namespace", "PUT", "", nil)
 	withNS("delete", "Delete an empty namespace", "DELETE", "", nil)
+	withNS("unload", "Unload every owned partition of a namespace (on every broker)", "PUT", "/unload", nil)
 	withNS("get-retention", "Show the retention of consumed messages", "GET", "/retention", nil)
 	var retTime, retSize string
 	setRet := withNS("set-retention", "Set the retention of consumed messages", "POST", "/retention", func() (any, error) {
