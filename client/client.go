@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,6 +45,8 @@ type Client interface {
 type client struct {
 	opts    ClientOptions
 	brokers []string
+	// lookupFrom is the broker lookups start with (after one that failed).
+	lookupFrom atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -120,13 +123,23 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 
 // lookup finds the broker serving a topic: any broker of the URL answers
 // (trying them in turn).
+// reconnectTimeout bounds one reconnection attempt (lookup, stream open,
+// the broker's answer): a stalled broker is given up for the next attempt,
+// which looks the partition up again.
+const reconnectTimeout = 5 * time.Second
+
 // lookupAttemptTimeout bounds one broker's answer to a lookup (which may
 // include claiming the partition and recovering its ledger).
 const lookupAttemptTimeout = 5 * time.Second
 
 func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClient, error) {
 	var lastErr error
-	for _, b := range c.brokers {
+	// Start after the broker that last failed to answer, so that a dead
+	// or stalled one is asked last.
+	first := int(c.lookupFrom.Load())
+	for i := range c.brokers {
+		idx := (first + i) % len(c.brokers)
+		b := c.brokers[idx]
 		bc, err := c.conn(b)
 		if err != nil {
 			return nil, err
@@ -140,6 +153,7 @@ func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClien
 			if !retriable(lastErr) {
 				return nil, lastErr
 			}
+			c.lookupFrom.Store(int32((idx + 1) % len(c.brokers)))
 			continue
 		}
 		return c.conn(resp.BrokerAddress)

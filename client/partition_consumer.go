@@ -225,7 +225,9 @@ func (pc *partitionConsumer) run(stream brokerpb.Broker_ConsumeClient, cancel co
 			case <-pc.stop:
 				return
 			}
-			s, c, err := pc.connect(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), reconnectTimeout)
+			s, c, err := pc.connect(ctx)
+			cancel()
 			if err != nil {
 				continue
 			}

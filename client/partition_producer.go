@@ -380,7 +380,9 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient) {
 				pp.failAll(ErrClosed)
 				return
 			}
-			s, opened, err := pp.connect(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), reconnectTimeout)
+			s, opened, err := pp.connect(ctx)
+			cancel()
 			if err != nil {
 				if !retriable(err) && !errors.Is(err, ErrTopicNotFound) {
 					// A permanent refusal (the name is now taken, the topic
