@@ -398,3 +398,56 @@ func TestWaitAfter(t *testing.T) {
 		t.Fatalf("wait with nothing new: %v", err)
 	}
 }
+
+// A takeover interrupted at each of its steps (claim; claim and fence the
+// last ledger; the whole open) leaves the deposed owner unable to get
+// anything more stored for good, and whatever it got acknowledged is
+// there for the owner that completes the takeover.
+func TestDeposedOwnerAtEachTakeoverStep(t *testing.T) {
+	for _, step := range []string{"claimed", "fenced", "opened"} {
+		t.Run(step, func(t *testing.T) {
+			e := newEnv(t, 1)
+			topic := "public/default/t-" + step
+			old := e.open(topic, smallLedgers(5), e.own(topic))
+			acked := len(appendN(t, old, 0, 3))
+			g := e.own(topic) // the new owner's claim
+			switch step {
+			case "fenced":
+				refs := old.Ledgers()
+				if _, err := e.c.Client(ledger.Config{}).OpenRecover(ctxT(t), refs[len(refs)-1].LedgerId); err != nil {
+					t.Fatal(err)
+				}
+			case "opened":
+				e.open(topic, smallLedgers(5), g).Close(ctxT(t))
+			}
+			// The deposed owner keeps trying. Before its ledger is fenced an
+			// append may still be acknowledged (the next owner recovers it);
+			// the metadata write at the rollover fails on the guard, and
+			// from then on (or at once, once fenced) nothing is stored.
+			for i := acked; i < 20; i++ {
+				if _, err := old.Append(ctxT(t), data(i)); err != nil {
+					if !errors.Is(err, ErrFenced) && !errors.Is(err, ledger.ErrFenced) && !errors.Is(err, ErrUnavailable) {
+						t.Fatalf("append %d: %v", i, err)
+					}
+					if step != "claimed" && i != acked {
+						t.Fatalf("append %d failed, but an earlier one after the fence succeeded", i)
+					}
+					break
+				}
+				if step != "claimed" {
+					t.Fatalf("append %d acknowledged after the ledger was fenced", i)
+				}
+				acked++
+			}
+			testutil.Eventually(t, 30*time.Second, "the deposed owner to be fenced for good", func() bool {
+				_, err := old.Append(ctxT(t), []byte("x"))
+				return errors.Is(err, ErrFenced)
+			})
+			old.Close(ctxT(t))
+			// The takeover completes; every acknowledged entry is there.
+			next := e.open(topic, smallLedgers(5), e.own(topic))
+			defer next.Close(ctxT(t))
+			checkData(t, readAll(t, next), acked)
+		})
+	}
+}
