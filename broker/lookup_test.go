@@ -23,13 +23,7 @@ import (
 // order.
 func TestLookupRedirectsAndCleanHandover(t *testing.T) {
 	e := newEnv(t, nil)
-	cfg := e.cfg
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
-	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
+	other := e.startAnother(nil)
 	servers := map[string]*broker.Server{e.b.Addr(): e.b, other.Addr(): other}
 
 	both := "magnetar://" + e.b.Addr() + "," + other.Addr()
@@ -76,15 +70,22 @@ func TestLookupRedirectsAndCleanHandover(t *testing.T) {
 			}
 		}
 	}
+	// In order, nothing missing. Acknowledgements still grouped in the
+	// client when the owner stopped reach the next owner after it has
+	// delivered from the persisted position: those messages may come again.
 	next := 0
 	expect := func(upTo int) {
 		for next < upTo {
 			m := receiveOne(t, cons)
-			if got := string(m.Payload()); got != fmt.Sprint(next) {
-				t.Fatalf("received %s, want %d", got, next)
+			var v int
+			fmt.Sscan(string(m.Payload()), &v)
+			switch {
+			case v == next:
+				next++
+			case v > next:
+				t.Fatalf("received %d, want %d", v, next)
 			}
 			cons.Ack(m)
-			next++
 		}
 	}
 	send(0, 50)
@@ -206,13 +207,7 @@ func TestFencedPartitionIsUnloaded(t *testing.T) {
 // shows who owns what.
 func TestAdminRedirectsToTheOwner(t *testing.T) {
 	e := newEnv(t, nil)
-	cfg := e.cfg
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
+	other := e.startAnother(nil)
 	// The other broker owns the topic: its client asks it alone, and it is
 	// the least loaded (the first broker owns nothing either: retry until
 	// a topic lands there).
@@ -277,14 +272,7 @@ func TestLoadBalancingMovesPartitionsToANewBroker(t *testing.T) {
 		defer p.Close()
 		producers = append(producers, p)
 	}
-	cfg := e.cfg
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
-	fast(&cfg)
-	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
+	other := e.startAnother(fast)
 	owned := func(addr string) int {
 		owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
 		if err != nil {
@@ -316,13 +304,7 @@ func TestLoadBalancingMovesPartitionsToANewBroker(t *testing.T) {
 // Unloading a namespace unloads its partitions on every broker.
 func TestNamespaceUnloadReachesEveryBroker(t *testing.T) {
 	e := newEnv(t, nil)
-	cfg := e.cfg
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	other, err := broker.Start(ctxT(t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(t).Named("broker-2")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
+	other := e.startAnother(nil)
 	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr() + "," + other.Addr()})
 	if err != nil {
 		t.Fatal(err)
@@ -356,4 +338,21 @@ func TestNamespaceUnloadReachesEveryBroker(t *testing.T) {
 	if err != nil || len(owners) != 0 {
 		t.Fatalf("after the namespace unload: %v %v", owners, err)
 	}
+}
+
+// startAnother starts a second broker on the env's cluster (with an admin
+// address), configured like the first plus configure; it stops with the test.
+func (e *env) startAnother(configure func(*broker.Config)) *broker.Server {
+	e.t.Helper()
+	cfg := e.cfg
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	if configure != nil {
+		configure(&cfg)
+	}
+	other, err := broker.Start(ctxT(e.t), cfg, broker.WithStore(e.c.Store), broker.WithLogger(zaptest.NewLogger(e.t).Named("broker-2")))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { other.Close() })
+	return other
 }

@@ -13,6 +13,27 @@ import (
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
+// startBrokers runs n broker processes with the session TTL given, waits
+// for their registrations, and returns their addresses, the processes by
+// address, and a client that knows all of them.
+func (c *cluster) startBrokers(n int, ttl string) ([]string, map[string]*proc, client.Client) {
+	c.t.Helper()
+	addrs := freePorts(c.t, n)
+	procs := map[string]*proc{}
+	for i, addr := range addrs {
+		procs[addr] = c.startBroker(fmt.Sprint("broker-", i), addr, ttl)
+	}
+	for _, addr := range addrs {
+		c.waitBroker(addr)
+	}
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + strings.Join(addrs, ","), OperationTimeout: 30 * time.Second})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	return addrs, procs, cl
+}
+
 // startBroker runs `magnetar broker` on addr against the cluster's etcd.
 func (c *cluster) startBroker(name, addr, ttl string) *proc {
 	return startProc(c.t, name, "broker",
@@ -24,17 +45,29 @@ func (c *cluster) startBroker(name, addr, ttl string) *proc {
 
 // owner returns the broker owning a partition ("" if none).
 func (c *cluster) owner(topic string) string {
+	owner, _ := c.ownerKey(topic)
+	return owner
+}
+
+// ownerRevision is the create revision of a partition's owner key (0 if
+// nobody owns it).
+func (c *cluster) ownerRevision(topic string) int64 {
+	_, rev := c.ownerKey(topic)
+	return rev
+}
+
+func (c *cluster) ownerKey(topic string) (owner string, createRevision int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv, err := c.store.Get(ctx, metastore.OwnerKey(topic))
 	if errors.Is(err, metastore.ErrNotFound) {
-		return ""
+		return "", 0
 	}
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	owner, _, _ := strings.Cut(string(kv.Value), "\n")
-	return owner
+	owner, _, _ = strings.Cut(string(kv.Value), "\n")
+	return owner, kv.CreateRevision
 }
 
 // Two broker processes; the owner of a partition is killed with SIGKILL.
@@ -51,27 +84,12 @@ func TestKill9BrokerFailsOver(t *testing.T) {
 
 func kill9Failover(t *testing.T, ttl time.Duration) {
 	c := newCluster(t, 1)
-	addrs := freePorts(t, 2)
-	brokers := map[string]*proc{}
-	for i, addr := range addrs {
-		brokers[addr] = c.startBroker(fmt.Sprint("broker-", i), addr, ttl.String())
-	}
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + strings.Join(addrs, ","), OperationTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	addrs, brokers, cl := c.startBrokers(2, ttl.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// The brokers register as they start: retry until one answers.
-	var p client.Producer
-	for p == nil {
-		if p, err = cl.CreateProducer(client.ProducerOptions{Topic: "failover", DisableBatching: true, SendTimeout: time.Minute}); err != nil {
-			if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "failover", DisableBatching: true, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer p.Close()
 	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "failover", SubscriptionName: "s",
@@ -121,19 +139,7 @@ func kill9Failover(t *testing.T, ttl time.Duration) {
 // and the longest stall of each producer is logged.
 func TestRollingRestartOfBrokers(t *testing.T) {
 	c := newCluster(t, 1)
-	addrs := freePorts(t, 3)
-	var brokers []*proc
-	for i, addr := range addrs {
-		brokers = append(brokers, c.startBroker(fmt.Sprint("broker-", i), addr, "3s"))
-	}
-	for _, addr := range addrs {
-		c.waitBroker(addr)
-	}
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + strings.Join(addrs, ","), OperationTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	addrs, brokers, cl := c.startBrokers(3, "3s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -187,12 +193,13 @@ func TestRollingRestartOfBrokers(t *testing.T) {
 	for i := range revs {
 		revs[i] = c.ownerRevision(fmt.Sprint("public/default/rolling-", i))
 	}
-	for i, b := range brokers {
+	for i, addr := range addrs {
+		b := brokers[addr]
 		if err := b.stop(); err != nil {
 			t.Fatalf("stopping broker-%d: %v", i, err)
 		}
 		b.start()
-		c.waitBroker(addrs[i])
+		c.waitBroker(addr)
 	}
 	close(stop)
 	for i, rev := range revs {
@@ -255,21 +262,6 @@ func (c *cluster) waitBroker(addr string) {
 	}
 }
 
-// ownerRevision is the create revision of a partition's owner key (0 if
-// nobody owns it).
-func (c *cluster) ownerRevision(topic string) int64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kv, err := c.store.Get(ctx, metastore.OwnerKey(topic))
-	if errors.Is(err, metastore.ErrNotFound) {
-		return 0
-	}
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return kv.CreateRevision
-}
-
 // signal sends sig to the process.
 func (p *proc) signal(sig syscall.Signal) {
 	p.mu.Lock()
@@ -287,19 +279,7 @@ func (p *proc) signal(sig syscall.Signal) {
 // acknowledged by either broker are all delivered, once, in order.
 func TestPausedBrokerIsFencedOut(t *testing.T) {
 	c := newCluster(t, 1)
-	addrs := freePorts(t, 2)
-	brokers := map[string]*proc{}
-	for i, addr := range addrs {
-		brokers[addr] = c.startBroker(fmt.Sprint("broker-", i), addr, "3s")
-	}
-	for _, addr := range addrs {
-		c.waitBroker(addr)
-	}
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + strings.Join(addrs, ","), OperationTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	_, brokers, cl := c.startBrokers(2, "3s")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// A short send timeout: sends to the paused owner fail and are looked
