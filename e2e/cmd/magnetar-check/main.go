@@ -1,0 +1,52 @@
+// Command magnetar-check re-checks a saved e2e history:
+//
+//	magnetar-check DIR
+//
+// reads DIR/history.jsonl, runs check.Check, writes DIR/report.json (the
+// Report as indented JSON) and DIR/report.txt (its text summary), and
+// prints the summary. It exits 0 when the history passes, 1 when it shows
+// a failing anomaly, and 2 on a usage, read or write error.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/magnetar-io/magnetar/e2e/check"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stderr, "usage: magnetar-check DIR  (reads DIR/history.jsonl, writes DIR/report.json and DIR/report.txt)")
+		return 2
+	}
+	dir := args[0]
+	h, err := check.ReadFile(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		fmt.Fprintln(stderr, "magnetar-check:", err)
+		return 2
+	}
+	r := check.Check(h)
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		fmt.Fprintln(stderr, "magnetar-check:", err)
+		return 2
+	}
+	text := r.Text()
+	for name, data := range map[string][]byte{"report.json": append(js, '\n'), "report.txt": []byte(text)} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			fmt.Fprintln(stderr, "magnetar-check:", err)
+			return 2
+		}
+	}
+	fmt.Fprint(stdout, text)
+	if !r.Pass() {
+		return 1
+	}
+	return 0
+}
