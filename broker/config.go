@@ -24,6 +24,9 @@ type Config struct {
 	// SessionTTL of the broker's registration and topic ownership.
 	// Default 10s.
 	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
+	// BookieAddresses maps bookie ids to the addresses this broker dials
+	// instead of the registered ones (a NAT, a proxy).
+	BookieAddresses map[string]string `mapstructure:"bookie-addresses" yaml:"bookie-addresses"`
 
 	// Defaults for namespaces that do not set their own policies.
 	Ensemble    int `mapstructure:"ensemble" yaml:"ensemble"`
@@ -114,6 +117,11 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Metastore) == 0 {
 		errs = append(errs, errors.New("no metastore (etcd) endpoints given"))
+	}
+	for id, addr := range c.BookieAddresses {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("address %q of bookie %s: %v", addr, id, err))
+		}
 	}
 	if c.SessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("session TTL %v is below 1s", c.SessionTTL))

@@ -70,6 +70,10 @@ func (c *consumer) take(n int) bool {
 		return false
 	}
 	c.mu.delivered += int64(n)
+	if c.sub != nil {
+		c.sub.t.traffic.dispatched(n)
+		c.sub.t.s.traffic.dispatched(n)
+	}
 	return true
 }
 
@@ -79,6 +83,10 @@ func (c *consumer) give(n int) {
 	c.mu.permits += n
 	c.mu.delivered -= int64(n)
 	c.mu.Unlock()
+	if c.sub != nil {
+		c.sub.t.traffic.dispatched(-n)
+		c.sub.t.s.traffic.dispatched(-n)
+	}
 }
 
 // push queues a response for the sender; never blocks (what is queued is

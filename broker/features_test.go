@@ -250,10 +250,18 @@ func TestDeduplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := func(n int64) *int64 { return &n }
+	ids := map[int64]client.MessageID{}
 	for _, s := range []int64{1, 2, 3} {
-		if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprint("v", s)), SequenceID: seq(s)}); err != nil {
+		id, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprint("v", s)), SequenceID: seq(s)})
+		if err != nil {
 			t.Fatal(err)
 		}
+		ids[s] = id
+	}
+	// A re-send is acknowledged with the position of the stored original.
+	id, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("v2 again"), SequenceID: seq(2)})
+	if err != nil || id.String() != ids[2].String() {
+		t.Fatalf("re-send of 2: %v, %v; want the original's id %v", id, err, ids[2])
 	}
 	p.Close()
 	e.restart()
@@ -681,5 +689,71 @@ func TestPublishTimesIncreaseAlongThePartition(t *testing.T) {
 			t.Fatalf("message %d (%v) published at %v, before the previous one (%v)", i, m.ID(), m.PublishTime(), last)
 		}
 		last = m.PublishTime()
+	}
+}
+
+// A re-send that arrives while the original's append is still in flight
+// waits for it and gets its outcome and position: it is neither
+// acknowledged before the original is stored nor stored twice.
+func TestDeduplicationResendWaitsForAppendInFlight(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.Deduplication = true })
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "dedup-inflight", Name: "p1", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	var held atomic.Bool
+	broker.SetTestHookAppendDone(func() {
+		if held.CompareAndSwap(false, true) {
+			<-release
+		}
+	})
+	// Registered after newEnv's cleanups, so it runs before the broker stops.
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }); broker.SetTestHookAppendDone(nil) })
+	seven := int64(7)
+	type result struct {
+		id  client.MessageID
+		err error
+	}
+	results := make(chan result, 2)
+	send := func(payload string) {
+		p.SendAsync(ctxT(t), &client.ProducerMessage{Payload: []byte(payload), SequenceID: &seven}, func(id client.MessageID, _ *client.ProducerMessage, err error) {
+			results <- result{id, err}
+		})
+	}
+	send("original")
+	testutil.Eventually(t, 10*time.Second, "the original's append to complete", held.Load)
+	send("re-send")
+	testutil.Eventually(t, 10*time.Second, "the re-send to wait", func() bool {
+		return e.b.DedupWaiting("persistent://public/default/dedup-inflight", "p1") == 1
+	})
+	select {
+	case r := <-results:
+		t.Fatalf("answered before the original was stored: %v %v", r.id, r.err)
+	default:
+	}
+	releaseOnce.Do(func() { close(release) })
+	a, b := <-results, <-results
+	if a.err != nil || b.err != nil || a.id.String() != b.id.String() || a.id.LedgerID() < 0 {
+		t.Fatalf("original %v %v, re-send %v %v: want both at the same position", a.id, a.err, b.id, b.err)
+	}
+	r, err := cl.CreateReader(client.ReaderOptions{Topic: "dedup-inflight", StartMessageID: client.EarliestMessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got []string
+	for r.HasNext() {
+		m, err := r.Next(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Payload()))
+	}
+	if fmt.Sprint(got) != "[original]" {
+		t.Fatalf("stored %v", got)
 	}
 }

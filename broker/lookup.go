@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,12 @@ type brokerInfo struct {
 	HTTP string `json:"http,omitempty"`
 	// Topics is how many topic partitions it owns.
 	Topics int `json:"topics"`
+	// Traffic over the last registration interval, per second, and the
+	// CPU cores the process used over it.
+	MsgRateIn   float64 `json:"msgRateIn"`
+	MsgRateOut  float64 `json:"msgRateOut"`
+	BytesRateIn float64 `json:"bytesRateIn"`
+	CPU         float64 `json:"cpu"`
 }
 
 // registerInterval is how often a broker refreshes its registration (its
@@ -39,6 +47,8 @@ func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
 	info := brokerInfo{Address: s.id, HTTP: s.HTTPAddr(), Topics: len(s.mu.topics)}
 	s.mu.Unlock()
+	r, cpu := s.load.sample(&s.traffic, time.Now())
+	info.MsgRateIn, info.MsgRateOut, info.BytesRateIn, info.CPU = r.MsgIn, r.MsgOut, r.BytesIn, cpu
 	b, err := json.Marshal(info)
 	if err != nil {
 		return err
@@ -253,48 +263,115 @@ func (s *Server) ownedElsewhere(ctx context.Context, path string, r *http.Reques
 	return &redirectError{owner: owner, url: u.String()}
 }
 
-// balanceOnce unloads some of this broker's partitions when it owns
-// clearly more than the mean of the live brokers (more than 1.2x the mean
-// plus one) and some broker owns less than the mean: the next lookup of
-// each assigns it to the least loaded broker. It unloads down to the mean,
-// at most maxUnloadPerRound at a time, so that a broker joining an idle
-// cluster gets its share within a few rounds and nothing flaps.
+// balanceOnce unloads the partitions toUnload picks; the next lookup of
+// each assigns it to the least loaded broker.
 func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
-	var loads []int
+	var others []brokerInfo
 	err = s.store.ListAll(ctx, metastore.BrokersAvailablePrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
 		var info brokerInfo
 		if json.Unmarshal(kv.Value, &info) == nil && info.Address != "" && info.Address != s.id {
-			loads = append(loads, info.Topics)
+			others = append(others, info)
 		}
 		return nil
 	})
-	if err != nil || len(loads) == 0 {
+	if err != nil || len(others) == 0 {
 		return 0, err
 	}
-	mine := s.loadedTopics()
-	total := len(mine)
-	minOther := loads[0]
-	for _, l := range loads {
-		total += l
-		minOther = min(minOther, l)
+	var mine []topicLoad
+	for _, t := range s.loadedTopics() {
+		mine = append(mine, topicLoad{name: t.name, msgs: t.traffic.msgIn.Load() + t.traffic.msgOut.Load()})
 	}
-	mean := float64(total) / float64(len(loads)+1)
-	if float64(len(mine)) <= 1.2*mean+1 || float64(minOther) >= mean {
-		return 0, nil
-	}
-	excess := min(len(mine)-int(math.Ceil(mean)), maxUnloadPerRound)
-	for _, t := range mine[:max(excess, 0)] {
+	r, _ := s.load.sample(&s.traffic, time.Now())
+	pick, reason := toUnload(mine, r.MsgIn+r.MsgOut, others)
+	for _, i := range pick {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := s.unloadTopic(ctx, t.name)
+		err := s.unloadTopic(ctx, mine[i].name)
 		cancel()
 		if err != nil {
-			s.log.Warn("unloading for balance failed", zap.String("topic", t.name.String()), zap.Error(err))
+			s.log.Warn("unloading for balance failed", zap.String("topic", mine[i].name.String()), zap.Error(err))
 			continue
 		}
 		unloaded++
 	}
-	s.log.Info("unloaded partitions to balance the load", zap.Int("unloaded", unloaded), zap.Int("owned", len(mine)), zap.Float64("mean", mean))
+	if len(pick) > 0 {
+		s.log.Info("unloaded partitions to balance the load", zap.String("reason", reason), zap.Int("unloaded", unloaded), zap.Int("owned", len(mine)))
+	}
 	return unloaded, nil
+}
+
+// topicLoad is what balancing knows of one owned partition.
+type topicLoad struct {
+	name topicname.Name
+	msgs int64 // messages published and dispatched since it was loaded
+}
+
+// minBalancedRate is the message rate (in plus out, per second) below
+// which a broker is never unloaded for its traffic.
+const minBalancedRate = 1000
+
+// toUnload picks which of this broker's partitions to unload, at most
+// maxUnloadPerRound, and says why. Two rules, both only when some other
+// broker is below the mean, so that nothing flaps:
+//   - Partition count: owning more than 1.2x the mean plus one, unload
+//     down to the mean. A broker joining an idle cluster gets its share
+//     within a few rounds.
+//   - Traffic: with a message rate above 1.2x the mean plus
+//     minBalancedRate, unload the busiest partitions (by messages since
+//     they were loaded, each assumed to carry its share of the rate) to
+//     the least busy broker until the rate left is at the mean. A move
+//     that would not lower the busier of the two brokers by 10% is not
+//     made: it would only move the hot spot.
+func toUnload(mine []topicLoad, myRate float64, others []brokerInfo) (pick []int, reason string) {
+	n := float64(len(others) + 1)
+	total, minTopics := len(mine), others[0].Topics
+	rateSum, minRate := myRate, others[0].MsgRateIn+others[0].MsgRateOut
+	for _, o := range others {
+		total += o.Topics
+		minTopics = min(minTopics, o.Topics)
+		rateSum += o.MsgRateIn + o.MsgRateOut
+		minRate = min(minRate, o.MsgRateIn+o.MsgRateOut)
+	}
+	mean := float64(total) / n
+	if float64(len(mine)) > 1.2*mean+1 && float64(minTopics) < mean {
+		excess := min(len(mine)-int(math.Ceil(mean)), maxUnloadPerRound)
+		for i := 0; i < excess; i++ {
+			pick = append(pick, i)
+		}
+		return pick, "partition count"
+	}
+	meanRate := rateSum / n
+	if myRate <= 1.2*meanRate+minBalancedRate || minRate >= meanRate {
+		return nil, ""
+	}
+	var msgSum int64
+	order := make([]int, len(mine))
+	for i := range mine {
+		order[i] = i
+		msgSum += mine[i].msgs
+	}
+	if msgSum == 0 {
+		return nil, ""
+	}
+	otherRates := make([]float64, len(others))
+	for i, o := range others {
+		otherRates[i] = o.MsgRateIn + o.MsgRateOut
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(mine[b].msgs, mine[a].msgs) })
+	left := myRate
+	for _, i := range order {
+		if left <= meanRate || len(pick) == maxUnloadPerRound {
+			break
+		}
+		share := myRate * float64(mine[i].msgs) / float64(msgSum)
+		to := slices.Index(otherRates, slices.Min(otherRates))
+		if share == 0 || max(otherRates[to]+share, left-share) >= 0.9*left {
+			continue
+		}
+		pick = append(pick, i)
+		left -= share
+		otherRates[to] += share
+	}
+	return pick, "message rate"
 }
 
 // maxUnloadPerRound bounds the partitions one balancing round unloads.

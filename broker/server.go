@@ -50,6 +50,10 @@ type Server struct {
 	cache     *mledger.Cache
 	// storageReads counts entries read from the bookies (cache misses).
 	storageReads atomic.Int64
+	// traffic counts messages in and out of every topic; load turns it
+	// into the rates of the registration.
+	traffic traffic
+	load    loadMeter
 	// session is the broker's etcd session: its registration and every
 	// owner key live under its lease. Replaced by sessionLoop when lost.
 	session  atomic.Pointer[metastore.Session]
@@ -119,7 +123,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	// An entry is one message (or batch) with its metadata: at most
 	// MaxMessageSize, which the bookies' max-entry-size must allow.
-	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize, Logger: s.log.Named("ledger")})
+	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize, AddressOverrides: cfg.BookieAddresses, Logger: s.log.Named("ledger")})
 	if err != nil {
 		return nil, err
 	}

@@ -41,14 +41,15 @@ type topic struct {
 	publishMu sync.Mutex
 	// subsMu serializes the creation of subscriptions. Taken before mu.
 	subsMu sync.Mutex
+	// traffic counts what this partition published and dispatched.
+	traffic traffic
 
 	mu struct {
 		sync.Mutex
 		set         settings
 		producers   map[string]*producer
 		subs        map[string]*subscription
-		pushed      map[string]int64 // dedup: highest sequence id sent to storage
-		persisted   map[string]int64 // dedup: highest sequence id stored
+		dedup       map[string]*dedupState // by producer name
 		dedupDirty  bool
 		lastPublish int64 // publish times are kept increasing
 		closed      bool
@@ -91,8 +92,7 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	t.mu.set = s.md.settings(pol)
 	t.mu.producers = map[string]*producer{}
 	t.mu.subs = map[string]*subscription{}
-	t.mu.pushed = map[string]int64{}
-	t.mu.persisted = map[string]int64{}
+	t.mu.dedup = map[string]*dedupState{}
 	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache,
 		StorageReads: &s.storageReads, OnFenced: func() { s.unloadLost(t) }, Log: s.log})
 	if err != nil {
@@ -204,11 +204,7 @@ func (t *topic) addProducer(p *producer) error {
 		return errorf(ErrProducerBusy, "a producer named %q is already connected to %s", p.name, t.name)
 	}
 	t.mu.producers[p.name] = p
-	if _, ok := t.mu.pushed[p.name]; !ok {
-		t.mu.pushed[p.name] = -1
-		t.mu.persisted[p.name] = -1
-	}
-	p.lastSequence = t.mu.persisted[p.name]
+	p.lastSequence = t.dedupLocked(p.name).persisted
 	return nil
 }
 
@@ -218,13 +214,25 @@ func (t *topic) removeProducer(p *producer) {
 	if t.mu.producers[p.name] == p {
 		delete(t.mu.producers, p.name)
 	}
-	// What was sent but not stored is not a duplicate on reconnection.
-	t.mu.pushed[p.name] = t.mu.persisted[p.name]
+}
+
+// dedupLocked returns the deduplication state of a producer.
+func (t *topic) dedupLocked(name string) *dedupState {
+	d := t.mu.dedup[name]
+	if d == nil {
+		d = newDedupState()
+		t.mu.dedup[name] = d
+	}
+	return d
 }
 
 // testHookPublishTimed, when set by a test, runs in publish between taking
 // the publish time and handing the entry to the managed ledger.
 var testHookPublishTimed func()
+
+// testHookAppendDone, when set by a test, runs when an append completes,
+// before its outcome is recorded and answered.
+var testHookAppendDone func()
 
 // publish stores one message (or batch). cb gets the position, or
 // duplicate true when deduplication dropped it, or an error.
@@ -246,13 +254,28 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 	now := max(time.Now().UnixMilli(), t.mu.lastPublish)
 	t.mu.lastPublish = now
 	dedup := t.mu.set.dedup
+	seq := int64(send.SequenceId)
+	var d *dedupState
 	if dedup {
-		if int64(send.SequenceId) <= t.mu.pushed[p.name] {
+		d = t.dedupLocked(p.name)
+		if w := d.inflightCovering(seq); w != nil {
+			w.cbs = append(w.cbs, cb)
 			t.mu.Unlock()
-			cb(mledger.Position{Ledger: -1, Entry: -1}, true, nil)
 			return
 		}
-		t.mu.pushed[p.name] = int64(highest)
+		if seq <= d.persisted {
+			pos, ok := d.position(seq)
+			t.mu.Unlock()
+			if !ok {
+				pos = mledger.Position{Ledger: -1, Entry: -1}
+			}
+			cb(pos, true, nil)
+			return
+		}
+		// Above persisted and not in flight: new, or a re-send of an
+		// append that failed.
+		d.pushed = max(d.pushed, int64(highest))
+		d.inflight[seq] = &dedupWaiters{highest: int64(highest)}
 	}
 	t.mu.Unlock()
 	if testHookPublishTimed != nil {
@@ -261,22 +284,57 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 	md.PublishTime = proto.Uint64(uint64(now))
 	data, err := entry.Encode(md, send.Payload)
 	if err != nil {
-		cb(mledger.Position{}, false, errorf(ErrInvalidMessage, "%v", err))
+		err = errorf(ErrInvalidMessage, "%v", err)
+		if dedup {
+			t.appended(d, seq, int64(highest), mledger.Position{}, err)
+		}
+		cb(mledger.Position{}, false, err)
 		return
 	}
 	if len(data) > t.s.cfg.MaxMessageSize {
-		cb(mledger.Position{}, false, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(data), t.s.cfg.MaxMessageSize))
+		err := errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(data), t.s.cfg.MaxMessageSize)
+		if dedup {
+			t.appended(d, seq, int64(highest), mledger.Position{}, err)
+		}
+		cb(mledger.Position{}, false, err)
 		return
 	}
+	msgs := max(int(md.GetNumMessagesInBatch()), 1)
 	t.ml.AppendAsync(ctx, data, func(pos mledger.Position, err error) {
-		if err == nil && dedup {
-			t.mu.Lock()
-			t.mu.persisted[p.name] = max(t.mu.persisted[p.name], int64(highest))
-			t.mu.dedupDirty = true
-			t.mu.Unlock()
+		if err == nil {
+			t.traffic.published(msgs, len(data))
+			t.s.traffic.published(msgs, len(data))
+		}
+		if testHookAppendDone != nil {
+			testHookAppendDone()
+		}
+		var waiting []func(mledger.Position, bool, error)
+		if dedup {
+			waiting = t.appended(d, seq, int64(highest), pos, err)
 		}
 		cb(pos, false, err)
+		for _, w := range waiting {
+			w(pos, err == nil, err)
+		}
 	})
+}
+
+// appended records the outcome of a deduplicated append and returns the
+// re-sends that waited for it.
+func (t *topic) appended(d *dedupState, seq, highest int64, pos mledger.Position, err error) []func(mledger.Position, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := d.inflight[seq]
+	delete(d.inflight, seq)
+	if err == nil {
+		d.persisted = max(d.persisted, highest)
+		d.stored(seq, pos)
+		t.mu.dedupDirty = true
+	}
+	if w == nil {
+		return nil
+	}
+	return w.cbs
 }
 
 // ---- deduplication state ----
@@ -292,7 +350,7 @@ func (t *topic) loadDedup(ctx context.Context) error {
 	if _, err := getProto(ctx, t.s.store, metastore.DedupKey(t.path), &snap); err == nil {
 		from = mledger.Position{Ledger: snap.LedgerId, Entry: snap.EntryId}
 		for k, v := range snap.Sequences {
-			t.mu.persisted[k] = v
+			t.dedupLocked(k).persisted = v
 		}
 	} else if !errors.Is(err, metastore.ErrNotFound) {
 		return err
@@ -311,15 +369,14 @@ func (t *topic) loadDedup(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("topic %s: entry %v: %w", t.name, e.Pos, err)
 			}
-			seq := int64(max(md.GetSequenceId(), md.GetHighestSequenceId()))
-			if prev, ok := t.mu.persisted[md.GetProducerName()]; !ok || seq > prev {
-				t.mu.persisted[md.GetProducerName()] = seq
-			}
+			d := t.dedupLocked(md.GetProducerName())
+			d.persisted = max(d.persisted, int64(max(md.GetSequenceId(), md.GetHighestSequenceId())))
+			d.stored(int64(md.GetSequenceId()), e.Pos)
 			p = t.ml.Next(e.Pos)
 		}
 	}
-	for k, v := range t.mu.persisted {
-		t.mu.pushed[k] = v
+	for _, d := range t.mu.dedup {
+		d.pushed = d.persisted
 	}
 	t.mu.dedupDirty = true
 	return nil
@@ -334,8 +391,10 @@ func (t *topic) persistDedup(ctx context.Context) error {
 	}
 	last := t.ml.LastConfirmed()
 	snap := &metapb.DedupSnapshot{LedgerId: last.Ledger, EntryId: last.Entry, Sequences: map[string]int64{}}
-	for k, v := range t.mu.persisted {
-		snap.Sequences[k] = v
+	for k, d := range t.mu.dedup {
+		if d.persisted >= 0 {
+			snap.Sequences[k] = d.persisted
+		}
 	}
 	t.mu.dedupDirty = false
 	t.mu.Unlock()

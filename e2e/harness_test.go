@@ -20,8 +20,9 @@ import (
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
-// binary is the magnetar binary built by TestMain.
-var binary string
+// binary is the magnetar binary built by TestMain; etcdBinary is an etcd
+// server built from the etcd module this repository pins.
+var binary, etcdBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "magnetar-e2e-")
@@ -30,21 +31,25 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "magnetar")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/magnetar")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build magnetar:", err)
-		os.Exit(1)
+	etcdBinary = filepath.Join(dir, "etcd")
+	for _, b := range [][2]string{{binary, "../cmd/magnetar"}, {etcdBinary, "go.etcd.io/etcd/server/v3"}} {
+		build := exec.Command("go", "build", "-o", b[0], b[1])
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", b[1]+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// proc is a magnetar process started by a test.
+// proc is a process started by a test: magnetar, or etcd.
 type proc struct {
 	t    *testing.T
 	name string
+	bin  string
 	args []string
 	log  string // file with its output
 
@@ -56,7 +61,13 @@ type proc struct {
 // ends, and its output is shown if the test failed.
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, args: args, log: filepath.Join(t.TempDir(), name+".log")}
+	return startBinary(t, binary, name, args...)
+}
+
+// startBinary is startProc for another program.
+func startBinary(t *testing.T, bin, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, bin: bin, args: args, log: filepath.Join(t.TempDir(), name+".log")}
 	p.start()
 	t.Cleanup(func() {
 		p.kill()
@@ -89,7 +100,7 @@ func (p *proc) startErr() error {
 		return err
 	}
 	defer f.Close()
-	cmd := exec.Command(binary, p.args...)
+	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Killed with the test binary too (a timeout, a ^C): nothing outlives
 	// the test that started it.

@@ -44,6 +44,10 @@ type Config struct {
 	// flight; appends wait for room. Defaults 64 MiB and 4096 entries.
 	MaxPendingBytes   int64
 	MaxPendingEntries int
+	// AddressOverrides maps bookie ids to addresses dialed instead of the
+	// registered ones: a bookie seen through a NAT or a proxy (the e2e
+	// suite puts fault-injecting proxies there).
+	AddressOverrides map[string]string
 	// Logger; nil discards.
 	Logger *zap.Logger
 }
@@ -160,6 +164,9 @@ func (c *Client) resolve(ctx context.Context, id string) (bookiepb.BookieClient,
 		addr = info.Address
 		if addr == "" {
 			addr = id
+		}
+		if o, ok := c.cfg.AddressOverrides[id]; ok {
+			addr = o
 		}
 		c.mu.Lock()
 		c.mu.addrs[id] = addr

@@ -1,15 +1,24 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/internal/config"
+	"github.com/magnetar-io/magnetar/internal/powerloss"
 )
 
 func newBookieCmd(g *globals) *cobra.Command {
 	def := bookie.DefaultConfig()
+	var simulatePowerLoss bool
 	cmd := &cobra.Command{
 		Use:   "bookie",
 		Short: "Run a bookie (storage node)",
@@ -31,14 +40,36 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 			}
 			defer log.Sync()
 			bookie.Version = version
-			s, err := bookie.Start(cmd.Context(), cfg, bookie.WithLogger(log))
+			opts := []bookie.Option{bookie.WithLogger(log)}
+			var mem *vfs.MemFS
+			if simulatePowerLoss {
+				if mem, err = powerloss.Load(cfg.DataDir); err != nil {
+					return err
+				}
+				opts = append(opts, bookie.WithFS(mem))
+				powerLost := make(chan os.Signal, 1)
+				signal.Notify(powerLost, syscall.SIGUSR1)
+				go func() {
+					<-powerLost
+					// Only synced data reaches the disk; nothing is closed.
+					if err := powerloss.Save(mem.CrashClone(vfs.CrashCloneCfg{}), cfg.DataDir); err != nil {
+						fmt.Fprintln(os.Stderr, "simulated power loss:", err)
+					}
+					os.Exit(137)
+				}()
+			}
+			s, err := bookie.Start(cmd.Context(), cfg, opts...)
 			if err != nil {
 				return err
 			}
 			log.Info("serving", zap.String("id", s.ID()), zap.String("address", s.AdvertisedAddress()), zap.String("listen", s.Addr()))
 			<-cmd.Context().Done()
 			log.Info("stopping")
-			return s.Close()
+			err = s.Close()
+			if mem != nil {
+				err = errors.Join(err, powerloss.Save(mem, cfg.DataDir))
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -53,5 +84,6 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	f.Duration("registration-interval", def.RegistrationInterval, "how often the load report is refreshed")
 	f.Duration("gc-interval", def.GCInterval, "how often ledgers deleted from metadata are removed")
 	f.Bool("value-separation", def.ValueSeparation, "keep payloads of 1 KiB and more in Pebble blob files")
+	f.BoolVar(&simulatePowerLoss, "simulate-power-loss", false, "for fault tests only: keep the data directory in memory; SIGUSR1 writes only synced data back and exits (a power loss), a clean stop writes everything back")
 	return cmd
 }

@@ -47,6 +47,7 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of this cluster in etcd")
 	f.Duration("session-ttl", def.SessionTTL, "TTL of the broker's registration and topic ownership")
+	f.StringToString("bookie-addresses", nil, "dial these bookies at other addresses than they registered: ID=HOST:PORT,... (a NAT, a proxy)")
 	f.Int("ensemble", def.Ensemble, "default ensemble size of new ledgers")
 	f.Int("write-quorum", def.WriteQuorum, "default write quorum")
 	f.Int("ack-quorum", def.AckQuorum, "default ack quorum")

@@ -2,8 +2,11 @@ package check
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -672,4 +675,17 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// WriteReport writes r to dir as report.json (indented) and report.txt
+// (Text).
+func WriteReport(dir string, r *Report) error {
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "report.txt"), []byte(r.Text()), 0o644)
 }

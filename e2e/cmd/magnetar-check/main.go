@@ -9,7 +9,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -32,19 +31,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	r := check.Check(h)
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	if err := check.WriteReport(dir, r); err != nil {
 		fmt.Fprintln(stderr, "magnetar-check:", err)
 		return 2
 	}
-	text := r.Text()
-	for name, data := range map[string][]byte{"report.json": append(js, '\n'), "report.txt": []byte(text)} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			fmt.Fprintln(stderr, "magnetar-check:", err)
-			return 2
-		}
-	}
-	fmt.Fprint(stdout, text)
+	fmt.Fprint(stdout, r.Text())
 	if !r.Pass() {
 		return 1
 	}

@@ -1,0 +1,84 @@
+package powerloss
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// A power loss keeps what was on disk before and what was synced since,
+// and drops what was written but not synced.
+func TestSaveAfterCrashKeepsOnlySynced(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sub", "old"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, sync bool) {
+		f, err := mem.Create(filepath.Join(dir, name), vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte(name)); err != nil {
+			t.Fatal(err)
+		}
+		if sync {
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+	}
+	write("synced", true)
+	write("unsynced", false)
+	d, err := mem.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(); err != nil { // both names are durable, one body is not
+		t.Fatal(err)
+	}
+	d.Close()
+
+	if err := Save(mem.CrashClone(vfs.CrashCloneCfg{}), dir); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"sub/old": "old", "synced": "synced", "unsynced": ""} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s after the power loss: %q, want %q", name, got, want)
+		}
+	}
+
+	// A clean save keeps everything.
+	mem2, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := mem2.Create(filepath.Join(dir, "late"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("late"))
+	f.Close()
+	if err := Save(mem2, dir); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "late")); string(got) != "late" {
+		t.Fatalf("clean save lost a file: %q", got)
+	}
+	if _, err := os.Stat(dir + ".saving"); !os.IsNotExist(err) {
+		t.Fatalf("temporary directory left behind: %v", err)
+	}
+}
