@@ -45,9 +45,9 @@ type etcdMember struct {
 }
 
 type bookieNode struct {
-	id, addr  string
-	memFS     bool // runs with --simulate-power-loss
-	p         *proc
+	id, addr string
+	memFS    bool // runs with --simulate-power-loss
+	p        *proc
 }
 
 type brokerNode struct {
