@@ -11,7 +11,7 @@ PROTO_FILES   := $(wildcard proto/*/*.proto)
 RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./internal/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build test test-race test-e2e bench fuzz proto proto-check lint run tools clean
+.PHONY: all build test test-race test-e2e test-e2e-long bench fuzz proto proto-check lint run tools clean
 
 all: build
 
@@ -28,9 +28,17 @@ test: proto-check
 test-race:
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
-# Only the tests against real processes (part of `make test` too).
+# Only the tests against real processes (part of `make test` too): the
+# fault suite runs its short profile (about 35 s per fault type). Each
+# scenario keeps its history and checker report under
+# $${MAGNETAR_E2E_OUT:-/tmp/magnetar-e2e}.
 test-e2e:
 	$(GO) test -count=1 -timeout 30m -v ./e2e/...
+
+# The fault suite's long profile: 5 minutes of faults per fault type
+# (30,000 sends each), about 50 minutes in all.
+test-e2e-long:
+	MAGNETAR_E2E_PROFILE=long $(GO) test -count=1 -timeout 120m -v -run TestFaults ./e2e/
 
 bench:
 	$(GO) test -p 1 -run '^$$' -bench . -benchtime 2s -timeout 60m ./bookie/...

@@ -1,12 +1,14 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -196,10 +198,10 @@ func (s *Server) adminHandler() http.Handler {
 		return nil, s.deleteTopic(r.Context(), n, r.URL.Query().Get("force") == "true")
 	})
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return s.forPartitions(r, func(t *topic) (any, error) { return t.stats(), nil })
+		return s.forPartitions(r, "stats", func(t *topic) (any, error) { return t.stats(), nil })
 	})
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return s.forPartitions(r, func(t *topic) (any, error) { return t.internalStats(), nil })
+		return s.forPartitions(r, "internalStats", func(t *topic) (any, error) { return t.internalStats(), nil })
 	})
 	// Subscriptions.
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", func(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -480,7 +482,7 @@ func (s *Server) adminSubscription(r *http.Request) (*topic, *subscription, erro
 
 // forPartitions runs fn on a topic, or on each partition of a partitioned
 // topic (the result then maps partition names to results).
-func (s *Server) forPartitions(r *http.Request, fn func(*topic) (any, error)) (any, error) {
+func (s *Server) forPartitions(r *http.Request, what string, fn func(*topic) (any, error)) (any, error) {
 	n, err := topicOf(r)
 	if err != nil {
 		return nil, err
@@ -496,11 +498,26 @@ func (s *Server) forPartitions(r *http.Request, fn func(*topic) (any, error)) (a
 		}
 		return fn(t)
 	}
-	// The partitions must all be owned here or by nobody (a partition
-	// owned by another broker answers NOT_OWNER: ask about it alone).
+	// Each partition is answered by its owner: this broker (which loads
+	// the partitions nobody owns), or the one another broker asks.
 	out := map[string]any{}
 	for i := 0; i < parts; i++ {
-		t, err := s.getTopic(r.Context(), n.Partition(i), true)
+		pn := n.Partition(i)
+		err := s.ownedElsewhere(r.Context(), topicPath(pn), r)
+		var redirect *redirectError
+		if errors.As(err, &redirect) {
+			u, _ := url.Parse(redirect.url)
+			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + url.PathEscape(pn.Local) + "/" + what
+			u.RawPath, u.RawQuery = "", ""
+			if out[pn.String()], err = fetchJSON(r.Context(), u.String()); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		t, err := s.getTopic(r.Context(), pn, true)
 		if err != nil {
 			return nil, err
 		}
@@ -509,6 +526,29 @@ func (s *Server) forPartitions(r *http.Request, fn func(*topic) (any, error)) (a
 		}
 	}
 	return map[string]any{"partitions": out}, nil
+}
+
+// fetchJSON gets a JSON document from another broker's admin API.
+func fetchJSON(ctx context.Context, u string) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, errorf(ErrServiceNotReady, "ask the owner: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, errorf(ErrServiceNotReady, "ask the owner: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK || !json.Valid(body) {
+		return nil, errorf(ErrServiceNotReady, "the owner answered %s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	return body, nil
 }
 
 // deleteTopic deletes a topic (every partition of a partitioned one): its

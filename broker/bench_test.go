@@ -150,3 +150,51 @@ func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int, unb
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msg/s")
 }
+
+// BenchmarkCreateProducer measures what a new producer costs with two
+// brokers, the client knowing only the first: "new-topic" creates a
+// producer on a topic nobody has loaded (lookup, assignment to the least
+// loaded broker, claim, ledger creation, then the producer), "loaded" on
+// a topic already loaded on either broker (lookup and producer only).
+// Each producer is closed after it is ready.
+func BenchmarkCreateProducer(b *testing.B) {
+	c := testcluster.Start(b, 1, testcluster.Options{})
+	var addrs []string
+	for i := 0; i < 2; i++ {
+		cfg := broker.DefaultConfig()
+		cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
+		cfg.Metastore = c.Etcd.Endpoints()
+		s, err := broker.Start(context.Background(), cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		addrs = append(addrs, s.Addr())
+	}
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + addrs[0]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cl.Close)
+	create := func(topic string) {
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: topic})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Close()
+	}
+	b.Run("new-topic", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			create(fmt.Sprintf("lookup-new-%d-%d", b.N, i))
+		}
+	})
+	const loaded = 20
+	for i := 0; i < loaded; i++ {
+		create(fmt.Sprint("lookup-loaded-", i))
+	}
+	b.Run("loaded", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			create(fmt.Sprint("lookup-loaded-", i%loaded))
+		}
+	})
+}

@@ -1,8 +1,10 @@
 package broker_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -355,4 +357,77 @@ func (e *env) startAnother(configure func(*broker.Config)) *broker.Server {
 	}
 	e.t.Cleanup(func() { other.Close() })
 	return other
+}
+
+// The stats of a partitioned topic whose partitions two brokers own are
+// gathered from both, whichever broker is asked.
+func TestPartitionedStatsAcrossBrokers(t *testing.T) {
+	e := newEnv(t, nil)
+	other := e.startAnother(nil)
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr() + "," + other.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const parts = 4
+	var topic string
+	for i := 0; topic == ""; i++ {
+		if i == 50 {
+			t.Fatal("50 partitioned topics, each all on one broker")
+		}
+		name := fmt.Sprint("pstats-", i)
+		if code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/"+name+"/partitions", parts); err != nil || code/100 != 2 {
+			t.Fatalf("create: %d %s %v", code, body, err)
+		}
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: name, DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		for k := 0; k < 2*parts; k++ {
+			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Key: fmt.Sprint(k), Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for path, o := range owners {
+			if strings.HasPrefix(path, "persistent://public/default/"+name+"-partition-") {
+				seen[o] = true
+			}
+		}
+		if len(seen) == 2 {
+			topic = name
+		}
+	}
+	for _, via := range []string{e.b.HTTPAddr(), other.HTTPAddr()} {
+		resp, err := http.Get("http://" + via + "/admin/v2/persistent/public/default/" + topic + "/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Partitions map[string]struct {
+				Entries    int64            `json:"entries"`
+				Publishers []map[string]any `json:"publishers"`
+			} `json:"partitions"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("stats via %s: %s %v", via, resp.Status, err)
+		}
+		var entries int64
+		for _, p := range st.Partitions {
+			entries += p.Entries
+			if len(p.Publishers) != 1 {
+				t.Fatalf("stats via %s: a partition with %d publishers: %+v", via, len(p.Publishers), st)
+			}
+		}
+		if len(st.Partitions) != parts || entries != 2*parts {
+			t.Fatalf("stats via %s: %d partitions, %d entries: %+v", via, len(st.Partitions), entries, st)
+		}
+	}
 }

@@ -534,7 +534,7 @@ func (t *topic) subscription(name string) (*subscription, error) {
 // maintain persists cursors and deduplication state.
 func (t *topic) persist(ctx context.Context) {
 	for _, s := range t.subscriptions() {
-		if err := s.cur.Persist(ctx); err != nil {
+		if err := s.cur.Persist(ctx); err != nil && !errors.Is(err, cursor.ErrClosed) {
 			t.log.Warn("cursor persist failed", zap.String("subscription", s.name), zap.Error(err))
 		}
 	}

@@ -22,12 +22,13 @@ type profile struct {
 	duration  time.Duration // faults are injected during this long
 	interval  time.Duration // one fault per interval
 	producers int
-	rate      int // sends per second per producer
+	rate      int           // sends per second per producer
+	churn     time.Duration // how long a churning consumer stays
 }
 
 var (
-	shortProfile = profile{name: "short", duration: 20 * time.Second, interval: 10 * time.Second, producers: 4, rate: 25}
-	longProfile  = profile{name: "long", duration: 5 * time.Minute, interval: 10 * time.Second, producers: 4, rate: 25}
+	shortProfile = profile{name: "short", duration: 20 * time.Second, interval: 10 * time.Second, producers: 4, rate: 25, churn: 7 * time.Second}
+	longProfile  = profile{name: "long", duration: 5 * time.Minute, interval: 10 * time.Second, producers: 4, rate: 25, churn: 7 * time.Second}
 )
 
 func currentProfile() profile {
@@ -143,10 +144,40 @@ func (w *workload) run(nemesis func(ctx context.Context)) *check.Report {
 				continue
 			}
 			consumers.Add(1)
+			if i == 0 {
+				go func() {
+					defer consumers.Done()
+					defer cons.Close()
+					w.consume(ctx, cons, s.name, s.kind, fmt.Sprintf("%s-%d", s.name, i))
+				}()
+				continue
+			}
+			// The second consumer of a subscription leaves (without
+			// acknowledging what it holds) and comes back under a new
+			// name every churn interval: failover switches, shared
+			// redelivers, key_shared moves keys.
 			go func() {
 				defer consumers.Done()
-				defer cons.Close()
-				w.consume(ctx, cons, s.name, s.kind, fmt.Sprintf("%s-%d", s.name, i))
+				for gen := 0; ; gen++ {
+					cctx, ccancel := context.WithTimeout(ctx, w.prof.churn)
+					w.consume(cctx, cons, s.name, s.kind, fmt.Sprintf("%s-%d.%d", s.name, i, gen))
+					ccancel()
+					cons.Close()
+					if ctx.Err() != nil {
+						return
+					}
+					for {
+						cons, err = w.cl.Subscribe(client.ConsumerOptions{Topic: workloadTopic, SubscriptionName: s.name, Type: s.typ})
+						if err == nil {
+							break
+						}
+						select {
+						case <-ctx.Done():
+							return
+						case <-time.After(time.Second):
+						}
+					}
+				}
 			}()
 		}
 	}

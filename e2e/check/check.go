@@ -364,7 +364,6 @@ func (c *checker) recvs() {
 		reordered   = c.kind(&c.r.Reordered)
 		unexpected  = c.kind(&c.r.Unexpected)
 		subSeen     = make(map[subID]struct{}, len(c.h.Recvs))
-		consSeen    = make(map[consumerID]struct{}, len(c.h.Recvs))
 		highest     = make(map[stream]MsgID)
 		unexpSeen   = make(map[subValue]struct{})
 	)
@@ -390,7 +389,8 @@ func (c *checker) recvs() {
 		}
 
 		sk := subID{e.Sub, id}
-		if _, ok := subSeen[sk]; ok {
+		_, seenBySub := subSeen[sk]
+		if seenBySub {
 			redelivered.add(e.Sub, "%s: %s (value %q) again, consumer %s, redelivery count %d", e.Sub, id, e.Value, e.Consumer, e.Redelivery)
 		}
 		subSeen[sk] = struct{}{}
@@ -403,15 +403,14 @@ func (c *checker) recvs() {
 		default:
 			continue // shared and unknown types: no order
 		}
-		ck := consumerID{e.Sub, e.Consumer, id}
-		if _, ok := consSeen[ck]; ok {
-			continue // a redelivery or rewind: not a reorder
-		}
-		consSeen[ck] = struct{}{}
 		top, ok := highest[st]
 		switch {
 		case !ok || top.Less(id):
 			highest[st] = id
+		case seenBySub:
+			// A redelivery or rewind: the subscription had this message
+			// (perhaps at another consumer, whose acknowledgement was
+			// lost with its broker), not a reorder.
 		case id.Less(top):
 			what := fmt.Sprintf("partition %d", id.Partition)
 			if e.SubType == SubKeyShared {

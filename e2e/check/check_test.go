@@ -162,6 +162,17 @@ func TestCheck(t *testing.T) {
 			want: map[string]int{"redelivered": 2}, pass: true,
 		},
 		{
+			// ex-1 reads v1..v4 and leaves; its acknowledgements are lost
+			// with its broker, and ex-2 gets v2, then v1 again: what the
+			// subscription had is a redelivery, even below ex-2's highest
+			// position.
+			name: "failover to a consumer after lost acknowledgements",
+			edit: func(h *History) {
+				h.Recvs = append(h.Recvs, recv("ex", SubExclusive, "ex-2", "v2", 0, 2), recv("ex", SubExclusive, "ex-2", "v1", 0, 1))
+			},
+			want: map[string]int{"redelivered": 2}, pass: true,
+		},
+		{
 			name: "restarted consumer reads from the start",
 			edit: func(h *History) {
 				for _, s := range h.Sends {

@@ -54,13 +54,16 @@
 //     across all reads and ok sends' acknowledged ids; or an ok send whose
 //     acknowledged id is not among the positions its value was read at
 //     (checked only when the value was read at all).
-//   - Reordered (fails): within one consumer's stream, a message received
-//     for the first time at a position lower than the highest this
-//     consumer has received in the stream: a gap filled later. Streams are
-//     (consumer, partition) for exclusive, failover and drain reads, and
-//     (consumer, key) for key_shared ones; shared subscriptions promise no
-//     order. Positions the consumer already received (a rewind after a
-//     reconnect, a redelivery) are not reorders.
+//   - Reordered (fails): within one consumer's stream, a message the
+//     subscription receives for the first time at a position lower than
+//     the highest this consumer has received in the stream: a gap filled
+//     later. Streams are (consumer, partition) for exclusive, failover and
+//     drain reads, and (consumer, key) for key_shared ones; shared
+//     subscriptions promise no order. Positions the subscription already
+//     delivered, to this consumer or another one, are redeliveries, not
+//     reorders: a rewind after a reconnect, or a failover whose
+//     acknowledgements were lost with the broker that had them (the e2e
+//     suite sees that when a broker loses its etcd session).
 //   - Producer order (fails): one producer's ok sends to one partition,
 //     ordered by Seq, must have strictly increasing acknowledged ids.
 //   - Failed sends read (reported only): a value whose only sends failed

@@ -43,6 +43,9 @@ const (
 // ErrFenced: the partition is owned elsewhere.
 var ErrFenced = errors.New("cursor: fenced: the partition is owned elsewhere")
 
+// ErrClosed is returned by Persist after Close or Delete.
+var ErrClosed = errors.New("cursor: closed")
+
 // Cursor is a durable subscription's state, persisted by Persist. Safe for
 // concurrent use.
 type Cursor struct {
@@ -56,6 +59,7 @@ type Cursor struct {
 	// it is held across I/O. Taken before mu.
 	persistMu sync.Mutex
 	writer    *ledger.Writer // the cursor ledger
+	closed    bool           // by Close or Delete: nothing is written any more
 	infoRev   int64          // revision of the cursor's metastore key
 	snapSeq   int64
 	written   int64 // bytes written to the cursor ledger
@@ -341,6 +345,9 @@ func (c *Cursor) Persist(ctx context.Context) error {
 	}
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
 	c.mu.Lock()
 	if !c.mu.dirty {
 		c.mu.Unlock()
@@ -364,6 +371,9 @@ func (c *Cursor) Persist(ctx context.Context) error {
 
 // writeSnapshotLocked appends snap, in chunks, to the cursor ledger.
 func (c *Cursor) writeSnapshotLocked(ctx context.Context, snap *metapb.CursorSnapshot) error {
+	if c.writer == nil {
+		return fmt.Errorf("cursor %s/%s: no cursor ledger", c.topic, c.name)
+	}
 	data, err := encodeSnapshot(snap)
 	if err != nil {
 		return err
@@ -445,8 +455,12 @@ func (c *Cursor) newLedgerLocked(ctx context.Context) error {
 // Close persists the state and closes the cursor ledger.
 func (c *Cursor) Close(ctx context.Context) error {
 	err := c.Persist(ctx)
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
+	c.closed = true
 	if c.writer != nil {
 		err = errors.Join(err, c.writer.Close(ctx))
 		c.writer = nil
@@ -468,6 +482,7 @@ func (c *Cursor) Delete(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.closed = true
 	if c.writer != nil {
 		c.writer.Close(ctx)
 		if err := c.d.Ledgers.Delete(ctx, c.writer.ID()); err != nil {

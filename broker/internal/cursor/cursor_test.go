@@ -232,3 +232,34 @@ func TestDeleteAndFencing(t *testing.T) {
 		t.Fatalf("open with a stale token: %v", err)
 	}
 }
+
+// A cursor closed (its partition unloaded) while the broker's persist loop
+// still holds it refuses to persist; it used to write to its closed
+// cursor ledger and crash the broker (found by the e2e fault suite).
+func TestPersistAfterCloseIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ml, d := e.owner()
+	ctx := ctxT(t)
+	p, err := ml.Append(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, end := range []string{"close", "delete"} {
+		c, _ := open(t, ml, d, "sub-"+end)
+		if end == "close" {
+			err = c.Close(ctx)
+		} else {
+			err = c.Delete(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Ack(p)
+		if err := c.Persist(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("persist after %s: %v, want ErrClosed", end, err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatalf("close after %s: %v", end, err)
+		}
+	}
+}
