@@ -86,7 +86,7 @@ func newPartitionProducer(ctx context.Context, c *client, topic string, partitio
 	pp.idle = sync.NewCond(&pp.mu)
 	// The first connection is made here so that errors (a bad topic, a
 	// busy name) reach the caller.
-	stream, opened, err := pp.connect(ctx)
+	stream, abort, opened, err := pp.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -96,29 +96,32 @@ func newPartitionProducer(ctx context.Context, c *client, topic string, partitio
 	pp.mu.stream = stream
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); pp.run(stream) }()
+	go func() { defer wg.Done(); pp.run(stream, abort) }()
 	go func() { defer wg.Done(); pp.sendLoop() }()
 	go func() { wg.Wait(); close(pp.done) }()
 	return pp, nil
 }
 
 // connect opens a Produce stream and waits for ProducerOpened.
-func (pp *partitionProducer) connect(ctx context.Context) (brokerpb.Broker_ProduceClient, *brokerpb.ProducerOpened, error) {
+//
+// abort ends the stream at once, without waiting for the broker to answer
+// what was sent on it (closing it with CloseSend waits).
+func (pp *partitionProducer) connect(ctx context.Context) (_ brokerpb.Broker_ProduceClient, abort context.CancelFunc, _ *brokerpb.ProducerOpened, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, pp.c.opts.OperationTimeout)
 	defer cancel()
 	bc, err := pp.c.lookup(ctx, pp.topic)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sctx, scancel := context.WithCancel(context.Background())
 	stream, err := bc.Produce(sctx)
 	if err != nil {
 		scancel()
-		return nil, nil, fromStatus(err)
+		return nil, nil, nil, fromStatus(err)
 	}
-	fail := func(err error) (brokerpb.Broker_ProduceClient, *brokerpb.ProducerOpened, error) {
+	fail := func(err error) (brokerpb.Broker_ProduceClient, context.CancelFunc, *brokerpb.ProducerOpened, error) {
 		scancel()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Open{Open: &brokerpb.ProducerOpen{
 		Topic: pp.topic, ProducerName: pp.name, Properties: pp.opts.Properties}}}); err != nil {
@@ -143,7 +146,7 @@ func (pp *partitionProducer) connect(ctx context.Context) (brokerpb.Broker_Produ
 			return fail(fmt.Errorf("%w: broker answered %T to ProducerOpen", ErrUnavailable, r.r.Response))
 		}
 		go func() { <-stream.Context().Done(); scancel() }()
-		return stream, opened, nil
+		return stream, scancel, opened, nil
 	case <-ctx.Done():
 		return fail(fmt.Errorf("%w: opening the producer on %s: %v", ErrUnavailable, pp.topic, ctx.Err()))
 	}
@@ -354,7 +357,7 @@ func (pp *partitionProducer) sendLoop() {
 
 // run receives on the stream; when it breaks, it reconnects and queues
 // every pending batch again.
-func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient) {
+func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort context.CancelFunc) {
 	var bo backoff
 	timeout := time.NewTicker(max(pp.opts.SendTimeout/10, 10*time.Millisecond))
 	defer timeout.Stop()
@@ -368,6 +371,13 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient) {
 		pp.sendMu.Lock()
 		stream.CloseSend()
 		pp.sendMu.Unlock()
+		if !errors.Is(err, ErrClosed) {
+			// A broken or stalled stream is abandoned at once: the broker
+			// lets go of the producer (its name) without waiting for the
+			// appends in flight, and the re-sends on the next stream wait
+			// for those appends there (deduplication).
+			abort()
+		}
 		if closed || errors.Is(err, ErrClosed) {
 			pp.failAll(ErrClosed)
 			return
@@ -381,17 +391,19 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient) {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), reconnectTimeout)
-			s, opened, err := pp.connect(ctx)
+			s, a, opened, err := pp.connect(ctx)
 			cancel()
 			if err != nil {
-				if !retriable(err) && !errors.Is(err, ErrTopicNotFound) {
+				// Busy: most likely the broker has not yet let go of this
+				// producer's previous stream.
+				if !retriable(err) && !errors.Is(err, ErrTopicNotFound) && !errors.Is(err, ErrProducerBusy) {
 					// A permanent refusal (the name is now taken, the topic
 					// deleted): give the messages back.
 					pp.failAll(err)
 				}
 				continue
 			}
-			stream = s
+			stream, abort = s, a
 			pp.mu.Lock()
 			pp.mu.stream = s
 			pp.mu.lastSeq = max(pp.mu.lastSeq, opened.LastSequenceId)

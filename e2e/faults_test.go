@@ -2,11 +2,16 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
+
+	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/metastore"
 )
 
 // A fault is one kind of nemesis: inject starts it on the i-th target and
@@ -161,4 +166,62 @@ func runFault(t *testing.T, f fault, prof profile) {
 		}
 		t.Errorf("history and report kept in %s", w.dir)
 	}
+}
+
+// The harness's network faults take effect: a broker cut off from the
+// bookies cannot get a write stored until the links heal, and a broker cut
+// off from etcd loses its session (its registration lease expires). A
+// fault suite whose faults did nothing would pass vacuously.
+func TestNetworkFaultsTakeEffect(t *testing.T) {
+	c := newRealCluster(t, clusterOptions{})
+	cl, err := client.NewClient(client.ClientOptions{URL: c.brokerURL(), OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "probe", DisableBatching: true, SendTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	owner := c.ownerOf("public/default/probe")
+
+	mustToxic(c, cut, owner.bookieLinks...)
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("cut")}); err == nil {
+		t.Fatal("a write was stored while its broker was cut off from every bookie")
+	}
+	heal(owner.bookieLinks...)
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("healed")}); err != nil {
+		t.Fatalf("after the bookie links healed: %v", err)
+	}
+
+	lease := c.brokerLease(owner)
+	mustToxic(c, cut, owner.etcdLinks...)
+	testutil.Eventually(t, 30*time.Second, owner.name+"'s session to expire", func() bool { return c.brokerLease(owner) != lease })
+	heal(owner.etcdLinks...)
+	c.waitBrokerUp(owner)
+}
+
+// ownerOf returns the broker owning a partition.
+func (c *realCluster) ownerOf(topic string) *brokerNode {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := c.store.Get(ctx, metastore.OwnerKey(topic))
+	if err != nil {
+		c.t.Fatalf("owner of %s: %v", topic, err)
+	}
+	addr, _, _ := strings.Cut(string(kv.Value), "\n")
+	for _, b := range c.brokers {
+		if b.addr == addr {
+			return b
+		}
+	}
+	c.t.Fatalf("%s is owned by %q, not a broker of the cluster", topic, addr)
+	return nil
 }

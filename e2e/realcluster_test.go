@@ -276,11 +276,14 @@ func (c *realCluster) createPartitionedTopic(topic string, n int) {
 	}
 }
 
-// Network faults on one link. A cut drops everything both ways without
-// closing the connections (a partition, as a switch failure would make
-// it); resets close every connection at once; latency delays each chunk.
+// Network faults on one link. A cut holds everything both ways until it
+// heals, connections left open: a partition as TCP sees it (segments are
+// retransmitted until they get through, nothing in a stream is lost; a
+// toxic that dropped bytes would corrupt the streams instead). It is an
+// hour of latency, which toxiproxy lets through at once when removed.
+// Resets close every connection at once; latency delays each chunk.
 func cut(p *toxiproxy.Proxy) error {
-	return addToxics(p, `"type":"timeout","attributes":{"timeout":0}`)
+	return slow(p, time.Hour, 0)
 }
 
 func resetPeers(p *toxiproxy.Proxy) error {

@@ -161,19 +161,25 @@ func (c *Client) resolve(ctx context.Context, id string) (bookiepb.BookieClient,
 		if err := proto.Unmarshal(kv.Value, &info); err != nil {
 			return nil, "", fmt.Errorf("%w: registration of bookie %s is corrupt: %v", wire.ErrUnavailable, id, err)
 		}
-		addr = info.Address
-		if addr == "" {
-			addr = id
-		}
-		if o, ok := c.cfg.AddressOverrides[id]; ok {
-			addr = o
-		}
+		addr = c.addressOf(id, info.Address)
 		c.mu.Lock()
 		c.mu.addrs[id] = addr
 		c.mu.Unlock()
 	}
 	cli, err := c.conn(addr)
 	return cli, addr, err
+}
+
+// addressOf is the address to dial bookie id at, given the one it
+// registered: its override if it has one.
+func (c *Client) addressOf(id, registered string) string {
+	if o, ok := c.cfg.AddressOverrides[id]; ok {
+		return o
+	}
+	if registered == "" {
+		return id
+	}
+	return registered
 }
 
 // forget drops a bookie's cached address after it failed to answer: it may
@@ -304,7 +310,7 @@ func (c *Client) pick(ctx context.Context, n int, exclude []string) ([]string, e
 	defer c.mu.Unlock()
 	for _, b := range live {
 		if b.Info.Address != "" {
-			c.mu.addrs[b.ID] = b.Info.Address
+			c.mu.addrs[b.ID] = c.addressOf(b.ID, b.Info.Address)
 		}
 	}
 	return pickBookies(live, n, exclude, c.mu.rng)

@@ -912,3 +912,35 @@ func TestNonRetryableAddFailsWriter(t *testing.T) {
 		t.Fatalf("metadata after the refusal: %+v", m)
 	}
 }
+
+// A client with address overrides dials those bookies at the addresses
+// given, for new ledgers as well as known ones, not at the registered ones.
+func TestAddressOverrides(t *testing.T) {
+	c := testcluster.Start(t, 1, testcluster.Options{})
+	id := c.Bookies()[0].ID
+	front := testutil.StartProxy(t, id)
+	cl := c.Client(ledger.Config{AddressOverrides: map[string]string{id: front.Addr()}})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(ctx, []byte("through the override")); err != nil {
+		t.Fatal(err)
+	}
+	if front.Accepted() == 0 {
+		t.Fatal("the client did not dial the override")
+	}
+	// Cut the override: appends stall although the registered address
+	// works.
+	front.Pause()
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := w.Append(sctx, []byte("cut")); err == nil {
+		t.Fatal("an append was stored with the override cut")
+	}
+	front.Resume()
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
