@@ -29,7 +29,8 @@ type fault struct {
 // type) while the fault is injected once per profile interval, then heals
 // the cluster, drains every subscription and asserts the checker's verdict:
 // nothing lost, unexpected, reordered or conflicting, and no duplicates
-// (deduplication is on). The history and the report of each run are kept
+// (deduplication is on); and that every partition took writes again after
+// every fault. The history and the report of each run are kept
 // (see historyDir) and can be checked again with
 // `go run ./e2e/cmd/magnetar-check DIR`.
 var faults = []fault{
@@ -160,10 +161,18 @@ func runFault(t *testing.T, f fault, prof profile) {
 		}
 	})
 	t.Logf("checker report (%s profile):\n%s", prof.name, report.Text())
+	// Liveness too: after every fault, every partition took writes again.
+	for _, a := range report.Availability {
+		if a.MaxSec < 0 {
+			t.Errorf("%s of %s at %.1fs: partition %d never took a write again", a.Name, a.Target, a.StartSec, a.MaxPartition)
+		}
+	}
 	if !report.Pass() {
 		for _, reason := range report.Failures() {
 			t.Error(reason)
 		}
+	}
+	if t.Failed() {
 		t.Errorf("history and report kept in %s", w.dir)
 	}
 }

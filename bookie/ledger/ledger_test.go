@@ -944,3 +944,44 @@ func TestAddressOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Every bookie of the ensemble is cut off for longer than the add timeout
+// and no spare exists: the writer sends the pending entries to the same
+// bookies again, and once the network heals they are stored. It used to
+// give up after EnsembleChangeTimeout, however short the cut (found by the
+// e2e fault suite: a broker cut off from its bookies for 6 s could not
+// write for the next 30 s).
+func TestNetworkBlipWithoutSpareBookie(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	cl := c.Client(ledger.Config{AddTimeout: 300 * time.Millisecond, EnsembleChangeTimeout: time.Minute})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Append(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range c.Bookies() {
+		b.Proxy.Pause()
+	}
+	done := make(chan error, 1)
+	go func() { _, err := w.Append(ctx, []byte("during")); done <- err }()
+	// Several add timeouts and retries pass while the bookies are cut off.
+	time.Sleep(time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("append finished while every bookie was cut off: %v", err)
+	default:
+	}
+	for _, b := range c.Bookies() {
+		b.Proxy.Resume()
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("append after the network healed: %v", err)
+	}
+	if id, err := w.Append(ctx, []byte("after")); err != nil || id != 2 {
+		t.Fatalf("next append: %d %v", id, err)
+	}
+}

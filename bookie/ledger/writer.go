@@ -49,6 +49,10 @@ type Writer struct {
 		err          error
 		closing      bool
 		changing     bool // an ensemble change goroutine is running
+		// troubleSince is when a bookie first failed since an entry last
+		// completed (zero: no trouble). Ensemble changes give up
+		// EnsembleChangeTimeout after it.
+		troubleSince time.Time
 		pendingBytes int64
 		space        chan struct{} // closed when pendingBytes drops
 		idle         chan struct{} // closed when nothing is pending
@@ -243,7 +247,11 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 		return // stopped, or an answer from a bookie since replaced
 	}
 	if err == nil {
-		w.completeLocked(w.mu.st.ack(id, pos), nil)
+		done := w.mu.st.ack(id, pos)
+		if len(done) > 0 {
+			w.mu.troubleSince = time.Time{}
+		}
+		w.completeLocked(done, nil)
 		return
 	}
 	if w.ctx.Err() != nil {
@@ -267,6 +275,9 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 		return
 	}
 	w.log.Warn("bookie failed an add; replacing it", zap.String("bookie", addr), zap.Int64("entry", id), zap.Error(err))
+	if w.mu.troubleSince.IsZero() {
+		w.mu.troubleSince = time.Now()
+	}
 	if w.mu.st.fail(pos) && !w.mu.changing {
 		w.mu.changing = true
 		w.wg.Add(1)
@@ -337,10 +348,13 @@ func (w *Writer) deliverLoop() {
 }
 
 // changeEnsemble replaces failed bookies until none is left, holding
-// completions meanwhile.
+// completions meanwhile. When no spare bookie exists it sends the pending
+// entries to the failed bookies again, where they are: after a network
+// blip they answer, and a bookie that is really gone fails again. It gives
+// up, failing the pending appends, EnsembleChangeTimeout after the trouble
+// started without an entry completing.
 func (w *Writer) changeEnsemble() {
 	defer w.wg.Done()
-	deadline := time.Now().Add(w.c.cfg.EnsembleChangeTimeout)
 	backoff := 50 * time.Millisecond
 	for {
 		w.mu.Lock()
@@ -349,6 +363,10 @@ func (w *Writer) changeEnsemble() {
 			w.mu.Unlock()
 			return
 		}
+		if w.mu.troubleSince.IsZero() {
+			w.mu.troubleSince = time.Now()
+		}
+		deadline := w.mu.troubleSince.Add(w.c.cfg.EnsembleChangeTimeout)
 		failed := w.mu.st.failedPositions()
 		if len(failed) == 0 {
 			w.mu.changing = false
@@ -372,14 +390,23 @@ func (w *Writer) changeEnsemble() {
 				w.abortLocked(err)
 			}
 			stopped := w.mu.err != nil
-			if stopped {
+			var again []send
+			switch {
+			case stopped:
 				w.mu.changing = false
+			case errors.Is(err, ErrNotEnoughBookies):
+				again = w.sendsLocked(w.mu.st.replace(failed))
 			}
 			w.mu.Unlock()
 			if stopped {
 				return
 			}
-			w.log.Warn("ensemble change failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			if again != nil {
+				w.log.Warn("no spare bookie; sending to the failed bookies again", zap.Error(err), zap.Int("entries", len(again)))
+				w.dispatch(again)
+			} else {
+				w.log.Warn("ensemble change failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			}
 			select {
 			case <-time.After(backoff):
 			case <-w.ctx.Done():

@@ -71,6 +71,13 @@ type Availability struct {
 	MaxPartition int32             `json:"maxPartition"` // the slowest (or first unrecovered) partition
 	MeanSec      float64           `json:"meanSec"`      // -1: a partition never recovered
 	Partitions   map[int32]float64 `json:"partitions"`   // per partition; -1: never recovered
+	// MaxGapSec is the longest a partition went without a write
+	// acknowledged, from the fault's start until the next fault (or the
+	// last acknowledged write): a fault that takes effect late, such as a
+	// broker cut off from etcd that serves until its lease ends, shows
+	// here rather than in MaxSec.
+	MaxGapSec    float64 `json:"maxGapSec"`
+	GapPartition int32   `json:"gapPartition"`
 }
 
 // Pass reports whether the history shows no failing anomaly.
@@ -165,7 +172,7 @@ func (r *Report) Text() string {
 	}
 
 	if len(r.Availability) > 0 {
-		b.WriteString("\navailability (seconds from fault start to the first ok send completed, per partition):\n")
+		b.WriteString("\navailability (seconds from fault start to the first ok send completed, per partition; longest time a partition had no write acknowledged until the next fault):\n")
 		for _, a := range r.Availability {
 			healed := "never healed"
 			if a.HealedSec >= 0 {
@@ -175,7 +182,7 @@ func (r *Report) Text() string {
 			if a.MaxSec < 0 {
 				fmt.Fprintf(&b, "partition %d never recovered\n", a.MaxPartition)
 			} else {
-				fmt.Fprintf(&b, "max %.2fs (partition %d), mean %.2fs\n", a.MaxSec, a.MaxPartition, a.MeanSec)
+				fmt.Fprintf(&b, "max %.2fs (partition %d), mean %.2fs; longest gap %.2fs (partition %d)\n", a.MaxSec, a.MaxPartition, a.MeanSec, a.MaxGapSec, a.GapPartition)
 			}
 		}
 	}
@@ -568,9 +575,26 @@ func (c *checker) availability() {
 		parts = slices.Sorted(maps.Keys(byPart))
 	}
 
+	// Acknowledgement times per partition, sorted, for the gaps.
+	acked := make(map[int32][]int64, len(byPart))
+	var lastAck int64
+	for p, spans := range byPart {
+		ends := make([]int64, len(spans))
+		for i, sp := range spans {
+			ends[i] = sp.end
+			lastAck = max(lastAck, sp.end)
+		}
+		slices.Sort(ends)
+		acked[p] = ends
+	}
+
 	faults := slices.Clone(c.h.Faults)
 	slices.SortStableFunc(faults, func(a, b Event) int { return cmp.Compare(a.Start, b.Start) })
-	for _, f := range faults {
+	for fi, f := range faults {
+		windowEnd := lastAck
+		if fi+1 < len(faults) {
+			windowEnd = min(windowEnd, faults[fi+1].Start)
+		}
 		a := Availability{
 			Name:       f.Name,
 			Target:     f.Target,
@@ -604,6 +628,21 @@ func (c *checker) availability() {
 				slowest, slowestP = d, p
 			}
 			total += d
+		}
+		a.GapPartition = -1
+		for _, p := range parts {
+			prev := f.Start
+			ends := acked[p]
+			i, _ := slices.BinarySearch(ends, f.Start)
+			for ; i < len(ends) && ends[i] <= windowEnd; i++ {
+				if g := seconds(ends[i] - prev); g > a.MaxGapSec {
+					a.MaxGapSec, a.GapPartition = g, p
+				}
+				prev = ends[i]
+			}
+			if g := seconds(windowEnd - prev); g > a.MaxGapSec { // still without a write at the window's end
+				a.MaxGapSec, a.GapPartition = g, p
+			}
 		}
 		switch {
 		case len(parts) == 0:

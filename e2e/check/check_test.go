@@ -313,10 +313,12 @@ func TestAvailability(t *testing.T) {
 	}
 	r := Check(h)
 	want := []Availability{
+		// Gaps: until the next fault at 20s, partition 1 has nothing after
+		// 13.5s (6.5s); after it, until the last write at 22s, each has 2s.
 		{Name: "kill-broker", Target: "broker-1", StartSec: 10, HealedSec: 15, MaxSec: 3.5, MaxPartition: 1, MeanSec: 2.75,
-			Partitions: map[int32]float64{0: 2, 1: 3.5}},
+			Partitions: map[int32]float64{0: 2, 1: 3.5}, MaxGapSec: 6.5, GapPartition: 1},
 		{Name: "pause-broker", Target: "broker-2", StartSec: 20, HealedSec: -1, MaxSec: -1, MaxPartition: 1, MeanSec: -1,
-			Partitions: map[int32]float64{0: 2, 1: -1}},
+			Partitions: map[int32]float64{0: 2, 1: -1}, MaxGapSec: 2, GapPartition: 0},
 	}
 	if !reflect.DeepEqual(r.Availability, want) {
 		t.Errorf("availability =\n%+v\nwant\n%+v", r.Availability, want)

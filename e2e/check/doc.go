@@ -75,7 +75,11 @@
 // that partition that started at or after the fault's start; -1 when no
 // such send exists (never recovered). Per fault the Report gives the
 // start and heal offsets from Meta.Started, the slowest partition and the
-// mean; both are -1 if a partition never recovered.
+// mean; both are -1 if a partition never recovered. It also gives the
+// longest time any partition went without an acknowledged write between
+// the fault's start and the next fault (or the last acknowledged write),
+// which catches faults that take effect late (a broker cut off from etcd
+// serves until its lease runs out).
 //
 // Totals give sends by result, receives per subscription, distinct values
 // read, faults and the run's duration.
