@@ -507,7 +507,8 @@ func (s *Server) forPartitions(r *http.Request, what string, fn func(*topic) (an
 		var redirect *redirectError
 		if errors.As(err, &redirect) {
 			u, _ := url.Parse(redirect.url)
-			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + url.PathEscape(pn.Local) + "/" + what
+			// Path is unescaped; String escapes it.
+			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + "/" + what
 			u.RawPath, u.RawQuery = "", ""
 			if out[pn.String()], err = fetchJSON(r.Context(), u.String()); err != nil {
 				return nil, err

@@ -25,7 +25,9 @@ type Config struct {
 	// Default 10s.
 	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
 	// BookieAddresses maps bookie ids to the addresses this broker dials
-	// instead of the registered ones (a NAT, a proxy).
+	// instead of the registered ones (a NAT, a proxy). As a flag or
+	// environment variable: ID=HOST:PORT,... In the YAML file the keys are
+	// read lower-cased (viper), so only lower-case ids can be mapped there.
 	BookieAddresses map[string]string `mapstructure:"bookie-addresses" yaml:"bookie-addresses"`
 
 	// Defaults for namespaces that do not set their own policies.

@@ -15,7 +15,7 @@ type dedupState struct {
 	pushed    int64 // highest sequence id handed to storage
 	persisted int64 // highest sequence id stored
 	inflight  map[int64]*dedupWaiters
-	recent    [recentPositions]seqPosition // ring, by sequence id
+	recent    []seqPosition // ring of recentPositions, allocated on first use
 	next      int
 }
 
@@ -59,6 +59,9 @@ func newDedupState() *dedupState {
 
 // stored records that the send with first sequence id seq is at pos.
 func (d *dedupState) stored(seq int64, pos mledger.Position) {
+	if d.recent == nil {
+		d.recent = make([]seqPosition, recentPositions)
+	}
 	d.recent[d.next] = seqPosition{seq: seq, pos: pos, ok: true}
 	d.next = (d.next + 1) % recentPositions
 }

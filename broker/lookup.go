@@ -277,10 +277,16 @@ func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
 	if err != nil || len(others) == 0 {
 		return 0, err
 	}
+	// Each partition's messages since the previous round (since it was
+	// loaded, for a new one): what it carries now, not what it once did.
 	var mine []topicLoad
+	seen := make(map[*topic]int64)
 	for _, t := range s.loadedTopics() {
-		mine = append(mine, topicLoad{name: t.name, msgs: t.traffic.msgIn.Load() + t.traffic.msgOut.Load()})
+		total := t.traffic.msgIn.Load() + t.traffic.msgOut.Load()
+		seen[t] = total
+		mine = append(mine, topicLoad{name: t.name, msgs: total - s.balanceSeen[t]})
 	}
+	s.balanceSeen = seen
 	r, _ := s.load.sample(&s.traffic, time.Now())
 	pick, reason := toUnload(mine, r.MsgIn+r.MsgOut, others)
 	for _, i := range pick {
@@ -302,7 +308,7 @@ func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
 // topicLoad is what balancing knows of one owned partition.
 type topicLoad struct {
 	name topicname.Name
-	msgs int64 // messages published and dispatched since it was loaded
+	msgs int64 // messages published and dispatched since the previous round
 }
 
 // minBalancedRate is the message rate (in plus out, per second) below
@@ -317,7 +323,7 @@ const minBalancedRate = 1000
 //     within a few rounds.
 //   - Traffic: with a message rate above 1.2x the mean plus
 //     minBalancedRate, unload the busiest partitions (by messages since
-//     they were loaded, each assumed to carry its share of the rate) to
+//     the previous round, each assumed to carry its share of the rate) to
 //     the least busy broker until the rate left is at the mean. A move
 //     that would not lower the busier of the two brokers by 10% is not
 //     made: it would only move the hot spot.

@@ -54,6 +54,9 @@ type Server struct {
 	// into the rates of the registration.
 	traffic traffic
 	load    loadMeter
+	// balanceSeen: each partition's message count at the previous
+	// balancing round (owned by balanceLoop).
+	balanceSeen map[*topic]int64
 	// session is the broker's etcd session: its registration and every
 	// owner key live under its lease. Replaced by sessionLoop when lost.
 	session  atomic.Pointer[metastore.Session]

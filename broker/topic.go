@@ -46,10 +46,14 @@ type topic struct {
 
 	mu struct {
 		sync.Mutex
-		set         settings
-		producers   map[string]*producer
-		subs        map[string]*subscription
-		dedup       map[string]*dedupState // by producer name
+		set       settings
+		producers map[string]*producer
+		subs      map[string]*subscription
+		dedup     map[string]*dedupState // by producer name
+		// dedupPos: every entry up to it has its sequence id in dedup
+		// (what a snapshot may claim to cover). Kept here rather than read
+		// from the managed ledger, whose lock append callbacks may hold.
+		dedupPos    mledger.Position
 		dedupDirty  bool
 		lastPublish int64 // publish times are kept increasing
 		closed      bool
@@ -93,6 +97,7 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	t.mu.producers = map[string]*producer{}
 	t.mu.subs = map[string]*subscription{}
 	t.mu.dedup = map[string]*dedupState{}
+	t.mu.dedupPos = mledger.Position{Ledger: -1, Entry: -1}
 	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache,
 		StorageReads: &s.storageReads, OnFenced: func() { s.unloadLost(t) }, Log: s.log})
 	if err != nil {
@@ -204,7 +209,10 @@ func (t *topic) addProducer(p *producer) error {
 		return errorf(ErrProducerBusy, "a producer named %q is already connected to %s", p.name, t.name)
 	}
 	t.mu.producers[p.name] = p
-	p.lastSequence = t.dedupLocked(p.name).persisted
+	p.lastSequence = -1
+	if t.mu.set.dedup {
+		p.lastSequence = t.dedupLocked(p.name).persisted
+	}
 	return nil
 }
 
@@ -213,6 +221,11 @@ func (t *topic) removeProducer(p *producer) {
 	defer t.mu.Unlock()
 	if t.mu.producers[p.name] == p {
 		delete(t.mu.producers, p.name)
+		// A producer that never stored anything leaves no state behind
+		// (anonymous producers get a new name on every connection).
+		if d := t.mu.dedup[p.name]; d != nil && d.persisted < 0 && len(d.inflight) == 0 {
+			delete(t.mu.dedup, p.name)
+		}
 	}
 }
 
@@ -330,6 +343,9 @@ func (t *topic) appended(d *dedupState, seq, highest int64, pos mledger.Position
 		d.persisted = max(d.persisted, highest)
 		d.stored(seq, pos)
 		t.mu.dedupDirty = true
+		if t.mu.dedupPos.Before(pos) {
+			t.mu.dedupPos = pos
+		}
 	}
 	if w == nil {
 		return nil
@@ -378,6 +394,10 @@ func (t *topic) loadDedup(ctx context.Context) error {
 	for _, d := range t.mu.dedup {
 		d.pushed = d.persisted
 	}
+	t.mu.dedupPos = from
+	if from.Before(last) {
+		t.mu.dedupPos = last
+	}
 	t.mu.dedupDirty = true
 	return nil
 }
@@ -389,7 +409,7 @@ func (t *topic) persistDedup(ctx context.Context) error {
 		t.mu.Unlock()
 		return nil
 	}
-	last := t.ml.LastConfirmed()
+	last := t.mu.dedupPos
 	snap := &metapb.DedupSnapshot{LedgerId: last.Ledger, EntryId: last.Entry, Sequences: map[string]int64{}}
 	for k, d := range t.mu.dedup {
 		if d.persisted >= 0 {

@@ -359,6 +359,7 @@ func (pp *partitionProducer) sendLoop() {
 // every pending batch again.
 func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort context.CancelFunc) {
 	var bo backoff
+	var busySince time.Time // when reconnections started to find the name busy
 	timeout := time.NewTicker(max(pp.opts.SendTimeout/10, 10*time.Millisecond))
 	defer timeout.Stop()
 	for {
@@ -394,12 +395,21 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			s, a, opened, err := pp.connect(ctx)
 			cancel()
 			if err != nil {
-				// Busy: most likely the broker has not yet let go of this
-				// producer's previous stream.
-				if !retriable(err) && !errors.Is(err, ErrTopicNotFound) && !errors.Is(err, ErrProducerBusy) {
-					// A permanent refusal (the name is now taken, the topic
+				// Busy is at first most likely the broker not having let
+				// go of this producer's previous stream yet; after
+				// busyGiveUp the name is taken.
+				busy := errors.Is(err, ErrProducerBusy)
+				if busy && busySince.IsZero() {
+					busySince = time.Now()
+				}
+				if !busy {
+					busySince = time.Time{}
+				}
+				if !retriable(err) && !errors.Is(err, ErrTopicNotFound) && (!busy || time.Since(busySince) > busyGiveUp) {
+					// A permanent refusal (the name is taken, the topic
 					// deleted): give the messages back.
 					pp.failAll(err)
+					busySince = time.Time{}
 				}
 				continue
 			}
@@ -418,6 +428,11 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 		}
 	}
 }
+
+// busyGiveUp: reconnections that find the producer's name busy for this
+// long fail the pending messages (the name is taken); before, the broker
+// is taken to be still letting go of this producer's previous stream.
+const busyGiveUp = 30 * time.Second
 
 // receive handles receipts until the stream breaks or a send fails.
 func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time) error {

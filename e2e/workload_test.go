@@ -281,8 +281,10 @@ func (w *workload) consume(ctx context.Context, cons client.Consumer, sub, kind,
 	for {
 		m, err := cons.Receive(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			select {
+			case <-ctx.Done():
 				return
+			case <-time.After(100 * time.Millisecond):
 			}
 			continue
 		}

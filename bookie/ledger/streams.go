@@ -157,7 +157,12 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 	p := &pendingAdd{cb: cb}
 	p.timer = time.AfterFunc(timeout, func() {
 		if sc.take(id) != nil {
-			cb(fmt.Errorf("%w: bookie %s did not acknowledge entry %d of ledger %d within %v", wire.ErrUnavailable, sc.s.bookie, req.EntryId, req.LedgerId, timeout))
+			err := fmt.Errorf("%w: bookie %s did not acknowledge entry %d of ledger %d within %v", wire.ErrUnavailable, sc.s.bookie, req.EntryId, req.LedgerId, timeout)
+			cb(err)
+			// The stream is stalled: break it, so that what is queued on it
+			// is dropped (not kept for as long as the stall lasts) and the
+			// next add opens a new one.
+			sc.fail(err)
 		}
 	})
 	sc.mu.pending[id] = p

@@ -46,9 +46,9 @@ type Writer struct {
 		ensemble []string // the last segment's bookies; index = position
 		// err is terminal: set on fencing, on an ensemble change that
 		// could not find bookies, or by Close. No append is taken after.
-		err          error
-		closing      bool
-		changing     bool // an ensemble change goroutine is running
+		err      error
+		closing  bool
+		changing bool // an ensemble change goroutine is running
 		// troubleSince is when a bookie first failed since an entry last
 		// completed (zero: no trouble). Ensemble changes give up
 		// EnsembleChangeTimeout after it.
@@ -247,11 +247,7 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 		return // stopped, or an answer from a bookie since replaced
 	}
 	if err == nil {
-		done := w.mu.st.ack(id, pos)
-		if len(done) > 0 {
-			w.mu.troubleSince = time.Time{}
-		}
-		w.completeLocked(done, nil)
+		w.completeLocked(w.mu.st.ack(id, pos), nil)
 		return
 	}
 	if w.ctx.Err() != nil {
@@ -289,6 +285,9 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 func (w *Writer) completeLocked(es []*pendingEntry, err error) {
 	if len(es) == 0 {
 		return
+	}
+	if err == nil {
+		w.mu.troubleSince = time.Time{} // entries complete: the bookies work
 	}
 	for _, e := range es {
 		w.mu.pendingBytes -= int64(len(e.payload))

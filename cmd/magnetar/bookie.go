@@ -7,7 +7,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -41,7 +40,7 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 			defer log.Sync()
 			bookie.Version = version
 			opts := []bookie.Option{bookie.WithLogger(log)}
-			var mem *vfs.MemFS
+			var mem *powerloss.FS
 			if simulatePowerLoss {
 				if mem, err = powerloss.Load(cfg.DataDir); err != nil {
 					return err
@@ -51,8 +50,9 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 				signal.Notify(powerLost, syscall.SIGUSR1)
 				go func() {
 					<-powerLost
-					// Only synced data reaches the disk; nothing is closed.
-					if err := powerloss.Save(mem.CrashClone(vfs.CrashCloneCfg{}), cfg.DataDir); err != nil {
+					// Only synced data reaches the disk; nothing is closed,
+					// and no later sync completes (nor is acknowledged).
+					if err := powerloss.Save(mem.PowerLoss(), cfg.DataDir); err != nil {
 						fmt.Fprintln(os.Stderr, "simulated power loss:", err)
 					}
 					os.Exit(137)
@@ -67,7 +67,7 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 			log.Info("stopping")
 			err = s.Close()
 			if mem != nil {
-				err = errors.Join(err, powerloss.Save(mem, cfg.DataDir))
+				err = errors.Join(err, powerloss.Save(mem.MemFS, cfg.DataDir))
 			}
 			return err
 		},

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 )
@@ -55,8 +57,34 @@ func Load(flags *pflag.FlagSet, path string, out any) error {
 			}
 		}
 	}
-	if err := v.Unmarshal(out); err != nil {
+	hooks := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		mapstructure.StringToTimeDurationHookFunc(),
+		mapstructure.StringToSliceHookFunc(","),
+		stringToMap,
+	))
+	if err := v.Unmarshal(out, hooks); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	return nil
+}
+
+// stringToMap decodes "k=v,k2=v2" (an environment variable, or a flag's
+// text "[k=v,k2=v2]") into a map[string]string field.
+func stringToMap(from, to reflect.Type, data any) (any, error) {
+	if from.Kind() != reflect.String || to != reflect.TypeOf(map[string]string{}) {
+		return data, nil
+	}
+	s := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(data.(string)), "["), "]")
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("%q is not KEY=VALUE", kv)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
 }

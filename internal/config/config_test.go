@@ -12,12 +12,13 @@ import (
 )
 
 type testConfig struct {
-	Listen    string        `mapstructure:"listen"`
-	DataDir   string        `mapstructure:"data-dir"`
-	Metastore []string      `mapstructure:"metastore"`
-	Interval  time.Duration `mapstructure:"interval"`
-	Size      int           `mapstructure:"size"`
-	Enabled   bool          `mapstructure:"enabled"`
+	Listen    string            `mapstructure:"listen"`
+	DataDir   string            `mapstructure:"data-dir"`
+	Metastore []string          `mapstructure:"metastore"`
+	Interval  time.Duration     `mapstructure:"interval"`
+	Size      int               `mapstructure:"size"`
+	Enabled   bool              `mapstructure:"enabled"`
+	Addrs     map[string]string `mapstructure:"addrs"`
 }
 
 func flags(args ...string) *pflag.FlagSet {
@@ -28,6 +29,7 @@ func flags(args ...string) *pflag.FlagSet {
 	f.Duration("interval", time.Second, "")
 	f.Int("size", 10, "")
 	f.Bool("enabled", true, "")
+	f.StringToString("addrs", nil, "")
 	if err := f.Parse(args); err != nil {
 		panic(err)
 	}
@@ -57,6 +59,7 @@ func TestPrecedence(t *testing.T) {
 		Interval:  5 * time.Second,        // env over default
 		Size:      99,                     // flag over file
 		Enabled:   true,                   // default
+		Addrs:     map[string]string{},    // default: none
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
@@ -72,6 +75,29 @@ func TestDefaultsAndEnvList(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.Metastore, []string{"x:1", "y:2"}) || got.Enabled || got.Listen != "127.0.0.1:1" || got.Interval != time.Second {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+// A map from a flag, from the environment, from the file.
+func TestMaps(t *testing.T) {
+	want := map[string]string{"b-0": "h:1", "b-1": "h:2"}
+	var got testConfig
+	if err := Load(flags("--addrs", "b-0=h:1,b-1=h:2"), "", &got); err != nil || !reflect.DeepEqual(got.Addrs, want) {
+		t.Fatalf("from a flag: %v %v", got.Addrs, err)
+	}
+	t.Setenv("MAGNETAR_ADDRS", "b-0=h:1, b-1=h:2")
+	got = testConfig{}
+	if err := Load(flags(), "", &got); err != nil || !reflect.DeepEqual(got.Addrs, want) {
+		t.Fatalf("from the environment: %v %v", got.Addrs, err)
+	}
+	t.Setenv("MAGNETAR_ADDRS", "b-0")
+	if err := Load(flags(), "", &got); err == nil {
+		t.Fatal("a malformed map was accepted")
+	}
+	os.Unsetenv("MAGNETAR_ADDRS")
+	got = testConfig{}
+	if err := Load(flags(), writeFile(t, "addrs:\n  b-0: h:1\n  b-1: h:2\n"), &got); err != nil || !reflect.DeepEqual(got.Addrs, want) {
+		t.Fatalf("from the file: %v %v", got.Addrs, err)
 	}
 }
 

@@ -13,13 +13,88 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// FS is a crashable in-memory filesystem whose power can be cut at one
+// instant: PowerLoss lets the syncs in progress finish, blocks every later
+// one for good (so nothing synced after the instant is acknowledged), and
+// returns what was synced.
+type FS struct {
+	*vfs.MemFS
+	// mu is held shared by each sync for its whole length and exclusively
+	// by PowerLoss to set frozen.
+	mu     sync.RWMutex
+	frozen bool
+}
+
+// PowerLoss returns the filesystem as it would be after a power loss now;
+// every sync from now on blocks forever.
+func (fs *FS) PowerLoss() *vfs.MemFS {
+	fs.mu.Lock()
+	fs.frozen = true
+	fs.mu.Unlock()
+	return fs.MemFS.CrashClone(vfs.CrashCloneCfg{})
+}
+
+func (fs *FS) sync(do func() error) error {
+	fs.mu.RLock()
+	if fs.frozen {
+		fs.mu.RUnlock()
+		select {} // the power is off: this sync never completes
+	}
+	defer fs.mu.RUnlock()
+	return do()
+}
+
+func (fs *FS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return file{File: f, fs: fs}, nil
+}
+
+// Create, Open, OpenReadWrite, OpenDir and ReuseForWrite hand out files
+// whose syncs PowerLoss can stop.
+func (fs *FS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.MemFS.Create(name, c))
+}
+
+func (fs *FS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.MemFS.Open(name, opts...))
+}
+
+func (fs *FS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.MemFS.OpenReadWrite(name, c, opts...))
+}
+
+func (fs *FS) OpenDir(name string) (vfs.File, error) { return fs.wrap(fs.MemFS.OpenDir(name)) }
+
+func (fs *FS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.MemFS.ReuseForWrite(oldname, newname, c))
+}
+
+type file struct {
+	vfs.File
+	fs *FS
+}
+
+func (f file) Sync() error     { return f.fs.sync(f.File.Sync) }
+func (f file) SyncData() error { return f.fs.sync(f.File.SyncData) }
+func (f file) SyncTo(length int64) (fullSync bool, err error) {
+	err = f.fs.sync(func() error {
+		var e error
+		fullSync, e = f.File.SyncTo(length)
+		return e
+	})
+	return fullSync, err
+}
+
 // Load returns a crashable in-memory filesystem holding a synced copy of
 // dir (empty if dir does not exist), at the same path.
-func Load(dir string) (*vfs.MemFS, error) {
+func Load(dir string) (*FS, error) {
 	mem := vfs.NewCrashableMem()
 	dir = filepath.Clean(dir)
 	if err := mem.MkdirAll(dir, 0o755); err != nil {
@@ -31,7 +106,7 @@ func Load(dir string) (*vfs.MemFS, error) {
 	if err := syncDirs(mem, dir); err != nil {
 		return nil, err
 	}
-	return mem, nil
+	return &FS{MemFS: mem}, nil
 }
 
 // Save replaces dir on disk with the files under dir in mem. It writes a
