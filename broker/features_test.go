@@ -281,19 +281,7 @@ func TestDeduplication(t *testing.T) {
 	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("v4"), SequenceID: seq(4)}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := cl.CreateReader(client.ReaderOptions{Topic: "dedup", StartMessageID: client.EarliestMessageID()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var got []string
-	for r.HasNext() {
-		m, err := r.Next(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(m.Payload()))
-	}
+	got := readPayloads(t, cl, "dedup")
 	sort.Strings(got)
 	if fmt.Sprint(got) != "[v1 v2 v3 v4]" {
 		t.Fatalf("stored %v", got)
@@ -740,7 +728,16 @@ func TestDeduplicationResendWaitsForAppendInFlight(t *testing.T) {
 	if a.err != nil || b.err != nil || a.id.String() != b.id.String() || a.id.LedgerID() < 0 {
 		t.Fatalf("original %v %v, re-send %v %v: want both at the same position", a.id, a.err, b.id, b.err)
 	}
-	r, err := cl.CreateReader(client.ReaderOptions{Topic: "dedup-inflight", StartMessageID: client.EarliestMessageID()})
+	if got := readPayloads(t, cl, "dedup-inflight"); fmt.Sprint(got) != "[original]" {
+		t.Fatalf("stored %v", got)
+	}
+}
+
+// readPayloads reads a topic from its first message to its last with a
+// reader and returns the payloads.
+func readPayloads(t *testing.T, cl client.Client, topic string) []string {
+	t.Helper()
+	r, err := cl.CreateReader(client.ReaderOptions{Topic: topic, StartMessageID: client.EarliestMessageID()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -753,7 +750,5 @@ func TestDeduplicationResendWaitsForAppendInFlight(t *testing.T) {
 		}
 		got = append(got, string(m.Payload()))
 	}
-	if fmt.Sprint(got) != "[original]" {
-		t.Fatalf("stored %v", got)
-	}
+	return got
 }

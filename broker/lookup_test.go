@@ -307,11 +307,7 @@ func TestLoadBalancingMovesPartitionsToANewBroker(t *testing.T) {
 func TestNamespaceUnloadReachesEveryBroker(t *testing.T) {
 	e := newEnv(t, nil)
 	other := e.startAnother(nil)
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr() + "," + other.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := clientOf(t, e.b, other)
 	// Topics until both brokers own some.
 	byOwner := map[string]int{}
 	for i := 0; len(byOwner) < 2; i++ {
@@ -364,11 +360,7 @@ func (e *env) startAnother(configure func(*broker.Config)) *broker.Server {
 func TestPartitionedStatsAcrossBrokers(t *testing.T) {
 	e := newEnv(t, nil)
 	other := e.startAnother(nil)
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr() + "," + other.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := clientOf(t, e.b, other)
 	const parts = 4
 	var topic string
 	for i := 0; topic == ""; i++ {
@@ -430,4 +422,20 @@ func TestPartitionedStatsAcrossBrokers(t *testing.T) {
 			t.Fatalf("stats via %s: %d partitions, %d entries: %+v", via, len(st.Partitions), entries, st)
 		}
 	}
+}
+
+// clientOf returns a client that knows the brokers given; it closes with
+// the test.
+func clientOf(t *testing.T, brokers ...*broker.Server) client.Client {
+	t.Helper()
+	var addrs []string
+	for _, b := range brokers {
+		addrs = append(addrs, b.Addr())
+	}
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + strings.Join(addrs, ",")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }

@@ -179,9 +179,14 @@ func (c *realCluster) startBookie(i int, powerLoss bool) {
 
 // bookieLease is the lease of the bookie's registration, 0 if none.
 func (c *realCluster) bookieLease(b *bookieNode) int64 {
+	return c.lease(metastore.BookieAvailableKey(b.id))
+}
+
+// lease is the lease a key is bound to, 0 if the key does not exist.
+func (c *realCluster) lease(key string) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	kv, err := c.store.Get(ctx, metastore.BookieAvailableKey(b.id))
+	kv, err := c.store.Get(ctx, key)
 	if err != nil {
 		return 0
 	}
@@ -225,13 +230,7 @@ func (c *realCluster) startBroker(i int) {
 
 // brokerLease is the lease of the broker's registration, 0 if none.
 func (c *realCluster) brokerLease(b *brokerNode) int64 {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	kv, err := c.store.Get(ctx, metastore.BrokerAvailableKey(b.addr))
-	if err != nil {
-		return 0
-	}
-	return kv.Lease
+	return c.lease(metastore.BrokerAvailableKey(b.addr))
 }
 
 // waitBrokerUp waits until the broker's registration is there and its

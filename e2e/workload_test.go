@@ -74,6 +74,7 @@ type workload struct {
 		sync.Mutex
 		ok       map[string]bool            // values acknowledged to a producer
 		received map[string]map[string]bool // subscription -> values received
+		lastOK   map[int32]time.Time        // partition -> last acknowledged send
 	}
 }
 
@@ -95,6 +96,7 @@ func newWorkload(t *testing.T, c *realCluster, scenario string, prof profile) *w
 	w := &workload{t: t, c: c, prof: prof, dir: historyDir(t, scenario)}
 	w.mu.ok = map[string]bool{}
 	w.mu.received = map[string]map[string]bool{}
+	w.mu.lastOK = map[int32]time.Time{}
 	c.createPartitionedTopic(workloadTopic, workloadPartitions)
 	cl, err := client.NewClient(client.ClientOptions{URL: c.brokerURL(), OperationTimeout: 30 * time.Second})
 	if err != nil {
@@ -201,8 +203,26 @@ func (w *workload) run(nemesis func(ctx context.Context)) *check.Report {
 	nctx, ncancel := context.WithTimeout(ctx, w.prof.duration)
 	nemesis(nctx)
 	ncancel()
-	// Some writes after the last fault healed, then the producers stop.
-	time.Sleep(2 * time.Second)
+	// The producers go on until every partition has taken a write since
+	// the last fault healed (at most a minute: the liveness check then
+	// reports the partition), then stop.
+	healed := time.Now()
+	deadline := healed.Add(time.Minute)
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		n := 0
+		for _, at := range w.mu.lastOK {
+			if at.After(healed) {
+				n++
+			}
+		}
+		w.mu.Unlock()
+		if n == workloadPartitions {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
 	close(stopProducers)
 	producers.Wait()
 
@@ -259,6 +279,7 @@ func (w *workload) produce(p client.Producer, id int, stop <-chan struct{}) {
 				}
 				w.mu.Lock()
 				w.mu.ok[value] = true
+				w.mu.lastOK[id.PartitionIdx()] = time.Now()
 				w.mu.Unlock()
 			case errors.Is(err, client.ErrMessageTooLarge), errors.Is(err, client.ErrInvalidOptions):
 				ev.Result, ev.Error = "failed", err.Error()
