@@ -985,3 +985,26 @@ func TestNetworkBlipWithoutSpareBookie(t *testing.T) {
 		t.Fatalf("next append: %d %v", id, err)
 	}
 }
+
+// One bookie of E3/Qw3/Qa2 is gone for good and no spare exists: entries
+// still reach the ack quorum on the other two, so appends keep completing
+// (the writer keeps trying the gone one) and the writer does not give up
+// after EnsembleChangeTimeout.
+func TestDeadBookieWithoutSpareKeepsWriting(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	const giveUp = 300 * time.Millisecond
+	cl := c.Client(ledger.Config{AddTimeout: 200 * time.Millisecond, EnsembleChangeTimeout: giveUp})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	c.Bookie(w.Metadata().Segments[0].Bookies[0]).Kill()
+	start := time.Now()
+	for n := 0; time.Since(start) < 5*giveUp; n++ {
+		if _, err := w.Append(ctx, []byte(fmt.Sprint(n))); err != nil {
+			t.Fatalf("append %d, %v after the bookie died: %v", n, time.Since(start), err)
+		}
+	}
+}

@@ -395,6 +395,9 @@ func (w *Writer) changeEnsemble() {
 				w.mu.changing = false
 			case errors.Is(err, ErrNotEnoughBookies):
 				again = w.sendsLocked(w.mu.st.replace(failed))
+				// The ensemble stays as it is: entries with Qa acks from
+				// it may complete meanwhile.
+				w.completeLocked(w.mu.st.release(), nil)
 			}
 			w.mu.Unlock()
 			if stopped {
