@@ -29,16 +29,17 @@ test-race:
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 # Only the tests against real processes (part of `make test` too): the
-# fault suite runs its short profile (about 35 s per fault type). Each
-# scenario keeps its history and checker report under
-# $${MAGNETAR_E2E_OUT:-/tmp/magnetar-e2e}.
+# fault suite runs its short profile (about 25 s per fault type). Each
+# scenario writes its history and checker report under $$MAGNETAR_E2E_OUT
+# (kept), or under /tmp/magnetar-e2e (kept if it fails).
 test-e2e:
 	$(GO) test -count=1 -timeout 30m -v ./e2e/...
 
 # The fault suite's long profile: 5 minutes of faults per fault type
-# (30,000 sends each), about 50 minutes in all.
+# (30,000 sends each), about 50 minutes in all; every history is kept.
+E2E_OUT ?= /tmp/magnetar-e2e-long
 test-e2e-long:
-	MAGNETAR_E2E_PROFILE=long $(GO) test -count=1 -timeout 120m -v -run TestFaults ./e2e/
+	MAGNETAR_E2E_PROFILE=long MAGNETAR_E2E_OUT=$(E2E_OUT) $(GO) test -count=1 -timeout 120m -v -run TestFaults ./e2e/
 
 bench:
 	$(GO) test -p 1 -run '^$$' -bench . -benchtime 2s -timeout 60m ./bookie/...

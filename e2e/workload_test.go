@@ -79,16 +79,23 @@ type workload struct {
 }
 
 // historyDir is where a scenario's history and report go: under
-// $MAGNETAR_E2E_OUT, or a folder in the temporary directory that is kept.
+// $MAGNETAR_E2E_OUT, kept; else under the temporary directory, kept only
+// if the scenario fails.
 func historyDir(t *testing.T, scenario string) string {
 	root := os.Getenv("MAGNETAR_E2E_OUT")
-	if root == "" {
+	keep := root != ""
+	if !keep {
 		root = filepath.Join(os.TempDir(), "magnetar-e2e")
 	}
 	dir := filepath.Join(root, time.Now().Format("20060102-150405")+"-"+scenario)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if !keep && !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
 	return dir
 }
 
