@@ -332,6 +332,10 @@ func (s *Server) adminHandler() http.Handler {
 	h("GET /admin/v2/brokers", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nonNil(s.md.listChildren(r.Context(), metastore.BrokersAvailablePrefix))
 	})
+	// Every live broker's registration: addresses and load.
+	h("GET /admin/v2/brokers/load", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		return s.liveBrokers(r.Context())
+	})
 	h("GET /admin/v2/broker-stats/cache", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		size, hits, misses := s.cache.Stats()
 		return map[string]any{"sizeBytes": size, "hits": hits, "misses": misses,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -263,20 +264,28 @@ func (s *Server) ownedElsewhere(ctx context.Context, path string, r *http.Reques
 	return &redirectError{owner: owner, url: u.String()}
 }
 
-// balanceOnce unloads the partitions toUnload picks; the next lookup of
-// each assigns it to the least loaded broker.
-func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
-	var others []brokerInfo
-	err = s.store.ListAll(ctx, metastore.BrokersAvailablePrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
+// liveBrokers returns the registrations of the live brokers, by address.
+func (s *Server) liveBrokers(ctx context.Context) (map[string]brokerInfo, error) {
+	out := map[string]brokerInfo{}
+	err := s.store.ListAll(ctx, metastore.BrokersAvailablePrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
 		var info brokerInfo
-		if json.Unmarshal(kv.Value, &info) == nil && info.Address != "" && info.Address != s.id {
-			others = append(others, info)
+		if json.Unmarshal(kv.Value, &info) == nil && info.Address != "" {
+			out[info.Address] = info
 		}
 		return nil
 	})
-	if err != nil || len(others) == 0 {
+	return out, err
+}
+
+// balanceOnce unloads the partitions toUnload picks; the next lookup of
+// each assigns it to the least loaded broker.
+func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
+	live, err := s.liveBrokers(ctx)
+	delete(live, s.id)
+	if err != nil || len(live) == 0 {
 		return 0, err
 	}
+	others := slices.Collect(maps.Values(live))
 	// Each partition's messages since the previous round (since it was
 	// loaded, for a new one): what it carries now, not what it once did.
 	var mine []topicLoad

@@ -422,6 +422,21 @@ func TestPartitionedStatsAcrossBrokers(t *testing.T) {
 			t.Fatalf("stats via %s: %d partitions, %d entries: %+v", via, len(st.Partitions), entries, st)
 		}
 	}
+	// The load report lists both brokers with what they own and carry.
+	testutil.Eventually(t, 30*time.Second, "both brokers' loads", func() bool {
+		loads, err := adminGetJSON[map[string]struct {
+			Topics    int     `json:"topics"`
+			MsgRateIn float64 `json:"msgRateIn"`
+		}](e, "/admin/v2/brokers/load")
+		if err != nil || len(loads) != 2 {
+			return false
+		}
+		topics := 0
+		for _, l := range loads {
+			topics += l.Topics
+		}
+		return topics >= parts
+	})
 }
 
 // clientOf returns a client that knows the brokers given; it closes with
