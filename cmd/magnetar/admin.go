@@ -258,6 +258,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 	brokers := &cobra.Command{Use: "brokers", Short: "Brokers"}
 	sub(brokers, "list", "List live brokers", 0, func([]string) error { return a.call("GET", "/admin/v2/brokers", nil) })
 	sub(brokers, "owners", "Show which broker owns each loaded topic partition", 0, func([]string) error { return a.call("GET", "/admin/v2/owners", nil) })
+	sub(brokers, "load", "Show each live broker's partitions, message rates and CPU", 0, func([]string) error { return a.call("GET", "/admin/v2/brokers/load", nil) })
 	bookies := &cobra.Command{Use: "bookies", Short: "Bookies"}
 	sub(bookies, "list", "List live bookies", 0, func([]string) error { return a.call("GET", "/admin/v2/bookies/all", nil) })
 

@@ -111,6 +111,10 @@ func TestStandaloneCommand(t *testing.T) {
 		t.Fatalf("stats of a missing topic: %v", err)
 	}
 	buf.Reset()
+	if err := run(ctx, &buf, "admin", "brokers", "load", "--admin-url", admin); err != nil || !strings.Contains(buf.String(), `"msgRateIn"`) {
+		t.Fatalf("admin brokers load: %v\n%s", err, buf.String())
+	}
+	buf.Reset()
 	if err := run(ctx, &buf, "perf", "produce", "perf", "-n", "2000", "--rate", "0", "--url", url); err != nil {
 		t.Fatalf("perf produce: %v", err)
 	}
