@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	mathrand "math/rand/v2"
 	"slices"
 	"testing"
 
@@ -318,6 +319,185 @@ func TestBatchLen(t *testing.T) {
 	} {
 		if got := batchLen(tc.q); got != tc.want {
 			t.Errorf("batchLen of %d adds = %d, want %d", len(tc.q), got, tc.want)
+		}
+	}
+}
+
+// The interleaving of the correctness sweep (item 11): an abort lands
+// after the ensemble change's CAS committed but before the writer replaced
+// the failed position. Entry 0 was acked by the failed position 0 (A) and,
+// during the hold, by position 1 (B); the metadata now says [D, B, C], so
+// entry 0 is on one bookie of its write set. It must not be reported
+// complete: recovery asking D and C ("no such entry" twice, QC = 2) would
+// decide it absent and truncate it.
+func TestWriteStateAbortDuringEnsembleChange(t *testing.T) {
+	s := newStep(3, 3, 2)
+	s.append(2)
+	s.ack(0, 0) // A has entry 0 ...
+	s.w.fail(0) // ... then fails on entry 1
+	s.w.hold()
+	s.ack(0, 1) // B acks entry 0 during the hold: nothing completes
+	s.expectDone(t)
+	// The CAS [D, B, C] commits; its reply is lost or late and the writer
+	// stops (a fence, a close, the change's deadline) before replace().
+	complete, failed := s.w.stop()
+	for _, e := range complete {
+		t.Errorf("entry %d reported complete with acks %03b: only B of the stored write set [D B C] has it", e.id, e.acked)
+	}
+	if len(failed) != 2 {
+		t.Fatalf("failed %d entries, want 2", len(failed))
+	}
+	// Entries held with Qa acks from positions that did not fail do
+	// complete at stop: those bookies are in the write set either way.
+	s = newStep(3, 3, 2)
+	s.append(2)
+	s.w.fail(0)
+	s.w.hold()
+	s.ack(0, 1)
+	s.ack(0, 2)
+	s.ack(1, 1)
+	s.expectDone(t)
+	complete, failed = s.w.stop()
+	if len(complete) != 1 || complete[0].id != 0 || len(failed) != 1 || failed[0].id != 1 {
+		t.Fatalf("stop: complete %d, failed %d; want entry 0 complete, entry 1 failed", len(complete), len(failed))
+	}
+}
+
+// TestWriteStateModel drives writeState with random interleavings of
+// appends, acks, bookie failures, ensemble changes (whose metadata CAS
+// may commit without the writer hearing of it) and aborts, and checks
+// invariant W1 against a model of the stored metadata: every entry
+// reported complete is durable on at least Qa bookies of the write set
+// that the metadata gives it, whether or not an ensemble change in flight
+// when the writer stopped ends up applied.
+func TestWriteStateModel(t *testing.T) {
+	type segment struct {
+		first   int64
+		bookies []string
+	}
+	cfgs := []struct{ e, qw, qa int }{{3, 3, 2}, {3, 2, 2}, {4, 3, 2}, {5, 3, 3}, {3, 3, 1}, {4, 2, 1}, {2, 2, 2}}
+	for seed := uint64(0); seed < 3000; seed++ {
+		cfg := cfgs[seed%uint64(len(cfgs))]
+		rng := mathrand.New(mathrand.NewPCG(seed, 11))
+		w := newWriteState(cfg.e, cfg.qw, cfg.qa, 0)
+		names := 0
+		fresh := func() string { names++; return fmt.Sprintf("b%d", names) }
+		at := make([]string, cfg.e) // the writer's view: position -> bookie
+		for p := range at {
+			at[p] = fresh()
+		}
+		meta := []segment{{0, slices.Clone(at)}}
+		durable := map[int64]map[string]bool{}
+		var completed []int64
+		record := func(es []*pendingEntry) {
+			for _, e := range es {
+				if n := len(completed); n > 0 && completed[n-1] >= e.id {
+					t.Fatalf("seed %d: entry %d completed after %d", seed, e.id, completed[n-1])
+				}
+				completed = append(completed, e.id)
+			}
+		}
+		// An ensemble change in flight: the positions it replaces, where
+		// its segment starts, the new bookies, and whether its CAS has
+		// committed.
+		var change *struct {
+			positions []int
+			start     int64
+			next      []string
+			applied   bool
+		}
+		withChange := func(m []segment) []segment {
+			m = slices.Clone(m)
+			if last := &m[len(m)-1]; last.first == change.start {
+				*last = segment{change.start, slices.Clone(change.next)}
+			} else {
+				m = append(m, segment{change.start, slices.Clone(change.next)})
+			}
+			return m
+		}
+		stopped := false
+		for step := 0; step < 200 && !stopped; step++ {
+			switch r := rng.IntN(100); {
+			case r < 20:
+				w.append(nil, nil)
+			case r < 70:
+				if len(w.pending) == 0 {
+					continue
+				}
+				e := w.pending[rng.IntN(len(w.pending))]
+				p := writeSet(e.id, cfg.e, cfg.qw)[rng.IntN(cfg.qw)]
+				if durable[e.id] == nil {
+					durable[e.id] = map[string]bool{}
+				}
+				durable[e.id][at[p]] = true
+				record(w.ack(e.id, p))
+			case r < 76:
+				w.fail(rng.IntN(cfg.e))
+			case r < 84:
+				if change != nil || len(w.failedPositions()) == 0 {
+					continue
+				}
+				change = &struct {
+					positions []int
+					start     int64
+					next      []string
+					applied   bool
+				}{positions: w.failedPositions(), start: w.hold(), next: slices.Clone(at)}
+				for _, p := range change.positions {
+					change.next[p] = fresh()
+				}
+			case r < 88:
+				if change != nil && !change.applied {
+					meta, change.applied = withChange(meta), true
+				}
+			case r < 93:
+				// The writer hears of its CAS (or finds no spare bookie
+				// and resends to the same ones), then goes on.
+				if change == nil {
+					continue
+				}
+				if change.applied {
+					at = slices.Clone(change.next)
+				}
+				w.replace(change.positions)
+				if len(w.failedPositions()) == 0 {
+					record(w.release())
+				}
+				change = nil
+			case r < 95:
+				complete, failed := w.stop()
+				record(complete)
+				for _, e := range failed {
+					if slices.Contains(completed, e.id) {
+						t.Fatalf("seed %d: entry %d both complete and failed", seed, e.id)
+					}
+				}
+				stopped = true
+			}
+		}
+		metas := [][]segment{meta}
+		if change != nil && !change.applied {
+			metas = append(metas, withChange(meta)) // the CAS may still land
+		}
+		for _, m := range metas {
+			for _, id := range completed {
+				seg := m[0]
+				for _, s := range m {
+					if s.first <= id {
+						seg = s
+					}
+				}
+				n := 0
+				for _, p := range writeSet(id, cfg.e, cfg.qw) {
+					if durable[id][seg.bookies[p]] {
+						n++
+					}
+				}
+				if n < cfg.qa {
+					t.Fatalf("seed %d E%d/Qw%d/Qa%d: entry %d reported complete but durable on %d bookies of its stored write set %v (segment from %d)",
+						seed, cfg.e, cfg.qw, cfg.qa, id, n, seg.bookies, seg.first)
+				}
+			}
 		}
 	}
 }

@@ -316,8 +316,9 @@ func (w *Writer) abortLocked(err error) {
 		return
 	}
 	w.mu.err = err
-	w.completeLocked(w.mu.st.release(), nil)
-	w.completeLocked(w.mu.st.abort(), err)
+	complete, failed := w.mu.st.stop()
+	w.completeLocked(complete, nil)
+	w.completeLocked(failed, err)
 	w.cancel()
 }
 

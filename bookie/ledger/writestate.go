@@ -14,7 +14,8 @@ package ledger
 //     does not move, so the new segment can start at lac+1.
 //   - Acks from a failed position are ignored; when it is replaced every
 //     pending entry it stores loses that position's ack and must be sent
-//     to the replacement.
+//     to the replacement. When the writer stops, acks from positions still
+//     failed are dropped before the last completions (see stop).
 type writeState struct {
 	ensemble, writeQuorum, ackQuorum int
 
@@ -165,4 +166,29 @@ func (w *writeState) abort() []*pendingEntry {
 	p := w.pending
 	w.pending = nil
 	return p
+}
+
+// stop ends the writer: the entries that are complete are returned as
+// such, in order, and every other pending entry as failed.
+//
+// Acks from failed positions no longer count. The writer may stop while
+// an ensemble change is running, after its metadata CAS committed and
+// before it heard so: the stored write sets then name the replacements,
+// not the failed bookies, and an entry counted complete with a failed
+// position's ack would be on fewer than Qa bookies of its stored write
+// set, so a recovery could decide it absent (invariant W1). Without the
+// failed positions an entry has Qa acks from bookies that are in the write
+// set whichever way the change went. Such an entry that had Qa acks with
+// them fails ("maybe written"), as after a timeout.
+func (w *writeState) stop() (complete, failed []*pendingEntry) {
+	for p := range w.failed {
+		for _, e := range w.pending {
+			if e.acked&(1<<p) != 0 {
+				e.acked &^= 1 << p
+				e.nacks--
+			}
+		}
+	}
+	complete = w.release()
+	return complete, w.abort()
 }
