@@ -72,6 +72,14 @@ type Server struct {
 	closeMu sync.Mutex
 	closed  bool
 
+	// bg tracks short-lived background work started by events (a fenced
+	// partition's unload); Close stops new work, then waits for it.
+	bg struct {
+		sync.Mutex
+		wg     sync.WaitGroup
+		closed bool
+	}
+
 	mu struct {
 		sync.Mutex
 		topics  map[string]*topic
@@ -232,6 +240,10 @@ func (s *Server) Close() error {
 	for _, t := range s.loadedTopics() {
 		errs = append(errs, t.close(ctx))
 	}
+	s.bg.Lock()
+	s.bg.closed = true
+	s.bg.Unlock()
+	s.bg.wg.Wait()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {
@@ -247,6 +259,22 @@ func (s *Server) Close() error {
 	}
 	s.log.Info("broker stopped")
 	return errors.Join(errs...)
+}
+
+// goBackground runs fn in a goroutine that Close waits for, unless the
+// broker is closing (then fn is not run and false is returned).
+func (s *Server) goBackground(fn func()) bool {
+	s.bg.Lock()
+	defer s.bg.Unlock()
+	if s.bg.closed {
+		return false
+	}
+	s.bg.wg.Add(1)
+	go func() {
+		defer s.bg.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 func (s *Server) loadedTopics() []*topic {

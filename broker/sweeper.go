@@ -92,12 +92,7 @@ func (s *Server) isOrphan(ctx context.Context, id int64, path, cursor string) (b
 		}
 		return info.CursorLedgerId != id, nil
 	}
-	for _, ref := range t.ml.Ledgers() {
-		if ref.LedgerId == id {
-			return false, nil
-		}
-	}
-	return true, nil
+	return !t.ml.Owns(id), nil
 }
 
 // sweepLoop runs sweep every so often.

@@ -99,7 +99,7 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	t.mu.dedup = map[string]*dedupState{}
 	t.mu.dedupPos = mledger.Position{Ledger: -1, Entry: -1}
 	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache,
-		StorageReads: &s.storageReads, OnFenced: func() { s.unloadLost(t) }, Log: s.log})
+		StorageReads: &s.storageReads, OnFenced: func() { s.goBackground(func() { s.unloadLost(t) }) }, Log: s.log})
 	if err != nil {
 		s.release(path, guard)
 		return nil, err

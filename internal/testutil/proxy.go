@@ -20,6 +20,10 @@ type Proxy struct {
 		conns    map[net.Conn]struct{}
 		accepted int
 		closed   bool
+		// held counts reads from the clients' side held back by the
+		// current pause; heldCh is closed at the first one.
+		held   int
+		heldCh chan struct{}
 	}
 	wg sync.WaitGroup
 }
@@ -60,7 +64,19 @@ func (p *Proxy) Pause() {
 	if !p.mu.paused {
 		p.mu.paused = true
 		p.mu.resume = make(chan struct{})
+		p.mu.held, p.mu.heldCh = 0, make(chan struct{})
 	}
+}
+
+// Held returns a channel closed once the current pause holds back bytes a
+// client sent (a request is stuck in the proxy). Call it after Pause.
+func (p *Proxy) Held() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.heldCh == nil {
+		p.mu.heldCh = make(chan struct{})
+	}
+	return p.mu.heldCh
 }
 
 // Resume forwards again after Pause.
@@ -151,13 +167,14 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.wg.Add(2)
-		go p.pipe(in, out)
-		go p.pipe(out, in)
+		go p.pipe(in, out, true)
+		go p.pipe(out, in, false)
 	}
 }
 
-// pipe copies src to dst, holding bytes back while paused.
-func (p *Proxy) pipe(src, dst net.Conn) {
+// pipe copies src to dst, holding bytes back while paused; fromClient:
+// src is the accepted side.
+func (p *Proxy) pipe(src, dst net.Conn, fromClient bool) {
 	defer p.wg.Done()
 	defer p.untrack(dst)
 	defer p.untrack(src)
@@ -167,6 +184,11 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 		if n > 0 {
 			p.mu.Lock()
 			resume := p.mu.resume
+			if p.mu.paused && fromClient {
+				if p.mu.held++; p.mu.held == 1 {
+					close(p.mu.heldCh)
+				}
+			}
 			p.mu.Unlock()
 			<-resume
 			if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -10,10 +10,10 @@
 package mledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,13 +91,20 @@ type Deps struct {
 	// StorageReads, if set, counts the entries read from the bookies
 	// (reads the cache did not serve).
 	StorageReads *atomic.Int64
-	// OnFenced, if set, is called once, in a goroutine of its own, when the
-	// managed ledger learns that another owner fenced it.
+	// OnFenced, if set, is called once when the managed ledger learns that
+	// another owner fenced it, from the managed ledger's own goroutine: it
+	// must not block, nor call the managed ledger (start a goroutine of
+	// its owner's to unload it).
 	OnFenced func()
 	Log      *zap.Logger
 }
 
 // ManagedLedger is one partition's storage. Safe for concurrent use.
+//
+// The ledger list's protocol (rollover, trimming, closing) is the pure
+// listState, fed under mu; its I/O actions are carried out one at a time
+// by a run goroutine, started when there is something to do and gone when
+// there is not.
 type ManagedLedger struct {
 	name string // tenant/namespace/topic
 	d    Deps
@@ -105,31 +112,33 @@ type ManagedLedger struct {
 
 	mu struct {
 		sync.Mutex
-		cfg     Config
-		ledgers []*metapb.LedgerRef // closed ones, then the current one
-		modRev  int64               // revision of the stored ledger list
-		writer  *ledger.Writer      // nil while rolling over
+		cfg Config
+		st  *listState
+		// writers are the open writers this managed ledger created: the
+		// current ledger's, and one created and not yet installed.
+		writers map[int64]*ledger.Writer
+		// writer is the current ledger's, set at install; appends go to it
+		// while st.takesAppends.
+		writer *ledger.Writer
 		// assigned and assignedBytes count the appends handed to writer,
 		// completed or not: a ledger is full when they reach the limits,
 		// so that appends in flight never overshoot them.
 		assigned, assignedBytes int64
-		rolling                 bool
-		rollingFrom             *ledger.Writer // the writer being closed
-		// recovering: the rollover replaces a failed ledger; appends are
-		// refused meanwhile (see AppendAsync).
-		recovering bool
-		queue      []*appendOp // appends waiting for the next ledger
-		err        error       // terminal: fenced or closed
-		last       Position    // last confirmed entry; Ledger -1 if none
-		moved      chan struct{}
-		readers    map[int64]*ledger.Reader // of closed ledgers
+		queue                   []*appendOp // appends waiting for the next ledger
+		err                     error       // terminal: fenced or closed
+		last                    Position    // last confirmed entry; Ledger -1 if none
+		moved                   chan struct{}
+		readers                 map[int64]*ledger.Reader // of closed ledgers
+		// actions for run to carry out, in order; running: a run
+		// goroutine is on them.
+		actions  []action
+		running  bool
+		trimWait chan trimResult // the Trim waiting for its outcome
 	}
-	wg sync.WaitGroup // rollovers
-
-	// metaMu serializes the read-modify-write cycles of the stored ledger
-	// list (new ledger, trim, close), so that they never race each other.
-	// Taken before mu.
-	metaMu sync.Mutex
+	wg        sync.WaitGroup     // run goroutines
+	runCtx    context.Context    // cancelled when Close gives up: run abandons
+	runCancel context.CancelFunc //
+	done      chan struct{}      // closed when the list's protocol is done
 }
 
 type appendOp struct {
@@ -138,59 +147,105 @@ type appendOp struct {
 	cb   func(Position, error)
 }
 
-// Open loads a partition's ledger list, recovers its last ledger if it was
-// left open (fencing the previous owner's writer), and starts a new ledger.
+type trimResult struct {
+	ids []int64
+	err error
+}
+
+// Timeouts of one attempt of each I/O step of the list's protocol; a
+// failed step is tried again, backing off up to maxStepBackoff.
+const (
+	closeWriterTimeout = time.Minute // waits for the appends in flight
+	recoverTimeout     = time.Minute
+	createTimeout      = 30 * time.Second
+	storeTimeout       = 15 * time.Second
+	maxStepBackoff     = 5 * time.Second
+)
+
+// Open loads a partition's ledger list, recovers every ledger in it left
+// open (the last one, whose writer was the previous owner's, and any other:
+// an older broker version could leave one), which fences the previous
+// owner's writer, and starts a new ledger.
 func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger, error) {
 	if d.Log == nil {
 		d.Log = zap.NewNop()
 	}
-	ml := &ManagedLedger{name: name, d: d, log: d.Log.With(zap.String("topic", name))}
+	ml := &ManagedLedger{name: name, d: d, log: d.Log.With(zap.String("topic", name)), done: make(chan struct{})}
+	ml.runCtx, ml.runCancel = context.WithCancel(context.Background())
 	ml.mu.cfg = cfg
 	ml.mu.moved = make(chan struct{})
 	ml.mu.readers = make(map[int64]*ledger.Reader)
+	ml.mu.writers = make(map[int64]*ledger.Writer)
 	ml.mu.last = Position{-1, -1}
+	fail := func(err error) (*ManagedLedger, error) {
+		ml.runCancel()
+		return nil, err
+	}
 
 	info := &metapb.ManagedLedgerInfo{}
+	rev := metastore.MustNotExist
 	kv, err := d.Store.Get(ctx, metastore.ManagedLedgerKey(name))
 	switch {
 	case err == nil:
 		if err := proto.Unmarshal(kv.Value, info); err != nil {
-			return nil, fmt.Errorf("mledger %s: corrupt ledger list: %w", name, err)
+			return fail(fmt.Errorf("mledger %s: corrupt ledger list: %w", name, err))
 		}
-		ml.mu.modRev = kv.ModRevision
+		rev = kv.ModRevision
 	case errors.Is(err, metastore.ErrNotFound):
-		ml.mu.modRev = metastore.MustNotExist
 	default:
-		return nil, err
+		return fail(err)
 	}
-	ml.mu.ledgers = info.Ledgers
-	if n := len(ml.mu.ledgers); n > 0 && !ml.mu.ledgers[n-1].Closed {
-		ref := ml.mu.ledgers[n-1]
+	var ledgers []*metapb.LedgerRef
+	for _, ref := range info.Ledgers {
+		if ref.Closed {
+			ledgers = append(ledgers, ref)
+			continue
+		}
 		r, err := d.Ledgers.OpenRecover(ctx, ref.LedgerId)
 		switch {
 		case errors.Is(err, ledger.ErrNoSuchLedger):
-			ml.mu.ledgers = ml.mu.ledgers[:n-1] // created, never written, then lost
+			// Created, never written, then lost (its metadata is written
+			// before its first entry): nothing to keep.
+			ml.log.Info("dropping a ledger with no metadata from the list", zap.Int64("ledger", ref.LedgerId))
 		case err != nil:
-			return nil, fmt.Errorf("mledger %s: recover ledger %d: %w", name, ref.LedgerId, err)
+			return fail(fmt.Errorf("mledger %s: recover ledger %d: %w", name, ref.LedgerId, err))
 		default:
 			m := r.Metadata()
+			ref = proto.Clone(ref).(*metapb.LedgerRef)
 			ref.Entries, ref.Size, ref.Closed, ref.ClosedAtUnixMs = m.LastEntry+1, m.Length, true, time.Now().UnixMilli()
 			ml.mu.readers[ref.LedgerId] = r
+			ledgers = append(ledgers, ref)
 		}
 	}
-	for i := len(ml.mu.ledgers) - 1; i >= 0; i-- {
-		if ref := ml.mu.ledgers[i]; ref.Entries > 0 {
+	for i := len(ledgers) - 1; i >= 0; i-- {
+		if ref := ledgers[i]; ref.Entries > 0 {
 			ml.mu.last = Position{ref.LedgerId, ref.Entries - 1}
 			break
 		}
 	}
-	w, err := ml.createLedger(ctx)
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	w, err := ml.createLedger(cctx)
+	cancel()
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	if err := ml.addLedger(ctx, w); err != nil {
-		return nil, err
+	ledgers = append(ledgers, &metapb.LedgerRef{LedgerId: w.ID(), CreatedAtUnixMs: time.Now().UnixMilli()})
+	newRev, err := ml.storeList(ctx, ledgers, rev)
+	if err != nil {
+		// The list with w may have been stored (the outcome of a failed
+		// write can be unknown): delete w only when it was certainly not.
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		w.Close(cctx)
+		if errors.Is(err, ErrFenced) || errors.Is(err, errStoreConflict) {
+			ml.d.Ledgers.Delete(cctx, w.ID())
+		}
+		cancel()
+		return fail(err)
 	}
+	ml.mu.st = newListState(ledgers, newRev)
+	ml.mu.writers[w.ID()] = w
+	ml.mu.writer = w
+	ml.log.Debug("ledger added", zap.Int64("ledger", w.ID()))
 	return ml, nil
 }
 
@@ -209,11 +264,8 @@ func (ml *ManagedLedger) SetConfig(cfg Config) {
 // nobody appends to is otherwise never closed, and so never trimmed.
 func (ml *ManagedLedger) RollIfDue() {
 	ml.mu.Lock()
-	w := ml.mu.writer
-	ml.mu.Unlock()
-	if w != nil {
-		ml.maybeRollover(w, false)
-	}
+	defer ml.mu.Unlock()
+	ml.maybeRollLocked(ml.mu.writer)
 }
 
 func (ml *ManagedLedger) createLedger(ctx context.Context) (*ledger.Writer, error) {
@@ -230,60 +282,253 @@ func (ml *ManagedLedger) createLedger(ctx context.Context) (*ledger.Writer, erro
 	return w, nil
 }
 
-// addLedger makes w the current ledger: the list with it is stored first.
-// On failure the new ledger is deleted again.
-func (ml *ManagedLedger) addLedger(ctx context.Context, w *ledger.Writer) error {
-	ml.metaMu.Lock()
-	defer ml.metaMu.Unlock()
-	ml.mu.Lock()
-	ledgers := append(slices.Clone(ml.mu.ledgers), &metapb.LedgerRef{LedgerId: w.ID(), CreatedAtUnixMs: time.Now().UnixMilli()})
-	rev := ml.mu.modRev
-	ml.mu.Unlock()
-	newRev, err := ml.store(ctx, ledgers, rev)
-	if err != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		w.Close(cctx)
-		ml.d.Ledgers.Delete(cctx, w.ID())
-		cancel()
-		return err
-	}
-	ml.mu.Lock()
-	ml.mu.ledgers, ml.mu.modRev, ml.mu.writer = ledgers, newRev, w
-	ml.mu.assigned, ml.mu.assignedBytes = 0, 0
-	ml.mu.Unlock()
-	ml.log.Debug("ledger added", zap.Int64("ledger", w.ID()))
-	return nil
-}
-
-// store writes the ledger list, guarded by the ownership token.
-func (ml *ManagedLedger) store(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64) (int64, error) {
-	raw, err := proto.Marshal(&metapb.ManagedLedgerInfo{Ledgers: ledgers})
+// storeList writes the ledger list at revision rev, guarded by the
+// ownership token, and returns the new revision. ErrFenced: this broker is
+// no longer the owner. The outcome of another failure may be unknown (a
+// timeout, a lost connection: the write may have been applied); the list
+// protocol then stores the same list again, and if that finds the revision
+// moved, the list is read back: holding exactly what was written, the
+// earlier attempt was applied (the owner is the list's only writer);
+// holding anything else, someone else changed it (errStoreConflict).
+func (ml *ManagedLedger) storeList(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64) (int64, error) {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&metapb.ManagedLedgerInfo{Ledgers: ledgers})
 	if err != nil {
 		return 0, err
 	}
-	newRev, err := ml.d.Store.Commit(ctx, ml.d.Guard, metastore.PutOp(metastore.ManagedLedgerKey(ml.name), raw, rev))
-	if errors.Is(err, metastore.ErrNotOwner) {
-		ml.fence()
+	key := metastore.ManagedLedgerKey(ml.name)
+	newRev, err := ml.d.Store.Commit(ctx, ml.d.Guard, metastore.PutOp(key, raw, rev))
+	switch {
+	case err == nil:
+		return newRev, nil
+	case errors.Is(err, metastore.ErrNotOwner):
 		return 0, fmt.Errorf("%w: %s: %v", ErrFenced, ml.name, err)
+	case errors.Is(err, metastore.ErrBadVersion):
+		kv, gerr := ml.d.Store.Get(ctx, key)
+		switch {
+		case gerr == nil && bytes.Equal(kv.Value, raw):
+			return kv.ModRevision, nil
+		case gerr == nil || errors.Is(gerr, metastore.ErrNotFound):
+			return 0, fmt.Errorf("%w: %s", errStoreConflict, ml.name)
+		}
+		return 0, fmt.Errorf("mledger %s: read the ledger list back: %w", ml.name, gerr)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("mledger %s: store ledger list: %w", ml.name, err)
-	}
-	return newRev, nil
+	return 0, fmt.Errorf("mledger %s: store ledger list: %w", ml.name, err)
 }
 
-// fence makes the managed ledger refuse everything from now on.
-func (ml *ManagedLedger) fence() {
+// feedLocked takes the list protocol's actions: an install or failing the
+// queue is done at once (under the lock that fed the event, so that no
+// append sees the state between); the rest is queued for run, started if
+// none runs.
+func (ml *ManagedLedger) feedLocked(acts []action) {
+	for _, a := range acts {
+		switch a.kind {
+		case actInstall:
+			ml.installLocked(a.ledger)
+		case actFailQueue:
+			ml.failQueueLocked(fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name))
+		default:
+			ml.mu.actions = append(ml.mu.actions, a)
+		}
+	}
+	if len(ml.mu.actions) > 0 && !ml.mu.running {
+		ml.mu.running = true
+		ml.wg.Add(1)
+		go ml.run()
+	}
+}
+
+// run carries out the queued actions in order, until none is left. I/O
+// actions still queued when the protocol is done are dropped; failed steps
+// are retried with backoff; when Close gave up (runCtx), the protocol is
+// abandoned.
+func (ml *ManagedLedger) run() {
+	defer ml.wg.Done()
+	var backoff time.Duration
+	for {
+		ml.mu.Lock()
+		if len(ml.mu.actions) == 0 {
+			ml.mu.running = false
+			ml.mu.Unlock()
+			return
+		}
+		a := ml.mu.actions[0]
+		ml.mu.actions = ml.mu.actions[1:]
+		done := ml.mu.st.phase == phaseDone
+		ml.mu.Unlock()
+		io := a.kind <= actStore
+		if io && done {
+			continue
+		}
+		if a.retry {
+			backoff = min(max(2*backoff, 100*time.Millisecond), maxStepBackoff)
+			select {
+			case <-time.After(backoff):
+			case <-ml.runCtx.Done():
+			}
+		} else if io {
+			backoff = 0
+		}
+		if io && ml.runCtx.Err() != nil {
+			ml.mu.Lock()
+			ml.feedLocked(ml.mu.st.abandon())
+			ml.mu.Unlock()
+			continue
+		}
+		ml.do(a)
+	}
+}
+
+// do carries out one action and feeds its result back.
+func (ml *ManagedLedger) do(a action) {
+	now := func() int64 { return time.Now().UnixMilli() }
+	switch a.kind {
+	case actCloseWriter:
+		ml.mu.Lock()
+		w := ml.mu.writers[a.ledger]
+		if ml.mu.writer == w {
+			ml.mu.writer = nil
+		}
+		ml.mu.Unlock()
+		ctx, cancel := context.WithTimeout(ml.runCtx, closeWriterTimeout)
+		err := w.Close(ctx)
+		cancel()
+		if errors.Is(err, ledger.ErrFenced) {
+			err = fmt.Errorf("%w: %s: %v", ErrFenced, ml.name, err)
+		} else if err != nil {
+			ml.log.Warn("closing the ledger failed; recovering it", zap.Int64("ledger", a.ledger), zap.Error(err))
+		}
+		ml.mu.Lock()
+		delete(ml.mu.writers, a.ledger)
+		ml.feedLocked(ml.mu.st.writerClosed(w.LastAddConfirmed()+1, w.Length(), now(), err))
+		ml.mu.Unlock()
+	case actRecover:
+		ctx, cancel := context.WithTimeout(ml.runCtx, recoverTimeout)
+		r, err := ml.d.Ledgers.OpenRecover(ctx, a.ledger)
+		cancel()
+		var entries, size int64
+		ml.mu.Lock()
+		if err != nil {
+			ml.log.Warn("recovering the ledger failed; retrying", zap.Int64("ledger", a.ledger), zap.Error(err))
+		} else {
+			m := r.Metadata()
+			entries, size = m.LastEntry+1, m.Length
+			ml.mu.readers[a.ledger] = r
+			// Recovery may find entries whose appends were reported failed
+			// ("maybe written"): they are the partition's from now on.
+			if p := (Position{a.ledger, m.LastEntry}); m.LastEntry >= 0 && ml.mu.last.Before(p) {
+				ml.movedLocked(p)
+			}
+		}
+		ml.feedLocked(ml.mu.st.recovered(entries, size, now(), err))
+		ml.mu.Unlock()
+	case actCreate:
+		ctx, cancel := context.WithTimeout(ml.runCtx, createTimeout)
+		w, err := ml.createLedger(ctx)
+		cancel()
+		var id int64
+		ml.mu.Lock()
+		if err != nil {
+			ml.log.Warn("rollover: creating a ledger failed; retrying", zap.Error(err))
+		} else {
+			id = w.ID()
+			ml.mu.writers[id] = w
+		}
+		ml.feedLocked(ml.mu.st.created(id, now(), err))
+		ml.mu.Unlock()
+	case actStore:
+		ctx, cancel := context.WithTimeout(ml.runCtx, storeTimeout)
+		rev, err := ml.storeList(ctx, a.list, a.rev)
+		cancel()
+		if err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, errStoreConflict) {
+			ml.log.Warn("storing the ledger list failed; retrying", zap.Error(err))
+		}
+		ml.mu.Lock()
+		ml.feedLocked(ml.mu.st.storeDone(rev, err))
+		ml.mu.Unlock()
+	case actDiscard:
+		ml.mu.Lock()
+		w := ml.mu.writers[a.ledger]
+		delete(ml.mu.writers, a.ledger)
+		ml.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if w != nil {
+			w.Close(ctx)
+		}
+		if a.del {
+			if err := ml.d.Ledgers.Delete(ctx, a.ledger); err != nil {
+				ml.log.Warn("unused ledger not deleted; the sweeper will", zap.Int64("ledger", a.ledger), zap.Error(err))
+			}
+		}
+		cancel()
+	case actDelete:
+		ml.mu.Lock()
+		for _, id := range a.ids {
+			delete(ml.mu.readers, id)
+		}
+		ml.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		for _, id := range a.ids {
+			if err := ml.d.Ledgers.Delete(ctx, id); err != nil {
+				ml.log.Warn("trimmed ledger not deleted; the sweeper will", zap.Int64("ledger", id), zap.Error(err))
+			}
+		}
+		cancel()
+		ml.log.Info("trimmed consumed ledgers", zap.Int64s("ledgers", a.ids))
+	case actTrimmed:
+		ml.mu.Lock()
+		if ml.mu.trimWait != nil {
+			ml.mu.trimWait <- trimResult{a.ids, a.err}
+			ml.mu.trimWait = nil
+		}
+		ml.mu.Unlock()
+	case actDone:
+		ml.finish(a.err)
+	}
+}
+
+// finish ends the managed ledger once its list protocol is done: appends
+// fail from now on, the writers left open are closed, and a fenced owner
+// is told.
+func (ml *ManagedLedger) finish(reason error) {
 	ml.mu.Lock()
-	defer ml.mu.Unlock()
-	if ml.mu.err == nil {
-		ml.mu.err = fmt.Errorf("%w: %s", ErrFenced, ml.name)
-		ml.log.Warn("managed ledger fenced: the partition is owned elsewhere")
-		if ml.d.OnFenced != nil {
-			go ml.d.OnFenced()
+	fenced := errors.Is(reason, ErrFenced)
+	if ml.mu.err == nil || fenced && errors.Is(ml.mu.err, ErrClosed) {
+		if fenced {
+			ml.mu.err = fmt.Errorf("%w: %s", ErrFenced, ml.name)
+		} else {
+			ml.mu.err = fmt.Errorf("%w: %s", ErrClosed, ml.name)
 		}
 	}
 	ml.failQueueLocked(ml.mu.err)
+	ml.wakeLocked()
+	ws := ml.mu.writers
+	ml.mu.writers = map[int64]*ledger.Writer{}
+	ml.mu.writer = nil
+	ml.mu.Unlock()
+	if fenced {
+		ml.log.Warn("managed ledger fenced: the partition is owned elsewhere")
+	}
+	for _, w := range ws {
+		// A fenced writer closes without touching the metadata; another
+		// one (abandoned, or whose list write found another owner) closes
+		// its ledger at its last entry, which a recovery would keep too.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		w.Close(ctx)
+		cancel()
+	}
+	if fenced && ml.d.OnFenced != nil {
+		ml.d.OnFenced()
+	}
+	close(ml.done)
+}
+
+// fenceLocked: a ledger of this managed ledger was fenced by another owner.
+func (ml *ManagedLedger) fenceLocked() {
+	if ml.mu.err == nil {
+		ml.mu.err = fmt.Errorf("%w: %s", ErrFenced, ml.name)
+	}
+	ml.failQueueLocked(ml.mu.err)
+	ml.feedLocked(ml.mu.st.fence())
 }
 
 func (ml *ManagedLedger) failQueueLocked(err error) {
@@ -291,6 +536,41 @@ func (ml *ManagedLedger) failQueueLocked(err error) {
 	ml.mu.queue = nil
 	for _, op := range q {
 		op.cb(Position{}, err)
+	}
+}
+
+// wakeLocked wakes whoever waits on moved.
+func (ml *ManagedLedger) wakeLocked() {
+	close(ml.mu.moved)
+	ml.mu.moved = make(chan struct{})
+}
+
+// movedLocked records p as the last confirmed entry.
+func (ml *ManagedLedger) movedLocked(p Position) {
+	ml.mu.last = p
+	ml.wakeLocked()
+}
+
+// installLocked makes ledger's writer the current one and hands it the
+// queued appends.
+func (ml *ManagedLedger) installLocked(id int64) {
+	ml.mu.writer = ml.mu.writers[id]
+	ml.mu.assigned, ml.mu.assignedBytes = 0, 0
+	ml.log.Debug("ledger added", zap.Int64("ledger", id))
+	q := ml.mu.queue
+	ml.mu.queue = nil
+	for i, op := range q {
+		if ml.mu.err != nil {
+			op.cb(Position{}, ml.mu.err)
+			continue
+		}
+		if !ml.mu.st.takesAppends() {
+			// The queue filled the new ledger too: the rest waits for the
+			// next one (the lock kept anything from queueing meanwhile).
+			ml.mu.queue = append([]*appendOp(nil), q[i:]...)
+			break
+		}
+		ml.appendLocked(op)
 	}
 }
 
@@ -321,19 +601,19 @@ func (ml *ManagedLedger) Append(ctx context.Context, data []byte) (Position, err
 func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(Position, error)) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	if ml.mu.err != nil {
+	st := ml.mu.st
+	switch {
+	case ml.mu.err != nil:
 		cb(Position{}, ml.mu.err)
-		return
-	}
-	if ml.mu.rolling && ml.mu.recovering {
+	case st.phase == phaseDone:
+		cb(Position{}, fmt.Errorf("%w: %s", ErrClosed, ml.name))
+	case st.refusing:
 		cb(Position{}, fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name))
-		return
-	}
-	if ml.mu.rolling || ml.mu.writer == nil {
+	case !st.takesAppends() || ml.mu.writer == nil:
 		ml.mu.queue = append(ml.mu.queue, &appendOp{ctx: ctx, data: data, cb: cb})
-		return
+	default:
+		ml.appendLocked(&appendOp{ctx: ctx, data: data, cb: cb})
 	}
-	ml.appendLocked(&appendOp{ctx: ctx, data: data, cb: cb})
 }
 
 // appendLocked hands op to the current writer. Holding the lock keeps the
@@ -351,7 +631,7 @@ func (ml *ManagedLedger) appendLocked(op *appendOp) {
 	if ml.fullLocked() {
 		// This entry is the ledger's last: later appends queue for the next
 		// one, and the rollover closes w once the ones in flight complete.
-		ml.startRolloverLocked(w, false)
+		ml.feedLocked(ml.mu.st.roll(false))
 	}
 }
 
@@ -362,18 +642,20 @@ func (ml *ManagedLedger) fullLocked() bool {
 	if ml.mu.assigned < cfg.MaxEntriesPerLedger && ml.mu.assignedBytes < cfg.MaxSizePerLedger {
 		return false
 	}
-	return time.Since(time.UnixMilli(ml.mu.ledgers[len(ml.mu.ledgers)-1].CreatedAtUnixMs)) >= cfg.MinLedgerAge
+	return time.Since(time.UnixMilli(ml.mu.st.current().CreatedAtUnixMs)) >= cfg.MinLedgerAge
 }
 
 // appended runs when the writer completed (or failed) an entry.
 func (ml *ManagedLedger) appended(w *ledger.Writer, pos Position, op *appendOp, err error) {
 	if err != nil {
 		op.cb(Position{}, err)
+		ml.mu.Lock()
 		if errors.Is(err, ledger.ErrFenced) {
-			ml.fence()
-			return
+			ml.fenceLocked()
+		} else {
+			ml.feedLocked(ml.mu.st.appendFailed(w.ID()))
 		}
-		ml.maybeRollover(w, true)
+		ml.mu.Unlock()
 		return
 	}
 	// Cached before it becomes visible: a tailing reader woken by moved
@@ -383,118 +665,27 @@ func (ml *ManagedLedger) appended(w *ledger.Writer, pos Position, op *appendOp, 
 	}
 	ml.mu.Lock()
 	if ml.mu.last.Before(pos) {
-		ml.mu.last = pos
-		close(ml.mu.moved)
-		ml.mu.moved = make(chan struct{})
+		ml.movedLocked(pos)
 	}
 	ml.mu.Unlock()
 	op.cb(pos, nil)
-	ml.maybeRollover(w, false)
-}
-
-// maybeRollover starts a rollover of w if it is still the current ledger
-// and it is full or old enough, or at once if an append to it failed.
-func (ml *ManagedLedger) maybeRollover(w *ledger.Writer, failed bool) {
 	ml.mu.Lock()
-	defer ml.mu.Unlock()
-	if ml.mu.err != nil {
-		return
-	}
-	if failed && ml.mu.rolling && ml.mu.rollingFrom == w && !ml.mu.recovering {
-		// An entry of the ledger being closed failed. The appends queued
-		// meanwhile come after it: they must not be stored before its
-		// producer resends it, so they fail too, as later ones will until
-		// the new ledger is in place.
-		ml.mu.recovering = true
-		ml.failQueueLocked(fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name))
-		return
-	}
-	if ml.mu.rolling || ml.mu.writer != w {
-		return
-	}
-	if !failed {
-		cfg := ml.mu.cfg
-		age := time.Since(time.UnixMilli(ml.mu.ledgers[len(ml.mu.ledgers)-1].CreatedAtUnixMs))
-		old := ml.mu.assigned > 0 && age >= cfg.MaxLedgerAge
-		if !ml.fullLocked() && !old {
-			return
-		}
-	}
-	ml.startRolloverLocked(w, failed)
-}
-
-// startRolloverLocked stops handing appends to w and starts rolling over.
-func (ml *ManagedLedger) startRolloverLocked(w *ledger.Writer, failed bool) {
-	ml.mu.rolling, ml.mu.rollingFrom = true, w
-	ml.mu.recovering = failed
-	ml.mu.writer = nil
-	ml.wg.Add(1)
-	go ml.rollover(w)
-}
-
-// rollover closes w, adds a new ledger and sends it the queued appends.
-func (ml *ManagedLedger) rollover(w *ledger.Writer) {
-	defer ml.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := w.Close(ctx)
-	if errors.Is(err, ledger.ErrFenced) {
-		ml.fence()
-		return
-	}
-	if err != nil {
-		// The ledger stays open in the metadata; the next owner (or our own
-		// next Open) recovers it. Carry on with a new one.
-		ml.log.Warn("closing the current ledger failed", zap.Int64("ledger", w.ID()), zap.Error(err))
-	}
-	ml.mu.Lock()
-	if ref := ml.mu.ledgers[len(ml.mu.ledgers)-1]; ref.LedgerId == w.ID() && err == nil {
-		ref.Entries, ref.Size, ref.Closed, ref.ClosedAtUnixMs = w.LastAddConfirmed()+1, w.Length(), true, time.Now().UnixMilli()
-	}
+	ml.maybeRollLocked(w)
 	ml.mu.Unlock()
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		nw, err := ml.createLedger(ctx)
-		if err == nil {
-			err = ml.addLedger(ctx, nw)
-		}
-		if err == nil {
-			break
-		}
-		if errors.Is(err, ErrFenced) || ctx.Err() != nil {
-			ml.mu.Lock()
-			if ml.mu.err == nil {
-				ml.mu.err = err
-			}
-			ml.failQueueLocked(err)
-			ml.mu.rolling, ml.mu.recovering, ml.mu.rollingFrom = false, false, nil
-			ml.mu.Unlock()
-			return
-		}
-		ml.log.Warn("rollover: new ledger failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
+}
+
+// maybeRollLocked starts a rollover of w if it is the current ledger taking
+// appends and it is full, or MaxLedgerAge old and not empty.
+func (ml *ManagedLedger) maybeRollLocked(w *ledger.Writer) {
+	if w == nil || ml.mu.writer != w || !ml.mu.st.takesAppends() {
+		return
 	}
-	ml.mu.Lock()
-	ml.mu.rolling, ml.mu.recovering, ml.mu.rollingFrom = false, false, nil
-	q := ml.mu.queue
-	ml.mu.queue = nil
-	for i, op := range q {
-		if ml.mu.err != nil {
-			op.cb(Position{}, ml.mu.err)
-			continue
-		}
-		if ml.mu.writer == nil {
-			// The queue filled the new ledger too: the rest waits for the
-			// next one (the lock kept anything from queueing meanwhile).
-			ml.mu.queue = append([]*appendOp(nil), q[i:]...)
-			break
-		}
-		ml.appendLocked(op)
+	cfg := ml.mu.cfg
+	age := time.Since(time.UnixMilli(ml.mu.st.current().CreatedAtUnixMs))
+	old := ml.mu.assigned > 0 && age >= cfg.MaxLedgerAge
+	if ml.fullLocked() || old {
+		ml.feedLocked(ml.mu.st.roll(false))
 	}
-	ml.mu.Unlock()
-	ml.log.Debug("rolled over", zap.Int64("closed", w.ID()))
 }
 
 // LastConfirmed is the position of the last stored entry (Ledger -1 if the
@@ -540,9 +731,9 @@ func (ml *ManagedLedger) EntriesBetween(from, to Position) int64 {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	var n int64
-	for i, ref := range ml.mu.ledgers {
+	for i, ref := range ml.mu.st.stored {
 		entries := ref.Entries
-		if i == len(ml.mu.ledgers)-1 && !ref.Closed && ref.LedgerId == ml.mu.last.Ledger {
+		if i == len(ml.mu.st.stored)-1 && !ref.Closed && ref.LedgerId == ml.mu.last.Ledger {
 			entries = ml.mu.last.Entry + 1
 		}
 		lo, hi := int64(0), entries-1 // this ledger's entries in (from, to]
@@ -567,7 +758,7 @@ func (ml *ManagedLedger) EntriesBetween(from, to Position) int64 {
 func (ml *ManagedLedger) First() Position {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	for _, ref := range ml.mu.ledgers {
+	for _, ref := range ml.mu.st.stored {
 		if ref.Entries > 0 || !ref.Closed {
 			return Position{ref.LedgerId, 0}
 		}
@@ -583,7 +774,7 @@ func (ml *ManagedLedger) Next(p Position) Position {
 }
 
 func (ml *ManagedLedger) nextLocked(p Position) Position {
-	for i, ref := range ml.mu.ledgers {
+	for i, ref := range ml.mu.st.stored {
 		if ref.LedgerId < p.Ledger {
 			continue
 		}
@@ -597,7 +788,7 @@ func (ml *ManagedLedger) nextLocked(p Position) Position {
 		if !ref.Closed || p.Entry+1 < ref.Entries {
 			return Position{p.Ledger, p.Entry + 1}
 		}
-		for _, nxt := range ml.mu.ledgers[i+1:] {
+		for _, nxt := range ml.mu.st.stored[i+1:] {
 			if nxt.Entries > 0 || !nxt.Closed {
 				return Position{nxt.LedgerId, 0}
 			}
@@ -623,7 +814,7 @@ func (ml *ManagedLedger) Read(ctx context.Context, p Position, max int) ([]Entry
 	}
 	last := p.Entry + int64(max) - 1
 	var ref *metapb.LedgerRef
-	for _, r := range ml.mu.ledgers {
+	for _, r := range ml.mu.st.stored {
 		if r.LedgerId == p.Ledger {
 			ref = r
 		}
@@ -641,8 +832,11 @@ func (ml *ManagedLedger) Read(ctx context.Context, p Position, max int) ([]Entry
 	var src interface {
 		Read(context.Context, int64, int64) ([]ledger.Entry, error)
 	}
-	if ml.mu.writer != nil && ml.mu.writer.ID() == p.Ledger {
-		src = ml.mu.writer.Reader()
+	if w := ml.mu.writers[p.Ledger]; w != nil {
+		// The current ledger, or one being closed: its writer knows what
+		// was confirmed (the bookies may not yet, the LAC rides on the
+		// next add).
+		src = w.Reader()
 	} else if r := ml.mu.readers[p.Ledger]; r != nil {
 		src = r
 	}
@@ -703,7 +897,7 @@ func (ml *ManagedLedger) Read(ctx context.Context, p Position, max int) ([]Entry
 // exist: past the end of a closed ledger to the next one, past trimmed
 // ledgers to the first one kept.
 func (ml *ManagedLedger) normalizeLocked(p Position) Position {
-	for _, ref := range ml.mu.ledgers {
+	for _, ref := range ml.mu.st.stored {
 		if ref.LedgerId < p.Ledger {
 			continue
 		}
@@ -722,59 +916,65 @@ func (ml *ManagedLedger) normalizeLocked(p Position) Position {
 func (ml *ManagedLedger) Ledgers() []*metapb.LedgerRef {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	out := make([]*metapb.LedgerRef, len(ml.mu.ledgers))
-	for i, r := range ml.mu.ledgers {
+	out := make([]*metapb.LedgerRef, len(ml.mu.st.stored))
+	for i, r := range ml.mu.st.stored {
 		out[i] = proto.Clone(r).(*metapb.LedgerRef)
 	}
-	if w := ml.mu.writer; w != nil && len(out) > 0 {
+	if w := ml.mu.writer; w != nil && len(out) > 0 && out[len(out)-1].LedgerId == w.ID() {
 		cur := out[len(out)-1]
 		cur.Entries, cur.Size = w.LastAddConfirmed()+1, w.Length()
 	}
 	return out
 }
 
-// Close stops accepting appends, waits for those in flight and closes the
-// current ledger, so that the next owner needs no recovery.
+// Owns reports whether ledger id is one of the managed ledger's: in its
+// list, or created for it and possibly named by a list whose write is in
+// flight. The orphan sweeper must spare it.
+func (ml *ManagedLedger) Owns(id int64) bool {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	st := ml.mu.st
+	if st.next == id || ml.mu.writers[id] != nil {
+		return true
+	}
+	for _, l := range [][]*metapb.LedgerRef{st.stored, st.storing} {
+		for _, ref := range l {
+			if ref.LedgerId == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Close stops accepting appends, waits for those in flight, closes the
+// current ledger and stores the list with it closed, so that the next
+// owner needs no recovery. A rollover under way is finished first, without
+// installing its new ledger. If ctx ends first, Close gives up: what is
+// not stored by then is left to the next owner's recovery.
 func (ml *ManagedLedger) Close(ctx context.Context) error {
 	ml.mu.Lock()
-	if ml.mu.err != nil && errors.Is(ml.mu.err, ErrClosed) {
-		ml.mu.Unlock()
-		return nil
+	if ml.mu.err == nil {
+		ml.mu.err = fmt.Errorf("%w: %s", ErrClosed, ml.name)
 	}
-	fenced := ml.mu.err != nil
-	ml.mu.err = fmt.Errorf("%w: %s", ErrClosed, ml.name)
 	ml.failQueueLocked(ml.mu.err)
-	w := ml.mu.writer
-	ml.mu.writer = nil
-	close(ml.mu.moved)
-	ml.mu.moved = make(chan struct{})
+	ml.wakeLocked()
+	ml.feedLocked(ml.mu.st.close())
 	ml.mu.Unlock()
+	var err error
+	select {
+	case <-ml.done:
+	case <-ctx.Done():
+		ml.runCancel() // run abandons at its next step
+		<-ml.done
+	}
 	ml.wg.Wait()
-	if w == nil || fenced {
-		if w != nil {
-			w.Close(ctx)
-		}
-		return nil
-	}
-	if err := w.Close(ctx); err != nil {
-		return fmt.Errorf("mledger %s: close ledger %d: %w", ml.name, w.ID(), err)
-	}
-	ml.metaMu.Lock()
-	defer ml.metaMu.Unlock()
+	ml.runCancel()
 	ml.mu.Lock()
-	ledgers := slices.Clone(ml.mu.ledgers)
-	if ref := ledgers[len(ledgers)-1]; ref.LedgerId == w.ID() {
-		ledgers[len(ledgers)-1] = &metapb.LedgerRef{LedgerId: ref.LedgerId, CreatedAtUnixMs: ref.CreatedAtUnixMs,
-			Entries: w.LastAddConfirmed() + 1, Size: w.Length(), Closed: true, ClosedAtUnixMs: time.Now().UnixMilli()}
-	}
-	rev := ml.mu.modRev
+	reason := ml.mu.st.err
 	ml.mu.Unlock()
-	newRev, err := ml.store(ctx, ledgers, rev)
-	if err != nil {
-		return err
+	if errors.Is(reason, errAbandoned) {
+		err = fmt.Errorf("mledger %s: close: %w", ml.name, cmpErr(ctx.Err(), reason))
 	}
-	ml.mu.Lock()
-	ml.mu.ledgers, ml.mu.modRev = ledgers, newRev
-	ml.mu.Unlock()
-	return nil
+	return err
 }

@@ -12,11 +12,13 @@ import (
 
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/internal/testcluster"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
 func TestMain(m *testing.M) {
@@ -450,4 +452,221 @@ func TestDeposedOwnerAtEachTakeoverStep(t *testing.T) {
 			checkData(t, readAll(t, next), acked)
 		})
 	}
+}
+
+// proxiedLedgers returns a ledger client whose metastore connection goes
+// through a proxy the test can pause and cut (the managed ledger's own
+// metadata store stays direct).
+func (e *env) proxiedLedgers() (*ledger.Client, *testutil.Proxy) {
+	e.t.Helper()
+	p := testutil.StartProxy(e.t, e.c.Etcd.Endpoints()[0])
+	st := testutil.OpenStore(e.t, []string{p.Addr()}, "/magnetar")
+	lc, err := ledger.New(st, ledger.Config{Logger: zaptest.NewLogger(e.t).Named("ledger")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { lc.Close() })
+	return lc, p
+}
+
+// storedList reads the partition's ledger list from the metastore and
+// checks that every ledger but the last is closed, in the list and in its
+// own metadata (the invariant of the list's protocol); all reports whether
+// the last is closed too.
+func (e *env) storedList(topic string) (refs []*metapb.LedgerRef, all bool) {
+	e.t.Helper()
+	ctx := ctxT(e.t)
+	kv, err := e.c.Store.Get(ctx, metastore.ManagedLedgerKey(topic))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var info metapb.ManagedLedgerInfo
+	if err := proto.Unmarshal(kv.Value, &info); err != nil {
+		e.t.Fatal(err)
+	}
+	lc := e.c.Client(ledger.Config{})
+	all = true
+	for i, ref := range info.Ledgers {
+		m, err := lc.Metadata(ctx, ref.LedgerId)
+		if err != nil {
+			e.t.Fatalf("ledger %d of the list: %v", ref.LedgerId, err)
+		}
+		closed := ref.Closed && m.State == ledger.StateClosed && m.LastEntry+1 == ref.Entries
+		if !closed && i < len(info.Ledgers)-1 {
+			e.t.Fatalf("ledger %d is not the last and is not closed (list: closed %v, %d entries; metadata: %v, last entry %d)",
+				ref.LedgerId, ref.Closed, ref.Entries, m.State, m.LastEntry)
+		}
+		all = all && closed
+	}
+	return info.Ledgers, all
+}
+
+// appendRetry appends, trying again while the managed ledger refuses
+// appends for now (a failed ledger being replaced).
+func appendRetry(t *testing.T, ml *ManagedLedger, i int) Position {
+	t.Helper()
+	for {
+		p, err := ml.Append(ctxT(t), data(i))
+		if err == nil {
+			return p
+		}
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctxT(t).Done():
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+}
+
+// The closing of the full ledger at rollover fails (its metadata write
+// is cut): the ledger must be closed by recovery before a new one is
+// added, so the list never holds an open ledger before the last, every
+// acknowledged entry stays readable (through restarts), and trimming
+// goes past it (correctness sweep, item 9).
+func TestFailedCloseAtRolloverKeepsEveryEntryReadable(t *testing.T) {
+	e := newEnv(t, 1)
+	lc, proxy := e.proxiedLedgers()
+	const topic = "public/default/failed-close"
+	ml, err := Open(ctxT(t), topic, smallLedgers(5), Deps{Store: e.c.Store, Ledgers: lc, Guard: e.own(topic), Cache: e.cache,
+		Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, ml, 0, 4)
+	proxy.Pause()
+	held := proxy.Held()
+	// Entry 4 fills the ledger: acknowledged by the bookie, then the
+	// rollover's close writes the ledger's metadata, which the pause holds.
+	appendN(t, ml, 4, 1)
+	<-held
+	proxy.CutAll() // the close's write fails, unapplied
+	proxy.Resume()
+	for i := 5; i < 9; i++ { // the next ledger is not full: no rollover runs
+		appendRetry(t, ml, i)
+	}
+	refs, _ := e.storedList(topic)
+	if len(refs) < 2 || refs[0].Entries != 5 {
+		t.Fatalf("ledger list %v: want the first ledger closed with its 5 entries", refs)
+	}
+	e.cache.Drop(topic)
+	checkData(t, readAll(t, ml), 9)
+	// Everything consumed: every ledger but the current one goes.
+	gone, err := ml.Trim(ctxT(t), ml.Next(ml.LastConfirmed()), Retention{})
+	if err != nil || len(gone) == 0 || gone[0] != refs[0].LedgerId {
+		t.Fatalf("trim with everything consumed: deleted %v, %v", gone, err)
+	}
+	if err := ml.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// A new owner reads what is left, and the list is closed throughout.
+	if _, all := e.storedList(topic); !all {
+		t.Fatal("the list's last ledger is open after a clean close")
+	}
+	ml2 := e.open(topic, smallLedgers(5), e.own(topic))
+	defer ml2.Close(ctxT(t))
+	e.cache.Drop(topic)
+	got := readAll(t, ml2)
+	if len(got) != 4 || !bytes.Equal(got[0], data(5)) || !bytes.Equal(got[3], data(8)) {
+		t.Fatalf("after trim and reopen read %q, want entries 5..8", got)
+	}
+}
+
+// Close while a rollover is closing the full ledger: the rollover must not
+// install its new ledger after the close, nor leave it open (correctness
+// sweep, item 10). Goroutines of a leaked writer would also fail the
+// package's leak check.
+func TestCloseDuringRolloverLeavesNothingOpen(t *testing.T) {
+	e := newEnv(t, 1)
+	lc, proxy := e.proxiedLedgers()
+	const topic = "public/default/close-rolling"
+	ml, err := Open(ctxT(t), topic, smallLedgers(3), Deps{Store: e.c.Store, Ledgers: lc, Guard: e.own(topic), Cache: e.cache,
+		Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, ml, 0, 2)
+	proxy.Pause()
+	held := proxy.Held()
+	appendN(t, ml, 2, 1) // fills the ledger: the rollover's close is held
+	<-held
+	closed := make(chan error, 1)
+	go func() { closed <- ml.Close(ctxT(t)) }()
+	testutil.Eventually(t, 10*time.Second, "the close to refuse appends", func() bool {
+		_, err := ml.Append(ctxT(t), []byte("late"))
+		return errors.Is(err, ErrClosed)
+	})
+	proxy.Resume()
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	refs, all := e.storedList(topic)
+	if !all {
+		t.Fatalf("after close, the list %v has an open ledger", refs)
+	}
+	// Nothing created for the rollover is left open outside the list.
+	var open []int64
+	if err := e.c.Client(ledger.Config{}).List(ctxT(t), func(id int64) error {
+		m, err := e.c.Client(ledger.Config{}).Metadata(ctxT(t), id)
+		if err == nil && m.State != ledger.StateClosed {
+			open = append(open, id)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(open) > 0 {
+		t.Fatalf("ledgers %v left open after close (list %v)", open, refs)
+	}
+	ml2 := e.open(topic, smallLedgers(3), e.own(topic))
+	defer ml2.Close(ctxT(t))
+	checkData(t, readAll(t, ml2), 3)
+}
+
+// Open recovers every ledger of the list left open, not only the last
+// (a list written by an older version could hold one in the middle).
+func TestOpenRecoversOpenLedgersBeforeTheLast(t *testing.T) {
+	e := newEnv(t, 1)
+	const topic = "public/default/open-middle"
+	lc := e.c.Client(ledger.Config{})
+	ctx := ctxT(t)
+	var refs []*metapb.LedgerRef
+	var stale []*ledger.Writer
+	for l := 0; l < 3; l++ {
+		w, err := lc.Create(ctx, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if _, err := w.Append(ctx, data(2*l+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Ledger 0 closed; ledgers 1 and 2 left open (a writer that died).
+		ref := &metapb.LedgerRef{LedgerId: w.ID()}
+		if l == 0 {
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ref.Entries, ref.Closed = 2, true
+		} else {
+			stale = append(stale, w)
+		}
+		refs = append(refs, ref)
+	}
+	raw, _ := proto.Marshal(&metapb.ManagedLedgerInfo{Ledgers: refs})
+	if _, err := e.c.Store.Create(ctx, metastore.ManagedLedgerKey(topic), raw); err != nil {
+		t.Fatal(err)
+	}
+	ml := e.open(topic, smallLedgers(100), e.own(topic))
+	defer ml.Close(ctx)
+	for _, w := range stale { // fenced by the recovery: they stop
+		w.Close(ctx)
+	}
+	if got, _ := e.storedList(topic); len(got) != 4 {
+		t.Fatalf("list after open: %v", got)
+	}
+	checkData(t, readAll(t, ml), 6)
 }

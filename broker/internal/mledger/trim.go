@@ -2,10 +2,7 @@ package mledger
 
 import (
 	"context"
-	"slices"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/proto/metapb"
 )
@@ -23,22 +20,22 @@ type Retention struct {
 // firstUnconsumed (the slowest subscription's first unacknowledged entry,
 // or the end of the partition when nobody subscribes) and that retention
 // no longer asks to keep. The current ledger is never deleted. The ledger
-// list is stored first, then the ledgers are deleted; a crash in between
-// leaves orphan ledgers for the broker's sweeper. It returns the ids
-// deleted.
+// list is stored first (by the list protocol, see listState), then the
+// ledgers are deleted; a crash in between leaves orphan ledgers for the
+// broker's sweeper. It returns the ids deleted; none, and no error, while
+// a rollover or close runs.
 func (ml *ManagedLedger) Trim(ctx context.Context, firstUnconsumed Position, r Retention) ([]int64, error) {
-	ml.metaMu.Lock()
-	defer ml.metaMu.Unlock()
 	ml.mu.Lock()
-	if ml.mu.err != nil || ml.mu.rolling {
+	if ml.mu.err != nil || ml.mu.trimWait != nil {
 		ml.mu.Unlock()
 		return nil, nil // try again later
 	}
+	ledgers := ml.mu.st.stored
 	now := time.Now()
 	// The consumed prefix: closed ledgers entirely before firstUnconsumed.
 	n := 0
 	var consumedSize int64
-	for _, ref := range ml.mu.ledgers[:len(ml.mu.ledgers)-1] {
+	for _, ref := range ledgers[:len(ledgers)-1] {
 		if !ref.Closed || !consumed(ref, firstUnconsumed) {
 			break
 		}
@@ -46,7 +43,7 @@ func (ml *ManagedLedger) Trim(ctx context.Context, firstUnconsumed Position, r R
 		consumedSize += ref.Size
 	}
 	drop := 0
-	for _, ref := range ml.mu.ledgers[:n] {
+	for _, ref := range ledgers[:n] {
 		expired := r.Time >= 0 && now.Sub(time.UnixMilli(ref.ClosedAtUnixMs)) >= r.Time
 		overSize := r.Size >= 0 && consumedSize > r.Size
 		if !expired && !overSize {
@@ -59,32 +56,21 @@ func (ml *ManagedLedger) Trim(ctx context.Context, firstUnconsumed Position, r R
 		ml.mu.Unlock()
 		return nil, nil
 	}
-	gone := make([]int64, 0, drop)
-	for _, ref := range ml.mu.ledgers[:drop] {
-		gone = append(gone, ref.LedgerId)
+	acts, ok := ml.mu.st.trim(drop)
+	if !ok {
+		ml.mu.Unlock()
+		return nil, nil // a rollover or close runs: try again later
 	}
-	kept := slices.Clone(ml.mu.ledgers[drop:])
-	rev := ml.mu.modRev
+	ch := make(chan trimResult, 1)
+	ml.mu.trimWait = ch
+	ml.feedLocked(acts)
 	ml.mu.Unlock()
-
-	newRev, err := ml.store(ctx, kept, rev)
-	if err != nil {
-		return nil, err
+	select {
+	case res := <-ch:
+		return res.ids, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err() // the list protocol goes on
 	}
-	ml.mu.Lock()
-	ml.mu.ledgers = kept // unchanged meanwhile: metaMu is held
-	ml.mu.modRev = newRev
-	for _, id := range gone {
-		delete(ml.mu.readers, id)
-	}
-	ml.mu.Unlock()
-	for _, id := range gone {
-		if err := ml.d.Ledgers.Delete(ctx, id); err != nil {
-			ml.log.Warn("trimmed ledger not deleted; the sweeper will", zap.Int64("ledger", id), zap.Error(err))
-		}
-	}
-	ml.log.Info("trimmed consumed ledgers", zap.Int64s("ledgers", gone))
-	return gone, nil
 }
 
 // consumed: every entry of ref is before p.

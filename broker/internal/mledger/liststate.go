@@ -1,0 +1,389 @@
+package mledger
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/proto/metapb"
+)
+
+// listState is the managed ledger's protocol for its ledger list, free of
+// I/O: rollover, trimming and closing. The managed ledger feeds it events
+// (a rollover or a close is asked, a ledger was closed, created, a list
+// was stored, ...) under its lock and carries out the actions it returns,
+// one at a time, in a goroutine of its own (see ManagedLedger.run).
+//
+//	writing ─roll─► closing ─ok─────────────────► creating ─ok─► storing ─ok─► writing
+//	   │               └─failed─► recovering ─ok─┘    ↺ failed     ↺ unknown outcome: same list again
+//	   └─trim─► trimming ─stored─► writing
+//	close: after the last ledger is closed, storingClosed ─ok─► done
+//	fenced (a write found another owner): done
+//
+// Invariants:
+//   - L1. Every list stored, and every list whose store was attempted (an
+//     attempt whose outcome is unknown may have been applied), has every
+//     ledger but the last closed. A new ledger is created only once the
+//     last one is closed (by its writer, or else by recovery), and the
+//     list that adds it records the closed one in the same write.
+//   - L2. A list whose store had an unknown outcome is stored again,
+//     unchanged, until the outcome is known: nothing else is written in
+//     between, so the store that eventually succeeds (or finds its own
+//     value already there) leaves the list the one intended.
+//   - L3. At most one I/O action is in flight. Events from outside (roll,
+//     trim, close) start I/O only from the writing phase; elsewhere they
+//     are remembered and acted on when the running step ends.
+//   - L4. After done, no ledger this managed ledger created is open and
+//     unreferenced: a created ledger is either in the stored list, or
+//     closed and deleted, or (when a store naming it may have been
+//     applied) left for the orphan sweeper.
+type listState struct {
+	phase listPhase
+	// stored is the list as last stored; never modified in place. Its last
+	// ledger is the current one (open unless the managed ledger closed).
+	stored []*metapb.LedgerRef
+	rev    int64 // revision of stored
+	// closedLast is the last ledger once closed, before a list records it.
+	closedLast *metapb.LedgerRef
+	// next is a ledger created and not yet in stored (-1: none).
+	next int64
+	// nextMaybeStored: a store of a list naming next had an unknown
+	// outcome, so that list may be in the metastore: next must not be
+	// deleted.
+	nextMaybeStored bool
+	// storing is the list of the store in flight (or to retry); trimmed,
+	// the ledgers it drops.
+	storing []*metapb.LedgerRef
+	trimmed []int64
+	// Asked while another step ran.
+	rollWanted, closeWanted bool
+	// refusing: a step failed (or the rollover replaces a ledger whose
+	// append failed); appends are refused until a new ledger is in place.
+	refusing bool
+	// err, once done: nil after a clean close, ErrFenced or errAbandoned.
+	err error
+}
+
+type listPhase int
+
+const (
+	phaseWriting       listPhase = iota // the last ledger takes appends
+	phaseTrimming                       // storing the list without a consumed prefix; appends go on
+	phaseClosing                        // closing the last ledger's writer
+	phaseRecovering                     // its close failed: recovering it (fence, close at its last entry)
+	phaseCreating                       // creating the next ledger
+	phaseStoring                        // storing the list that records the closed ledger and adds the next
+	phaseStoringClosed                  // closing: storing the list with the last ledger closed
+	phaseDone                           // closed or fenced
+)
+
+func (p listPhase) String() string {
+	return [...]string{"writing", "trimming", "closing", "recovering", "creating", "storing", "storing-closed", "done"}[p]
+}
+
+type actionKind int
+
+const (
+	// I/O actions: each one's result is fed back as an event.
+	actCloseWriter actionKind = iota + 1 // close ledger's writer (waits for its appends) -> writerClosed
+	actRecover                           // recover ledger (fence it, close it at its end) -> recovered
+	actCreate                            // create a ledger -> created
+	actStore                             // store list at rev, guarded -> stored
+	// Actions without a result.
+	actInstall   // ledger is the current one: hand it the queued appends
+	actDiscard   // close ledger's writer, unused; delete the ledger if del
+	actDelete    // delete the trimmed ledgers ids (no longer in the list)
+	actFailQueue // fail the queued appends: they are refused until a new ledger is in place
+	actTrimmed   // tell Trim its outcome: ids dropped, or err
+	actDone      // terminal: err says why
+)
+
+func (k actionKind) String() string {
+	return [...]string{"", "close-writer", "recover", "create", "store", "install", "discard", "delete", "fail-queue", "trimmed", "done"}[k]
+}
+
+type action struct {
+	kind   actionKind
+	ledger int64
+	list   []*metapb.LedgerRef // actStore
+	rev    int64               // actStore
+	ids    []int64             // actDelete, actTrimmed
+	del    bool                // actDiscard
+	retry  bool                // an I/O action again after a failure: back off first
+	err    error               // actDone, actTrimmed
+}
+
+func (a action) String() string {
+	s := a.kind.String()
+	if a.retry {
+		s += "(retry)"
+	}
+	return fmt.Sprintf("%s ledger=%d ids=%v err=%v", s, a.ledger, a.ids, a.err)
+}
+
+// errStoreConflict is what the I/O layer reports when the stored list is
+// neither what was there nor what this owner wrote: someone else changed
+// it. Handled as fencing.
+var errStoreConflict = errors.New("mledger: the ledger list was changed by someone else")
+
+// errAbandoned: Close gave up before the list was stored closed.
+var errAbandoned = errors.New("mledger: close abandoned")
+
+// cmpErr returns err, or def if err is nil.
+func cmpErr(err, def error) error {
+	if err == nil {
+		return def
+	}
+	return err
+}
+
+// newListState starts in the writing phase with stored as the list (its
+// last ledger open and current) at revision rev.
+func newListState(stored []*metapb.LedgerRef, rev int64) *listState {
+	return &listState{phase: phaseWriting, stored: stored, rev: rev, next: -1}
+}
+
+// current is the last ledger of the stored list.
+func (s *listState) current() *metapb.LedgerRef { return s.stored[len(s.stored)-1] }
+
+// takesAppends reports whether appends go to the current ledger's writer
+// now (otherwise they queue, or are refused while refusing).
+func (s *listState) takesAppends() bool {
+	return (s.phase == phaseWriting || s.phase == phaseTrimming) && !s.rollWanted && !s.closeWanted
+}
+
+// rolling reports whether a rollover (or close) is under way.
+func (s *listState) rolling() bool {
+	return s.phase != phaseWriting && s.phase != phaseTrimming && s.phase != phaseDone || s.rollWanted
+}
+
+// roll asks for a rollover: the current ledger is full, too old, or one of
+// its appends failed (failed: appends are refused until the next ledger is
+// in place, so that a producer's resent message is not stored after later
+// ones).
+func (s *listState) roll(failed bool) []action {
+	if s.phase == phaseDone || s.closeWanted {
+		return nil
+	}
+	var acts []action
+	if failed {
+		acts = s.refuse()
+	}
+	switch s.phase {
+	case phaseWriting:
+		s.phase, s.rollWanted = phaseClosing, false
+		acts = append(acts, action{kind: actCloseWriter, ledger: s.current().LedgerId})
+	case phaseTrimming:
+		s.rollWanted = true // once the trim is stored
+	}
+	return acts
+}
+
+// appendFailed: an append to ledger failed (not fenced). A rollover
+// replaces the ledger; appends are refused until it is done.
+func (s *listState) appendFailed(ledger int64) []action {
+	if s.phase == phaseDone || s.current().LedgerId != ledger {
+		return nil // an earlier ledger, already replaced
+	}
+	return s.roll(true)
+}
+
+// trim asks to drop the first n ledgers (closed and consumed) from the
+// list. It returns false if another step runs: try again later.
+func (s *listState) trim(n int) ([]action, bool) {
+	if s.phase != phaseWriting || s.rollWanted || s.closeWanted || n <= 0 || n >= len(s.stored) {
+		return nil, false
+	}
+	for _, ref := range s.stored[:n] {
+		if !ref.Closed {
+			return nil, false
+		}
+		s.trimmed = append(s.trimmed, ref.LedgerId)
+	}
+	s.phase = phaseTrimming
+	s.storing = slices.Clone(s.stored[n:])
+	return []action{{kind: actStore, list: s.storing, rev: s.rev}}, true
+}
+
+// close asks to close the managed ledger: no new ledger is installed, the
+// last one is closed and the list stored with it closed.
+func (s *listState) close() []action {
+	if s.phase == phaseDone {
+		return nil
+	}
+	s.closeWanted = true
+	if s.phase == phaseWriting {
+		s.phase = phaseClosing
+		return []action{{kind: actCloseWriter, ledger: s.current().LedgerId}}
+	}
+	return nil // the running step sees closeWanted when it ends
+}
+
+// fence: another owner took over (a write failed on the ownership guard,
+// or a ledger was fenced). Terminal.
+func (s *listState) fence() []action {
+	if s.phase == phaseDone {
+		return nil
+	}
+	return s.finish(ErrFenced)
+}
+
+// abandon: the closer gave up waiting (its context ended). Terminal;
+// nothing more is written.
+func (s *listState) abandon() []action {
+	if s.phase == phaseDone {
+		return nil
+	}
+	return s.finish(errAbandoned)
+}
+
+// finish ends the protocol: err is nil after a clean close, else ErrFenced
+// or errAbandoned.
+func (s *listState) finish(err error) []action {
+	var acts []action
+	if s.next >= 0 {
+		// A store naming next that is in flight may yet be applied.
+		maybeStored := s.nextMaybeStored || s.phase == phaseStoring
+		acts = append(acts, action{kind: actDiscard, ledger: s.next, del: !maybeStored})
+		s.next = -1
+	}
+	if s.phase == phaseTrimming {
+		acts = append(acts, action{kind: actTrimmed, err: cmpErr(err, ErrClosed)})
+	}
+	s.phase, s.err = phaseDone, err
+	s.storing, s.trimmed = nil, nil
+	return append(acts, action{kind: actDone, err: err})
+}
+
+// writerClosed: the current ledger's writer closed (err nil) with entries
+// entries of size bytes in all, or failed to.
+func (s *listState) writerClosed(entries, size, nowMs int64, err error) []action {
+	if s.phase != phaseClosing {
+		return nil
+	}
+	switch {
+	case errors.Is(err, ErrFenced):
+		return s.fence()
+	case err != nil:
+		// The ledger may be open in its metadata (or closed by a write
+		// whose reply was lost): recovery closes it at its last entry
+		// that may have been acknowledged, whatever happened.
+		s.phase = phaseRecovering
+		return append(s.refuse(), action{kind: actRecover, ledger: s.current().LedgerId})
+	}
+	return s.lastClosed(entries, size, nowMs)
+}
+
+// recovered: the current ledger was recovered (closed at entries, size),
+// or recovery failed and is tried again.
+func (s *listState) recovered(entries, size, nowMs int64, err error) []action {
+	if s.phase != phaseRecovering {
+		return nil
+	}
+	if err != nil {
+		return []action{{kind: actRecover, ledger: s.current().LedgerId, retry: true}}
+	}
+	return s.lastClosed(entries, size, nowMs)
+}
+
+func (s *listState) lastClosed(entries, size, nowMs int64) []action {
+	ref := proto.Clone(s.current()).(*metapb.LedgerRef)
+	ref.Entries, ref.Size, ref.Closed, ref.ClosedAtUnixMs = entries, size, true, nowMs
+	s.closedLast = ref
+	if s.closeWanted {
+		s.phase = phaseStoringClosed
+		s.storing = s.withClosedLast()
+		return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+	}
+	s.phase = phaseCreating
+	return []action{{kind: actCreate}}
+}
+
+func (s *listState) withClosedLast() []*metapb.LedgerRef {
+	l := slices.Clone(s.stored)
+	l[len(l)-1] = s.closedLast
+	return l
+}
+
+// created: a new ledger was created (or not).
+func (s *listState) created(ledger, nowMs int64, err error) []action {
+	if s.phase != phaseCreating {
+		if err == nil {
+			// Done meanwhile (fenced): not ours to use.
+			return []action{{kind: actDiscard, ledger: ledger, del: true}}
+		}
+		return nil
+	}
+	if err != nil {
+		return append(s.refuse(), action{kind: actCreate, retry: true})
+	}
+	if s.closeWanted {
+		s.phase = phaseStoringClosed
+		s.storing = s.withClosedLast()
+		return []action{{kind: actDiscard, ledger: ledger, del: true}, {kind: actStore, list: s.storing, rev: s.rev}}
+	}
+	s.next, s.nextMaybeStored = ledger, false
+	s.phase = phaseStoring
+	s.storing = append(s.withClosedLast(), &metapb.LedgerRef{LedgerId: ledger, CreatedAtUnixMs: nowMs})
+	return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+}
+
+// storeDone: the store in flight succeeded at revision rev, or failed.
+// ErrNotOwner and errStoreConflict fence; any other error leaves the
+// outcome unknown, and the same list is stored again.
+func (s *listState) storeDone(rev int64, err error) []action {
+	switch s.phase {
+	case phaseTrimming, phaseStoring, phaseStoringClosed:
+	default:
+		return nil
+	}
+	if err != nil {
+		if errors.Is(err, ErrFenced) || errors.Is(err, errStoreConflict) {
+			return s.fence()
+		}
+		var acts []action
+		if s.phase == phaseStoring {
+			s.nextMaybeStored = true
+			acts = s.refuse()
+		}
+		return append(acts, action{kind: actStore, list: s.storing, rev: s.rev, retry: true})
+	}
+	s.stored, s.rev, s.storing = s.storing, rev, nil
+	switch s.phase {
+	case phaseTrimming:
+		acts := []action{{kind: actDelete, ids: s.trimmed}, {kind: actTrimmed, ids: s.trimmed}}
+		s.trimmed = nil
+		s.phase = phaseWriting
+		switch {
+		case s.closeWanted:
+			s.phase = phaseClosing
+			acts = append(acts, action{kind: actCloseWriter, ledger: s.current().LedgerId})
+		case s.rollWanted:
+			acts = append(acts, s.roll(false)...)
+		}
+		return acts
+	case phaseStoring:
+		s.closedLast, s.next, s.nextMaybeStored = nil, -1, false
+		if s.closeWanted {
+			// The new ledger is in the list, open: close it too.
+			s.phase = phaseClosing
+			return []action{{kind: actCloseWriter, ledger: s.current().LedgerId}}
+		}
+		s.phase, s.refusing, s.rollWanted = phaseWriting, false, false
+		return []action{{kind: actInstall, ledger: s.current().LedgerId}}
+	default: // phaseStoringClosed
+		s.closedLast = nil
+		return s.finish(nil)
+	}
+}
+
+// refuse starts refusing appends (a step failed), once.
+func (s *listState) refuse() []action {
+	if s.refusing || s.closeWanted {
+		return nil
+	}
+	s.refusing = true
+	return []action{{kind: actFailQueue}}
+}

@@ -1,0 +1,419 @@
+package mledger
+
+import (
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/proto/metapb"
+)
+
+// listWorld is a model of what listState's actions act on: the list in the
+// metastore, the ledgers' metadata and the writers, with faults injected
+// into every action's outcome.
+type listWorld struct {
+	t    *testing.T
+	seed uint64
+	rng  *mathrand.Rand
+
+	list    []*metapb.LedgerRef // in the metastore
+	rev     int64
+	ledgers map[int64]*modelLedger
+	nextID  int64
+	// unknown is the list of a store whose outcome the state machine does
+	// not know; the next store must be the same list (L2).
+	unknown []*metapb.LedgerRef
+	// current is the ledger whose writer takes appends.
+	current int64
+	trimmed map[int64]bool
+}
+
+type modelLedger struct {
+	closed     bool
+	entries    int64 // acknowledged by its writer (or found by recovery)
+	deleted    bool
+	writerOpen bool
+}
+
+func newListWorld(t *testing.T, seed uint64) (*listWorld, *listState) {
+	w := &listWorld{t: t, seed: seed, rng: mathrand.New(mathrand.NewPCG(seed, 3)), ledgers: map[int64]*modelLedger{}, nextID: 10, trimmed: map[int64]bool{}}
+	// Two closed ledgers and an open one, as after Open.
+	for i := int64(0); i < 3; i++ {
+		id := w.newLedger()
+		l := w.ledgers[id]
+		if i < 2 {
+			l.closed, l.entries, l.writerOpen = true, 5, false
+		}
+		w.list = append(w.list, &metapb.LedgerRef{LedgerId: id, Entries: map[bool]int64{true: 5}[i < 2], Closed: i < 2})
+	}
+	w.rev = 1
+	w.current = w.list[2].LedgerId
+	return w, newListState(slices.Clone(w.list), w.rev)
+}
+
+func (w *listWorld) newLedger() int64 {
+	w.nextID++
+	w.ledgers[w.nextID] = &modelLedger{writerOpen: true}
+	return w.nextID
+}
+
+func (w *listWorld) fatalf(format string, args ...any) {
+	w.t.Helper()
+	w.t.Fatalf("seed %d: %s", w.seed, fmt.Sprintf(format, args...))
+}
+
+// checkList checks L1 on a list that is (or may be) in the metastore: every
+// ledger but the last is closed, in the list and in its metadata, at the
+// entries its writer had acknowledged; no ledger in it is deleted.
+func (w *listWorld) checkList(what string, list []*metapb.LedgerRef) {
+	w.t.Helper()
+	for i, ref := range list {
+		l := w.ledgers[ref.LedgerId]
+		if l == nil || l.deleted {
+			w.fatalf("%s names ledger %d, which is deleted", what, ref.LedgerId)
+		}
+		if i == len(list)-1 {
+			continue
+		}
+		if !ref.Closed || !l.closed {
+			w.fatalf("%s: ledger %d is not the last and is open (list closed=%v, metadata closed=%v)", what, ref.LedgerId, ref.Closed, l.closed)
+		}
+		if ref.Entries != l.entries {
+			w.fatalf("%s: ledger %d recorded with %d entries, %d acknowledged", what, ref.LedgerId, ref.Entries, l.entries)
+		}
+	}
+}
+
+func (w *listWorld) inList(id int64) bool {
+	return slices.ContainsFunc(w.list, func(r *metapb.LedgerRef) bool { return r.LedgerId == id })
+}
+
+// do carries out one action with a random outcome and returns the event's
+// follow-up actions; done reports the terminal action. As the managed
+// ledger does, I/O actions still queued when the state is done are
+// dropped.
+func (w *listWorld) do(st *listState, a action, faults bool) (more []action, done bool) {
+	fail := func(p int) bool { return faults && w.rng.IntN(100) < p }
+	if a.kind <= actStore && st.phase == phaseDone {
+		return nil, false
+	}
+	const now = 1000
+	switch a.kind {
+	case actCloseWriter:
+		l := w.ledgers[a.ledger]
+		if !l.writerOpen {
+			w.fatalf("close-writer of ledger %d, whose writer is not open", a.ledger)
+		}
+		if w.current == a.ledger {
+			w.current = -1
+		}
+		l.writerOpen = false
+		switch r := w.rng.IntN(100); {
+		case fail(15) && r < 50: // the close's CAS failed
+			return st.writerClosed(0, 0, now, errors.New("etcd unavailable")), false
+		case fail(15): // applied, reply lost
+			l.closed = true
+			return st.writerClosed(0, 0, now, errors.New("etcd timeout")), false
+		case fail(3):
+			return st.writerClosed(0, 0, now, fmt.Errorf("%w: ledger recovered", ErrFenced)), false
+		}
+		l.closed = true
+		return st.writerClosed(l.entries, l.entries*10, now, nil), false
+	case actRecover:
+		l := w.ledgers[a.ledger]
+		if l.writerOpen {
+			w.fatalf("recovering ledger %d while its writer is open", a.ledger)
+		}
+		if fail(30) {
+			return st.recovered(0, 0, now, errors.New("bookies unreachable")), false
+		}
+		l.closed = true
+		return st.recovered(l.entries, l.entries*10, now, nil), false
+	case actCreate:
+		if fail(20) {
+			return st.created(0, now, errors.New("not enough bookies")), false
+		}
+		return st.created(w.newLedger(), now, nil), false
+	case actStore:
+		if w.unknown != nil && !slices.EqualFunc(w.unknown, a.list, func(x, y *metapb.LedgerRef) bool { return proto.Equal(x, y) }) {
+			w.fatalf("a store with an unknown outcome is followed by a store of another list (L2)")
+		}
+		w.checkList("a list stored", a.list)
+		apply := func() {
+			for _, ref := range w.list {
+				if !slices.ContainsFunc(a.list, func(r *metapb.LedgerRef) bool { return r.LedgerId == ref.LedgerId }) {
+					w.trimmed[ref.LedgerId] = true // leaves the list: only a trim does that
+				}
+			}
+			w.list, w.rev = slices.Clone(a.list), w.rev+1
+			w.checkList("the stored list", w.list)
+		}
+		switch r := w.rng.IntN(100); {
+		case fail(20) && r < 40: // not applied
+			w.unknown = a.list
+			return st.storeDone(0, errors.New("etcd unavailable")), false
+		case fail(20): // applied, reply lost
+			if a.rev == w.rev {
+				apply()
+			}
+			w.unknown = a.list
+			return st.storeDone(0, errors.New("etcd timeout")), false
+		case fail(2):
+			w.unknown = nil
+			return st.storeDone(0, fmt.Errorf("%w: not the owner", ErrFenced)), false
+		}
+		w.unknown = nil
+		if a.rev != w.rev {
+			// What storeList does on a bad version: read back.
+			if !slices.EqualFunc(w.list, a.list, func(x, y *metapb.LedgerRef) bool { return proto.Equal(x, y) }) {
+				w.fatalf("store at revision %d, the list is at %d and holds something else", a.rev, w.rev)
+			}
+			return st.storeDone(w.rev, nil), false
+		}
+		apply()
+		return st.storeDone(w.rev, nil), false
+	case actInstall:
+		l := w.ledgers[a.ledger]
+		if !l.writerOpen || l.closed || w.list[len(w.list)-1].LedgerId != a.ledger {
+			w.fatalf("install of ledger %d: writer open %v, closed %v, last of the list %v", a.ledger, l.writerOpen, l.closed, w.list[len(w.list)-1].LedgerId == a.ledger)
+		}
+		w.current = a.ledger
+	case actDiscard:
+		l := w.ledgers[a.ledger]
+		if l.writerOpen {
+			l.writerOpen, l.closed = false, true
+		}
+		if l.entries > 0 {
+			w.fatalf("discarding ledger %d, which has acknowledged entries", a.ledger)
+		}
+		if a.del {
+			if w.inList(a.ledger) {
+				w.fatalf("deleting ledger %d, which the stored list names", a.ledger)
+			}
+			l.deleted = true
+		}
+	case actDelete:
+		for _, id := range a.ids {
+			if w.inList(id) {
+				w.fatalf("deleting trimmed ledger %d, which the stored list names", id)
+			}
+			if !w.trimmed[id] {
+				w.fatalf("deleting ledger %d, which no stored list dropped", id)
+			}
+			w.ledgers[id].deleted = true
+		}
+	case actDone:
+		return nil, true
+	}
+	return nil, false
+}
+
+// TestListStateModel drives the ledger-list state machine through random
+// interleavings of appends, rollovers, failed appends, trims, closes,
+// fencing and abandoned closes, with every I/O step failing now and then
+// (a close or a store that failed, or that was applied and whose reply
+// was lost). After every step the list in the metastore has every ledger
+// but the last closed (L1), and so does every list whose store was
+// attempted; a list whose store had an unknown outcome is stored again
+// unchanged (L2); at most one I/O action runs at a time (L3); nothing
+// referenced is deleted and no created ledger is left open (L4); no
+// acknowledged entry is lost; a close completes once I/O works again.
+func TestListStateModel(t *testing.T) {
+	for seed := uint64(0); seed < 10000; seed++ {
+		w, st := newListWorld(t, seed)
+		var queue []action
+		ioInFlight := func() bool {
+			return slices.ContainsFunc(queue, func(a action) bool { return a.kind <= actStore })
+		}
+		// As the managed ledger does, an install is carried out with the
+		// event that returned it (under the same lock); the rest queues.
+		push := func(acts []action) {
+			for _, a := range acts {
+				if a.kind <= actStore && ioInFlight() {
+					w.fatalf("two I/O actions at once (L3): %v while %v", a, queue)
+				}
+				if a.kind == actInstall {
+					w.do(st, a, false)
+					continue
+				}
+				queue = append(queue, a)
+			}
+		}
+		finished, closing, abandoned := false, false, false
+		for step := 0; step < 400 && !(finished && len(queue) == 0); step++ {
+			faults := !closing || step < 300
+			if !finished && (len(queue) == 0 || w.rng.IntN(100) < 30) {
+				switch r := w.rng.IntN(100); {
+				case r < 45: // an append
+					if st.takesAppends() {
+						if w.current < 0 || w.current != st.current().LedgerId {
+							w.fatalf("appends taken with ledger %d installed, current %d", w.current, st.current().LedgerId)
+						}
+						w.ledgers[w.current].entries++
+					}
+				case r < 55:
+					push(st.roll(false))
+				case r < 60:
+					push(st.appendFailed(st.current().LedgerId))
+				case r < 72:
+					if n := len(st.stored); n > 1 {
+						acts, _ := st.trim(1 + w.rng.IntN(n-1))
+						push(acts)
+					}
+				case r < 77:
+					closing = true
+					push(st.close())
+				case r < 78:
+					push(st.fence())
+				case r < 80:
+					if closing && !abandoned {
+						abandoned = true
+						push(st.abandon())
+					}
+				}
+				continue
+			}
+			a := queue[0]
+			queue = queue[1:]
+			more, done := w.do(st, a, faults)
+			push(more)
+			finished = finished || done
+			w.checkList("the stored list", w.list)
+		}
+		if !finished {
+			// I/O works again: a close completes.
+			push(st.close())
+			for i := 0; !finished || len(queue) > 0; i++ {
+				if i > 100 || len(queue) == 0 {
+					w.fatalf("close did not complete: phase %v, queue %v", st.phase, queue)
+				}
+				a := queue[0]
+				queue = queue[1:]
+				more, done := w.do(st, a, false)
+				push(more)
+				finished = finished || done
+			}
+		}
+		// After done: nothing open but what the driver closes at done (the
+		// current writer after fencing or abandoning), nothing lost.
+		for id, l := range w.ledgers {
+			if l.writerOpen && id != w.current && !w.inList(id) {
+				w.fatalf("ledger %d: writer left open and the ledger in no list (L4)", id)
+			}
+		}
+		if st.err == nil {
+			for _, ref := range w.list {
+				if !ref.Closed || !w.ledgers[ref.LedgerId].closed {
+					w.fatalf("closed cleanly, but ledger %d is open", ref.LedgerId)
+				}
+			}
+		}
+		for id, l := range w.ledgers {
+			if l.entries > 0 && !w.inList(id) && !w.trimmed[id] {
+				w.fatalf("ledger %d with %d acknowledged entries is in no list and was not trimmed", id, l.entries)
+			}
+		}
+		for _, ref := range w.list {
+			if l := w.ledgers[ref.LedgerId]; ref.Closed && ref.Entries != l.entries {
+				w.fatalf("ledger %d recorded with %d entries, %d acknowledged", ref.LedgerId, ref.Entries, l.entries)
+			}
+		}
+	}
+}
+
+// The failed close of the old ledger is item 9 of the correctness sweep:
+// the rollover must recover the ledger before adding a new one, so the
+// list never holds an open ledger before the last.
+func TestListStateFailedCloseRecoversFirst(t *testing.T) {
+	st := newListState([]*metapb.LedgerRef{{LedgerId: 5}}, 1)
+	acts := st.roll(false)
+	if len(acts) != 1 || acts[0].kind != actCloseWriter || acts[0].ledger != 5 {
+		t.Fatalf("roll: %v", acts)
+	}
+	acts = st.writerClosed(0, 0, 0, errors.New("etcd unavailable"))
+	if len(acts) != 2 || acts[0].kind != actFailQueue || acts[1].kind != actRecover || acts[1].ledger != 5 {
+		t.Fatalf("after a failed close: %v, want fail-queue and recover 5", acts)
+	}
+	if st.takesAppends() || !st.refusing {
+		t.Fatal("appends must be refused while the ledger is recovered")
+	}
+	acts = st.recovered(0, 0, 0, errors.New("bookies unreachable"))
+	if len(acts) != 1 || acts[0].kind != actRecover || !acts[0].retry {
+		t.Fatalf("after a failed recovery: %v, want recover again", acts)
+	}
+	acts = st.recovered(5, 50, 7, nil)
+	if len(acts) != 1 || acts[0].kind != actCreate {
+		t.Fatalf("after recovery: %v, want create", acts)
+	}
+	acts = st.created(9, 8, nil)
+	if len(acts) != 1 || acts[0].kind != actStore {
+		t.Fatalf("after create: %v, want store", acts)
+	}
+	if l := acts[0].list; len(l) != 2 || !l[0].Closed || l[0].Entries != 5 || l[0].Size != 50 || l[1].LedgerId != 9 || l[1].Closed {
+		t.Fatalf("stored list %v, want [5 closed with 5 entries, 9 open]", l)
+	}
+	acts = st.storeDone(2, nil)
+	if len(acts) != 1 || acts[0].kind != actInstall || acts[0].ledger != 9 || !st.takesAppends() || st.refusing {
+		t.Fatalf("after store: %v, takes appends %v", acts, st.takesAppends())
+	}
+}
+
+// Close during a rollover is item 10: the new ledger must not be installed
+// nor left open; it is closed (and the list records it closed) or, if the
+// list never named it, deleted.
+func TestListStateCloseDuringRollover(t *testing.T) {
+	for _, at := range []listPhase{phaseClosing, phaseCreating, phaseStoring} {
+		t.Run(at.String(), func(t *testing.T) {
+			st := newListState([]*metapb.LedgerRef{{LedgerId: 5}}, 1)
+			step := func(acts []action) []action {
+				if st.phase == at {
+					if got := st.close(); got != nil {
+						t.Fatalf("close during %v started %v while a step runs", at, got)
+					}
+				}
+				return acts
+			}
+			acts := step(st.roll(false))
+			acts = step(st.writerClosed(3, 30, 0, nil))
+			var discarded []action
+			for st.phase != phaseDone {
+				if len(acts) == 0 {
+					t.Fatalf("stuck in %v", st.phase)
+				}
+				a := acts[0]
+				acts = acts[1:]
+				switch a.kind {
+				case actCreate:
+					acts = append(acts, step(st.created(9, 0, nil))...)
+				case actStore:
+					acts = append(acts, step(st.storeDone(2, nil))...)
+				case actCloseWriter:
+					acts = append(acts, st.writerClosed(0, 0, 0, nil)...)
+				case actInstall:
+					t.Fatalf("ledger %d installed after close", a.ledger)
+				case actDiscard:
+					discarded = append(discarded, a)
+				}
+			}
+			if st.err != nil {
+				t.Fatalf("close ended with %v", st.err)
+			}
+			for _, ref := range st.stored {
+				if !ref.Closed {
+					t.Fatalf("ledger %d open after close: %v", ref.LedgerId, st.stored)
+				}
+			}
+			if at == phaseStoring {
+				if len(st.stored) != 2 || st.stored[1].LedgerId != 9 {
+					t.Fatalf("list %v, want 9 recorded closed", st.stored)
+				}
+			} else if len(discarded) == 0 && at == phaseCreating {
+				t.Fatal("the ledger created after close was not discarded")
+			}
+		})
+	}
+}
