@@ -15,7 +15,6 @@ import (
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/metastore"
-	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
@@ -219,18 +218,7 @@ func (s *Server) adminHandler() http.Handler {
 		return names, nil
 	})
 	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		t, err := s.adminTopic(r)
-		if err != nil {
-			return nil, err
-		}
-		name := r.PathValue("sub")
-		if err := checkName("subscription", name); err != nil {
-			return nil, err
-		}
-		if _, err := t.subscription(name); err == nil {
-			return nil, errorf(ErrConflict, "subscription %s already exists", name)
-		}
-		return nil, t.createSubscription(r.Context(), name, r.URL.Query().Get("messageId") == "earliest")
+		return nil, s.createSubscriptionREST(r)
 	})
 	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		t, err := s.adminTopic(r)
@@ -640,20 +628,6 @@ func (t *topic) setSettings(set settings) {
 	t.mu.set = set
 	t.mu.Unlock()
 	t.ml.SetConfig(t.mlConfig())
-}
-
-// createSubscription creates a durable subscription with no consumer, at
-// the end of the topic (or its start).
-func (t *topic) createSubscription(ctx context.Context, name string, earliest bool) error {
-	req := &brokerpb.Subscribe{Subscription: name, Durable: true, InitialPosition: brokerpb.InitialPosition_LATEST}
-	if earliest {
-		req.InitialPosition = brokerpb.InitialPosition_EARLIEST
-	}
-	sub, err := t.getOrCreateSubscription(ctx, req)
-	if err != nil {
-		return err
-	}
-	return sub.cur.Persist(ctx)
 }
 
 // delete removes the topic's subscriptions, ledgers and metadata, then
