@@ -15,7 +15,6 @@ import (
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/metastore"
-	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
@@ -26,7 +25,8 @@ import (
 const maxAdminBody = 1 << 20
 
 // adminHandler serves the admin REST API under Pulsar's paths
-// (/admin/v2/...). Errors are 4xx/5xx with a JSON body {"reason": ...}.
+// (/admin/v2/...). Errors are 4xx/5xx with a JSON body {"reason": ...,
+// "code": ...} (restCodeOf), unknown paths and methods included.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request) (any, error)) {
@@ -218,18 +218,7 @@ func (s *Server) adminHandler() http.Handler {
 		return names, nil
 	})
 	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		t, err := s.adminTopic(r)
-		if err != nil {
-			return nil, err
-		}
-		name := r.PathValue("sub")
-		if err := checkName("subscription", name); err != nil {
-			return nil, err
-		}
-		if _, err := t.subscription(name); err == nil {
-			return nil, errorf(ErrConflict, "subscription %s already exists", name)
-		}
-		return nil, t.createSubscription(r.Context(), name, r.URL.Query().Get("messageId") == "earliest")
+		return nil, s.createSubscriptionREST(r)
 	})
 	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		t, err := s.adminTopic(r)
@@ -353,10 +342,51 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		return out, nil
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeResult(w, nil, errorf(ErrNotFound, "no such admin path: %s %s", r.Method, r.URL.Path))
+	return jsonRoutingErrors(mux)
+}
+
+// jsonRoutingErrors serves requests with mux, answering those it has no
+// handler for in the API's JSON shape: 404 UNKNOWN_PATH for a path no
+// pattern matches, 405 METHOD_NOT_ALLOWED (with mux's Allow header) for a
+// path some pattern matches with another method. ServeMux decides which
+// (a path matched with another method is its 405); it is asked, and its
+// own plain-text answer is replaced.
+func jsonRoutingErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" { // a handler, or mux's redirect to a clean path
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := &headerRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if rec.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			writeResult(w, nil, fmt.Errorf("%w: %s %s (allowed: %s)", ErrMethodNotAllowed, r.Method, r.URL.Path, rec.header.Get("Allow")))
+			return
+		}
+		writeResult(w, nil, fmt.Errorf("%w: %s %s", ErrUnknownPath, r.Method, r.URL.Path))
 	})
-	return mux
+}
+
+// headerRecorder keeps the status and headers a handler writes and drops
+// its body.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+
+func (h *headerRecorder) WriteHeader(status int) {
+	if h.status == 0 {
+		h.status = status
+	}
+}
+
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	h.WriteHeader(http.StatusOK)
+	return len(b), nil
 }
 
 type retentionJSON struct {
@@ -428,14 +458,9 @@ func writeResult(w http.ResponseWriter, out any, err error) {
 		return
 	}
 	if err != nil {
-		_, _, code := reasonOf(err)
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			code = http.StatusRequestEntityTooLarge
-		}
-		reason, _, _ := reasonOf(err)
-		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(map[string]string{"reason": err.Error(), "code": reason.String()})
+		code, status := restCodeOf(err)
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]string{"reason": err.Error(), "code": code})
 		return
 	}
 	if out == nil {
@@ -603,20 +628,6 @@ func (t *topic) setSettings(set settings) {
 	t.mu.set = set
 	t.mu.Unlock()
 	t.ml.SetConfig(t.mlConfig())
-}
-
-// createSubscription creates a durable subscription with no consumer, at
-// the end of the topic (or its start).
-func (t *topic) createSubscription(ctx context.Context, name string, earliest bool) error {
-	req := &brokerpb.Subscribe{Subscription: name, Durable: true, InitialPosition: brokerpb.InitialPosition_LATEST}
-	if earliest {
-		req.InitialPosition = brokerpb.InitialPosition_EARLIEST
-	}
-	sub, err := t.getOrCreateSubscription(ctx, req)
-	if err != nil {
-		return err
-	}
-	return sub.cur.Persist(ctx)
 }
 
 // delete removes the topic's subscriptions, ledgers and metadata, then

@@ -62,6 +62,41 @@ var errorTable = []struct {
 	{mledger.ErrUnavailable, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
 }
 
+// Errors of the admin REST API alone; they never reach the client
+// protocol.
+var (
+	ErrUnknownPath      = errors.New("no such admin path")
+	ErrMethodNotAllowed = errors.New("method not allowed")
+)
+
+// The REST-only table: sentinel, the JSON "code", HTTP status. These codes
+// are not brokerpb.ErrorReason values (the SDK never sees them), so they
+// need no proto change.
+var restErrorTable = []struct {
+	err  error
+	code string
+	http int
+}{
+	{ErrUnknownPath, "UNKNOWN_PATH", http.StatusNotFound},
+	{ErrMethodNotAllowed, "METHOD_NOT_ALLOWED", http.StatusMethodNotAllowed},
+}
+
+// restCodeOf returns the JSON code and HTTP status of an admin API error:
+// the REST-only table first, then the wire table.
+func restCodeOf(err error) (string, int) {
+	for _, row := range restErrorTable {
+		if errors.Is(err, row.err) {
+			return row.code, row.http
+		}
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return brokerpb.ErrorReason_INVALID_ARGUMENT.String(), http.StatusRequestEntityTooLarge
+	}
+	reason, _, status := reasonOf(err)
+	return reason.String(), status
+}
+
 // reasonOf returns the wire reason of an error: PERSISTENCE_ERROR for
 // storage failures that match no sentinel.
 func reasonOf(err error) (brokerpb.ErrorReason, codes.Code, int) {

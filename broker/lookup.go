@@ -81,6 +81,9 @@ func (s *Server) registerLoop() {
 // a partition nobody owns, the least loaded live broker (this one then
 // claims it at once, another one does when the client gets there).
 func (s *Server) lookup(ctx context.Context, n topicname.Name) (string, error) {
+	if err := s.md.checkPartitionName(ctx, n); err != nil {
+		return "", err
+	}
 	path := topicPath(n)
 	kv, err := s.store.Get(ctx, metastore.OwnerKey(path))
 	switch {

@@ -250,8 +250,8 @@ func (md *metadata) createPartitioned(ctx context.Context, n topicname.Name, par
 	if partitions < 1 || partitions > MaxPartitions {
 		return errorf(ErrInvalidArgument, "partitions %d must be in 1..%d", partitions, MaxPartitions)
 	}
-	if n.PartitionIndex() >= 0 {
-		return errorf(ErrInvalidArgument, "%s is a partition name", n)
+	if err := checkPartitionedTopicName(n); err != nil {
+		return err
 	}
 	if _, err := md.policies(ctx, n.NamespaceName()); err != nil {
 		return err

@@ -71,14 +71,8 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	} else if parts > 0 {
 		return nil, errorf(ErrNotAllowed, "%s is a partitioned topic: use its partitions (%s)", n, n.Partition(0))
 	}
-	if i := n.PartitionIndex(); i >= 0 {
-		parts, err := s.md.partitions(ctx, n.Base())
-		if err != nil {
-			return nil, err
-		}
-		if parts > 0 && i >= parts {
-			return nil, errorf(ErrTopicNotFound, "%s has %d partitions", n.Base(), parts)
-		}
+	if err := s.md.checkPartitionName(ctx, n); err != nil {
+		return nil, err
 	}
 	exists, err := s.md.topicExists(ctx, n)
 	if err != nil {

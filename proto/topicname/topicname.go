@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Defaults of the short form.
@@ -73,7 +75,9 @@ func Parse(s string) (Name, error) {
 }
 
 // CheckSegment checks a tenant or namespace name: letters, digits and
-// - _ . = : only.
+// - _ . = : only, as Pulsar's NamedEntity.checkName (^[-=:.\w]*$, where
+// Java's \w is [a-zA-Z_0-9]) and NamespaceName.validateNamespaceName
+// (non-empty) in pulsar-common/.../common/naming.
 func CheckSegment(what, s string) error {
 	if s == "" {
 		return fmt.Errorf("empty %s", what)
@@ -86,17 +90,55 @@ func CheckSegment(what, s string) error {
 	return nil
 }
 
+// reservedInLocal are refused in a topic's local name although Pulsar
+// accepts them: '/' (Pulsar reads a fourth segment as the legacy
+// tenant/cluster/namespace form, and topics with a '/' in their name
+// cannot be listed or administered: apache/pulsar#6885, #19770; it is also
+// our key separator), and the URL metacharacters \ % ? # and the pattern
+// character *, which the admin paths and the CLI would have to escape.
+const reservedInLocal = `/\%?#*`
+
+// checkLocal checks a topic's local name (what follows the namespace).
+//
+// Pulsar's own rule (TopicName's constructor, pulsar-common
+// org.apache.pulsar.common.naming.TopicName) refuses only an empty or
+// blank local name (StringUtils.isBlank); NamedEntity.checkName is not
+// applied to topics, so Pulsar accepts spaces ("bad topic" is a valid
+// Pulsar topic, reachable through the admin API as bad%20topic), quotes
+// and most other characters (apache/pulsar#20231 is open about it). We
+// follow Pulsar for spaces and printable characters, and are stricter:
+//   - control characters (C0, DEL, C1) and invalid UTF-8 are refused: a
+//     name must survive logs, JSON and etcd keys unchanged;
+//   - reservedInLocal, above;
+//   - blank means only Unicode white space (Go's unicode.IsSpace, which
+//     unlike Java's Character.isWhitespace counts U+00A0 NO-BREAK SPACE).
+//
+// The partition suffix "-partition-N" is syntactically valid here; whether
+// N is a partition of a partitioned topic is the broker's check (it needs
+// the metadata).
 func checkLocal(s string) error {
 	if s == "" {
 		return errors.New("empty topic")
 	}
+	if strings.TrimFunc(s, unicode.IsSpace) == "" {
+		return fmt.Errorf("topic %q is blank", s)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("topic %q is not valid UTF-8", s)
+	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' || r == '%' || r == '?' || r == '#' || r == '*' {
-			return fmt.Errorf("topic %q has character %q", s, r)
+		if unicode.IsControl(r) || strings.ContainsRune(reservedInLocal, r) {
+			return fmt.Errorf("topic %q has character %q (control characters and %s are not allowed)", s, r, reservedInLocal)
 		}
 	}
 	return nil
 }
+
+// ContainsPartitionSuffix reports whether the local name contains "-partition-"
+// anywhere, which Pulsar refuses in the name of a partitioned topic
+// (PulsarWebResource/AdminResource.validatePartitionedTopicName), whatever
+// follows it.
+func (n Name) ContainsPartitionSuffix() bool { return strings.Contains(n.Local, partitionSuffix) }
 
 // String is the full form.
 func (n Name) String() string {

@@ -62,3 +62,62 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The character rules of names, case by case (see checkLocal and
+// CheckSegment for where each comes from in Pulsar).
+func TestNameCharacterRules(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+		// why documents the case.
+		why string
+	}{
+		{"bad topic", true, "Pulsar accepts spaces inside a topic name"},
+		{"persistent://public/default/ leading", true, "and at its ends: only a blank name is refused"},
+		{"t-partition-99999", true, "a partition name is valid syntax; the broker checks the partition exists"},
+		{"t-partition-x", true, "not a partition name"},
+		{`quo"te'`, true, "Pulsar accepts quotes (apache/pulsar#20231)"},
+		{"ünïcødé-トピック", true, "printable Unicode"},
+		{"a=b:c.d_e-f", true, "the named-entity characters"},
+		{"tenant_1/ns.a=b:c-d/t", true, "tenant and namespace: [-=:.\\w]"},
+
+		{" ", false, "blank (Pulsar: StringUtils.isBlank)"},
+		{"   ", false, "blank"},
+		{"\u3000", false, "blank: ideographic space"},
+		{"\t", false, "blank, and a control character"},
+		{"t\x00", false, "NUL"},
+		{"t\nx", false, "newline"},
+		{"t\x7f", false, "DEL"},
+		{"t\u0085x", false, "C1 control character (NEL)"},
+		{"t\u009b", false, "C1 control character (CSI)"},
+		{"a\xffb", false, "invalid UTF-8"},
+		{"t?x", false, "URL metacharacter ?"},
+		{"t#x", false, "URL metacharacter #"},
+		{"t%20x", false, "URL metacharacter %"},
+		{`t\x`, false, "backslash"},
+		{"t*", false, "pattern character *"},
+		{"persistent://public/default/a/b", false, "a '/' in the local name"},
+		{"persistent://bad tenant/ns/t", false, "tenant outside [-=:.\\w]"},
+		{"persistent://pub/bad ns/t", false, "namespace outside [-=:.\\w]"},
+		{"persistent://pub/n$s/t", false, "namespace outside [-=:.\\w]"},
+		{"persistent://tenänt/ns/t", false, "Java's \\w is ASCII only"},
+		{"persistent:///ns/t", false, "empty tenant"},
+		{"persistent://t//x", false, "empty namespace"},
+	} {
+		_, err := Parse(tc.in)
+		if tc.ok && err != nil {
+			t.Errorf("Parse(%q) = %v; want it accepted: %s", tc.in, err, tc.why)
+		}
+		if !tc.ok && !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%q) = %v; want ErrInvalid: %s", tc.in, err, tc.why)
+		}
+	}
+}
+
+func TestContainsPartitionSuffix(t *testing.T) {
+	for local, want := range map[string]bool{"x": false, "x-partition-1": true, "x-partition-abc": true, "x-partition-": true, "xpartition-1": false} {
+		if got := (Name{Tenant: "a", Namespace: "b", Local: local}).ContainsPartitionSuffix(); got != want {
+			t.Errorf("%q: %v, want %v", local, got, want)
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package broker_test
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/magnetar-io/magnetar/client"
+)
+
+// The bodies Pulsar's admin clients send to create a subscription:
+// pulsar-client-go's pulsaradmin utils.MessageID (Earliest, Latest) and the
+// Java admin's ResetCursorData.
+var (
+	goEarliest = map[string]any{"ledgerId": -1, "entryId": -1, "partitionedIndex": -1}
+	goLatest   = map[string]any{"ledgerId": int64(math.MaxInt64), "entryId": int64(math.MaxInt64), "partitionedIndex": -1}
+	javaAt     = func(id client.MessageID) map[string]any {
+		return map[string]any{"ledgerId": id.LedgerID(), "entryId": id.EntryID(), "partitionIndex": -1, "isExcluded": false, "batchIndex": -1}
+	}
+)
+
+// PUT .../subscription/{sub} starts the subscription where the body says,
+// as Pulsar does: earliest, latest (also with no body), or at a message id
+// (that message included); a body that is not a message id is 400 and
+// creates nothing.
+func TestAdminCreateSubscriptionAtPosition(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "subpos", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ids := produce(t, p, 0, 10)
+	base := "/admin/v2/persistent/public/default/subpos/subscription/"
+	for _, tc := range []struct {
+		sub     string
+		body    any
+		backlog int64
+		first   string // the first message a consumer receives
+	}{
+		{"early", goEarliest, 10, "m-00000"},
+		{"late", goLatest, 0, ""},
+		{"nobody", nil, 0, ""},
+		{"mid", javaAt(ids[4]), 6, "m-00004"},
+		{"last", javaAt(ids[9]), 1, "m-00009"},
+		{"past-the-end", map[string]any{"ledgerId": ids[9].LedgerID() + 1000, "entryId": 0}, 0, ""},
+	} {
+		if code, body, err := adminDo(e, "PUT", base+tc.sub, tc.body); err != nil || code != http.StatusNoContent {
+			t.Fatalf("create %s: %d %s %v", tc.sub, code, body, err)
+		}
+		if got := statsBacklog(t, e, "subpos", tc.sub); got != tc.backlog {
+			t.Errorf("%s: backlog %d, want %d", tc.sub, got, tc.backlog)
+		}
+		if tc.first == "" {
+			continue
+		}
+		cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "subpos", SubscriptionName: tc.sub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := receiveN(t, cons, 1)[0]; string(m.Payload()) != tc.first {
+			t.Errorf("%s: first message %q, want %q", tc.sub, m.Payload(), tc.first)
+		}
+		cons.Close()
+	}
+	if code, reason := adminError(t, e, "PUT", base+"early", goEarliest); code != http.StatusConflict {
+		t.Errorf("create an existing subscription: %d %s", code, reason)
+	}
+	for _, bad := range []string{`"earliest"`, `{"ledgerId":-5,"entryId":3}`, `{"ledgerId":3,"entryId":-2}`, `{"entryId":3}`, `{"ledgerId":1,"entryId":`, `[1,2]`} {
+		req, _ := http.NewRequest("PUT", "http://"+e.b.HTTPAddr()+base+"bad", bytes.NewReader([]byte(bad)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("body %s: %s, want 400", bad, resp.Status)
+		}
+	}
+	subs, err := adminGetJSON[[]string](e, "/admin/v2/persistent/public/default/subpos/subscriptions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(subs, "bad") {
+		t.Errorf("a refused request created its subscription: %v", subs)
+	}
+}
+
+// On a partitioned topic the subscription is created on every partition,
+// at the position asked, whichever broker owns each partition; asking
+// again is 409.
+func TestAdminCreateSubscriptionOnPartitionedTopic(t *testing.T) {
+	e := newEnv(t, nil)
+	other := e.startAnother(nil)
+	cl := clientOf(t, e.b, other)
+	const parts, msgs = 4, 12
+	var topic string
+	for i := 0; topic == ""; i++ {
+		if i == 50 {
+			t.Fatal("50 partitioned topics, each all on one broker")
+		}
+		name := fmt.Sprint("psub-", i)
+		if code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/"+name+"/partitions", parts); err != nil || code/100 != 2 {
+			t.Fatalf("create: %d %s %v", code, body, err)
+		}
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: name, DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k < msgs; k++ {
+			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Key: fmt.Sprint(k), Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Close()
+		owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for path, o := range owners {
+			if strings.HasPrefix(path, "persistent://public/default/"+name+"-partition-") {
+				seen[o] = true
+			}
+		}
+		if len(seen) == 2 {
+			topic = name
+		}
+	}
+	base := "/admin/v2/persistent/public/default/" + topic
+	for sub, want := range map[string]int64{"early": msgs, "late": 0} {
+		body := goEarliest
+		if sub == "late" {
+			body = goLatest
+		}
+		if code, out, err := adminDo(e, "PUT", base+"/subscription/"+sub, body); err != nil || code != http.StatusNoContent {
+			t.Fatalf("create %s: %d %s %v", sub, code, out, err)
+		}
+		st, err := adminGetJSON[struct {
+			Partitions map[string]struct {
+				Subscriptions map[string]struct {
+					MsgBacklog int64 `json:"msgBacklog"`
+				} `json:"subscriptions"`
+			} `json:"partitions"`
+		}](e, base+"/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var backlog int64
+		for name, p := range st.Partitions {
+			s, ok := p.Subscriptions[sub]
+			if !ok {
+				t.Errorf("%s: no subscription %s", name, sub)
+			}
+			backlog += s.MsgBacklog
+		}
+		if len(st.Partitions) != parts || backlog != want {
+			t.Errorf("%s: %d partitions, backlog %d, want %d and %d", sub, len(st.Partitions), backlog, parts, want)
+		}
+	}
+	// Asked through the other broker, it exists on every partition: 409.
+	resp, err := http.DefaultClient.Do(func() *http.Request {
+		r, _ := http.NewRequest("PUT", "http://"+other.HTTPAddr()+base+"/subscription/early", nil)
+		return r
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("create an existing subscription: %s", resp.Status)
+	}
+}
