@@ -107,8 +107,9 @@ func startProgress(ctx context.Context, w io.Writer, s *stats, what string) (sto
 
 func newPerfCmd(g *globals) *cobra.Command {
 	var url string
-	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency"}
-	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL (several brokers comma-separated)")
+	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency",
+		PersistentPreRunE: func(*cobra.Command, []string) error { return checkURL(url) }}
+	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL: magnetar://HOST:PORT (several brokers comma-separated)")
 
 	var (
 		rate        float64
