@@ -44,6 +44,10 @@ func TestBadAddressFlags(t *testing.T) {
 		{[]string{"client", "produce", "t", "-m", "x", "--url", "127.0.0.1:6650"}, `--url "127.0.0.1:6650": want magnetar://HOST:PORT`},
 		{[]string{"perf", "produce", "t", "--url", "magnetar://127.0.0.1:1,broker-2"}, `--url "magnetar://127.0.0.1:1,broker-2": broker "broker-2": missing port`},
 		{[]string{"perf", "consume", "t", "-s", "s", "--url", "magnetar://:6650"}, `broker ":6650": missing host`},
+
+		{[]string{"admin", "brokers", "list", "--admin-url", "127.0.0.1:8080"}, `--admin-url "127.0.0.1:8080": want http://HOST:PORT`},
+		{[]string{"admin", "brokers", "list", "--admin-url", "http://127.0.0.1"}, `--admin-url "http://127.0.0.1": missing port`},
+		{[]string{"admin", "tenants", "list", "--admin-url", "http://127.0.0.1:1,http://b:0"}, `--admin-url "http://b:0": port 0 is out of range 1..65535`},
 	} {
 		err := run(context.Background(), io.Discard, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
