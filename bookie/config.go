@@ -3,9 +3,10 @@ package bookie
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
+
+	"github.com/magnetar-io/magnetar/internal/netaddr"
 )
 
 // Config is a bookie's configuration. Flags, MAGNETAR_* environment
@@ -66,12 +67,12 @@ const MaxEntrySizeLimit = 64 << 20
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	var errs []error
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))
+	if err := netaddr.Listen(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q: %w", c.Listen, err))
 	}
 	if c.AdvertisedAddress != "" {
-		if _, _, err := net.SplitHostPort(c.AdvertisedAddress); err != nil {
-			errs = append(errs, fmt.Errorf("advertised address %q: %v", c.AdvertisedAddress, err))
+		if err := netaddr.Dial(c.AdvertisedAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--advertised-address %q: %w", c.AdvertisedAddress, err))
 		}
 	}
 	if strings.ContainsAny(c.ID, "/ \t\n") {
@@ -81,7 +82,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("data directory is empty"))
 	}
 	if len(c.Metastore) == 0 {
-		errs = append(errs, errors.New("no metastore (etcd) endpoints given"))
+		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))
+	}
+	for _, e := range c.Metastore {
+		if err := netaddr.Endpoint(e); err != nil {
+			errs = append(errs, fmt.Errorf("--metastore %q: %w", e, err))
+		}
 	}
 	if c.MaxEntrySize <= 0 || c.MaxEntrySize > MaxEntrySizeLimit {
 		errs = append(errs, fmt.Errorf("max entry size %d must be in 1..%d", c.MaxEntrySize, MaxEntrySizeLimit))

@@ -364,25 +364,34 @@ func TestGarbageCollection(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	good := bookie.DefaultConfig()
-	good.Metastore = []string{"127.0.0.1:2379"}
+	good.Metastore = []string{"127.0.0.1:2379", "http://etcd-1.example:2379"}
+	good.AdvertisedAddress = "bookie-0.example:3181"
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, mod := range map[string]func(*bookie.Config){
-		"bad listen":         func(c *bookie.Config) { c.Listen = "nowhere" },
-		"bad advertised":     func(c *bookie.Config) { c.AdvertisedAddress = "x" },
-		"no data dir":        func(c *bookie.Config) { c.DataDir = "" },
-		"no metastore":       func(c *bookie.Config) { c.Metastore = nil },
-		"zero max entry":     func(c *bookie.Config) { c.MaxEntrySize = 0 },
-		"huge max entry":     func(c *bookie.Config) { c.MaxEntrySize = 1 << 30 },
-		"short session":      func(c *bookie.Config) { c.SessionTTL = time.Millisecond },
-		"zero registration":  func(c *bookie.Config) { c.RegistrationInterval = 0 },
-		"negative gc period": func(c *bookie.Config) { c.GCInterval = -time.Second },
+	for name, tc := range map[string]struct {
+		mod  func(*bookie.Config)
+		want string // a part of the error
+	}{
+		"bad listen":            {func(c *bookie.Config) { c.Listen = "nowhere" }, `--listen "nowhere": missing port`},
+		"listen port too big":   {func(c *bookie.Config) { c.Listen = "127.0.0.1:65536" }, `--listen "127.0.0.1:65536": port 65536 is out of range 0..65535`},
+		"bad advertised":        {func(c *bookie.Config) { c.AdvertisedAddress = "x" }, `--advertised-address "x": missing port`},
+		"advertised port 0":     {func(c *bookie.Config) { c.AdvertisedAddress = "x:0" }, `--advertised-address "x:0": port 0 is out of range 1..65535`},
+		"advertised no host":    {func(c *bookie.Config) { c.AdvertisedAddress = ":3181" }, `--advertised-address ":3181": missing host`},
+		"metastore no port":     {func(c *bookie.Config) { c.Metastore = []string{"127.0.0.1:2379", "etcd-1"} }, `--metastore "etcd-1": missing port`},
+		"metastore URL no port": {func(c *bookie.Config) { c.Metastore = []string{"http://etcd-1"} }, `--metastore "http://etcd-1": missing port`},
+		"no data dir":           {func(c *bookie.Config) { c.DataDir = "" }, "data directory"},
+		"no metastore":          {func(c *bookie.Config) { c.Metastore = nil }, "--metastore"},
+		"zero max entry":        {func(c *bookie.Config) { c.MaxEntrySize = 0 }, "max entry size"},
+		"huge max entry":        {func(c *bookie.Config) { c.MaxEntrySize = 1 << 30 }, "max entry size"},
+		"short session":         {func(c *bookie.Config) { c.SessionTTL = time.Millisecond }, "session TTL"},
+		"zero registration":     {func(c *bookie.Config) { c.RegistrationInterval = 0 }, "registration interval"},
+		"negative gc period":    {func(c *bookie.Config) { c.GCInterval = -time.Second }, "gc interval"},
 	} {
 		c := good
-		mod(&c)
-		if err := c.Validate(); err == nil {
-			t.Errorf("%s: accepted", name)
+		tc.mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error with %q", name, err, tc.want)
 		}
 	}
 }

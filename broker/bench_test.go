@@ -62,6 +62,7 @@ func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int, unb
 	cfg := broker.DefaultConfig()
 	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
 	cfg.Metastore = c.Etcd.Endpoints()
+	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 1, 1, 1 // one bookie
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	s, err := broker.Start(ctx, cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
@@ -164,6 +165,7 @@ func BenchmarkCreateProducer(b *testing.B) {
 		cfg := broker.DefaultConfig()
 		cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
 		cfg.Metastore = c.Etcd.Endpoints()
+		cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 1, 1, 1 // one bookie
 		s, err := broker.Start(context.Background(), cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
 		if err != nil {
 			b.Fatal(err)

@@ -44,6 +44,8 @@ func newEnvWith(t *testing.T, opts testcluster.Options, configure func(*broker.C
 	e.cfg.Listen = "127.0.0.1:0"
 	e.cfg.HTTPListen = "127.0.0.1:0"
 	e.cfg.Metastore = e.c.Etcd.Endpoints()
+	// One bookie: one copy (the default, 2/2/2, needs two).
+	e.cfg.Ensemble, e.cfg.WriteQuorum, e.cfg.AckQuorum = 1, 1, 1
 	e.cfg.CursorPersistInterval = 100 * time.Millisecond
 	if configure != nil {
 		configure(&e.cfg)

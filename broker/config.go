@@ -3,8 +3,11 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"net"
+	"maps"
+	"slices"
 	"time"
+
+	"github.com/magnetar-io/magnetar/internal/netaddr"
 )
 
 // Config is a broker's configuration, filled from flags, MAGNETAR_*
@@ -30,7 +33,12 @@ type Config struct {
 	// read lower-cased (viper), so only lower-case ids can be mapped there.
 	BookieAddresses map[string]string `mapstructure:"bookie-addresses" yaml:"bookie-addresses"`
 
-	// Defaults for namespaces that do not set their own policies.
+	// Replication of new ledgers, for namespaces that do not set their
+	// own persistence policy: each entry is written to WriteQuorum of the
+	// Ensemble bookies and acknowledged once AckQuorum of them have it.
+	// Default 2/2/2 (Pulsar's): every message on 2 bookies; at least 2
+	// bookies are needed to write at all. Need Ensemble >= WriteQuorum >=
+	// AckQuorum >= 1.
 	Ensemble    int `mapstructure:"ensemble" yaml:"ensemble"`
 	WriteQuorum int `mapstructure:"write-quorum" yaml:"write-quorum"`
 	AckQuorum   int `mapstructure:"ack-quorum" yaml:"ack-quorum"`
@@ -86,9 +94,9 @@ func DefaultConfig() Config {
 		HTTPListen:             "127.0.0.1:8080",
 		MetastoreRoot:          "/magnetar",
 		SessionTTL:             10 * time.Second,
-		Ensemble:               1,
-		WriteQuorum:            1,
-		AckQuorum:              1,
+		Ensemble:               2,
+		WriteQuorum:            2,
+		AckQuorum:              2,
 		AllowAutoTopicCreation: true,
 		MaxMessageSize:         5 << 20,
 		MaxEntriesPerLedger:    50000,
@@ -109,27 +117,36 @@ func DefaultConfig() Config {
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	var errs []error
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))
-	}
-	if c.HTTPListen != "" {
-		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
-			errs = append(errs, fmt.Errorf("http address %q: %v", c.HTTPListen, err))
+	addr := func(flag, value string, check func(string) error) {
+		if err := check(value); err != nil {
+			errs = append(errs, fmt.Errorf("--%s %q: %w", flag, value, err))
 		}
 	}
-	if len(c.Metastore) == 0 {
-		errs = append(errs, errors.New("no metastore (etcd) endpoints given"))
+	addr("listen", c.Listen, netaddr.Listen)
+	if c.HTTPListen != "" { // empty: no admin API
+		addr("http", c.HTTPListen, netaddr.Listen)
 	}
-	for id, addr := range c.BookieAddresses {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("address %q of bookie %s: %v", addr, id, err))
+	if c.AdvertisedAddress != "" {
+		addr("advertised-address", c.AdvertisedAddress, netaddr.Dial)
+	}
+	if len(c.Metastore) == 0 {
+		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))
+	}
+	for _, e := range c.Metastore {
+		addr("metastore", e, netaddr.Endpoint)
+	}
+	ids := slices.Sorted(maps.Keys(c.BookieAddresses))
+	for _, id := range ids {
+		if err := netaddr.Dial(c.BookieAddresses[id]); err != nil {
+			errs = append(errs, fmt.Errorf("--bookie-addresses %s=%q: %w", id, c.BookieAddresses[id], err))
 		}
 	}
 	if c.SessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("session TTL %v is below 1s", c.SessionTTL))
 	}
 	if !(c.Ensemble >= c.WriteQuorum && c.WriteQuorum >= c.AckQuorum && c.AckQuorum >= 1) {
-		errs = append(errs, fmt.Errorf("replication %d/%d/%d: need ensemble >= write quorum >= ack quorum >= 1", c.Ensemble, c.WriteQuorum, c.AckQuorum))
+		errs = append(errs, fmt.Errorf("--ensemble %d, --write-quorum %d, --ack-quorum %d: need ensemble >= write quorum >= ack quorum >= 1",
+			c.Ensemble, c.WriteQuorum, c.AckQuorum))
 	}
 	if c.MaxMessageSize < 1024 || c.MaxMessageSize > 64<<20 {
 		errs = append(errs, fmt.Errorf("max message size %d must be in 1 KiB..64 MiB", c.MaxMessageSize))

@@ -34,11 +34,13 @@ func (c *cluster) startBrokers(n int, ttl string) ([]string, map[string]*proc, c
 	return addrs, procs, cl
 }
 
-// startBroker runs `magnetar broker` on addr against the cluster's etcd.
+// startBroker runs `magnetar broker` on addr against the cluster's etcd,
+// storing one copy of each message (the tests here run one bookie).
 func (c *cluster) startBroker(name, addr, ttl string) *proc {
 	return startProc(c.t, name, "broker",
 		"--listen", addr, "--http", "",
 		"--metastore", c.etcd.Endpoints()[0],
+		"--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1",
 		"--session-ttl", ttl,
 		"--log-level", "warn")
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,51 +16,142 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
 const defaultAdminURL = "http://127.0.0.1:8080"
 
-// adminClient calls the admin REST API.
+// adminClient calls the admin REST API of any of several brokers. Each
+// call tries the URLs in turn: one that cannot be reached, does not answer
+// within attemptTimeout, or answers 502, 503 or 504 (unavailable), is
+// followed by the next; any other answer is final. When every URL failed,
+// it waits (backoff) and tries them all again, until timeout.
 type adminClient struct {
-	base string
-	http *http.Client
-	out  io.Writer
+	urls []string
+	// timeout bounds a call, retries included; attemptTimeout bounds one
+	// request (redirects included).
+	timeout, attemptTimeout time.Duration
+	http                    *http.Client
+	out                     io.Writer
+	// failed, if set, is told of every attempt that failed and is retried
+	// (tests).
+	failed func(url string, err error)
 }
 
+// Backoff between rounds over every URL: doubling from backoffMin up to
+// backoffMax, each wait drawn from [d/2, d).
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = time.Second
+)
+
+// setURLs checks and sets the comma-separated --admin-url list.
+func (a *adminClient) setURLs(list string) error {
+	a.urls = a.urls[:0]
+	for _, u := range strings.Split(list, ",") {
+		u = strings.TrimSpace(u)
+		if err := netaddr.HTTPURL(u); err != nil {
+			return fmt.Errorf("--admin-url %q: %w", u, err)
+		}
+		a.urls = append(a.urls, strings.TrimSuffix(u, "/"))
+	}
+	return nil
+}
+
+// errUnavailable marks an attempt that another URL, or a later round,
+// may do better on.
+var errUnavailable = errors.New("unavailable")
+
 // call sends a request; a JSON answer is printed indented.
-func (a *adminClient) call(method, path string, body any) error {
-	var r io.Reader
+func (a *adminClient) call(ctx context.Context, method, path string, body any) error {
+	var data []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
 			return err
 		}
-		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, strings.TrimSuffix(a.base, "/")+path, r)
+	callCtx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	last := make([]error, len(a.urls))
+	for wait := backoffMin; ; wait = min(2*wait, backoffMax) {
+		for i, base := range a.urls {
+			answer, err := a.attempt(callCtx, base, method, path, data)
+			if err == nil {
+				return a.print(answer)
+			}
+			if ctx.Err() != nil {
+				return ctx.Err() // interrupted
+			}
+			if !errors.Is(err, errUnavailable) {
+				return err
+			}
+			last[i] = fmt.Errorf("%s: %w", base, err)
+			if a.failed != nil {
+				a.failed(base, err)
+			}
+			if callCtx.Err() != nil {
+				break
+			}
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2))
+		select {
+		case <-t.C:
+			continue
+		case <-callCtx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("admin API: %s %s: no answer within %v (--timeout): %w", method, path, a.timeout, errors.Join(last...))
+	}
+}
+
+// attempt sends one request to base. A failure to reach it, a timeout and
+// a 502, 503 or 504 answer are errUnavailable; other answers of 300 and
+// above are errors of their own.
+func (a *adminClient) attempt(ctx context.Context, base, method, path string, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body) // also lets a 307 redirect send it again
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("admin API at %s: %w", a.base, err)
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("%w: reading the answer: %w", errUnavailable, err)
 	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Reason string `json:"reason"`
-		}
-		if json.Unmarshal(data, &e) == nil && e.Reason != "" {
-			return errors.New(e.Reason)
-		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	if resp.StatusCode < 300 {
+		return data, nil
 	}
+	var e struct {
+		Reason string `json:"reason"`
+	}
+	reason := fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	if json.Unmarshal(data, &e) == nil && e.Reason != "" {
+		reason = errors.New(e.Reason)
+	}
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, resp.Status, reason)
+	}
+	return nil, reason
+}
+
+// print writes an answer: JSON indented, anything else as it is.
+func (a *adminClient) print(data []byte) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
@@ -90,25 +183,43 @@ func nsPath(s string) (string, error) {
 }
 
 func newAdminCmd(g *globals) *cobra.Command {
-	a := &adminClient{http: &http.Client{Timeout: time.Minute}}
+	a := &adminClient{http: &http.Client{}}
+	var urls string
 	cmd := &cobra.Command{Use: "admin", Short: "Manage tenants, namespaces, topics and subscriptions (like pulsar-admin)"}
-	cmd.PersistentFlags().StringVar(&a.base, "admin-url", defaultAdminURL, "admin API URL")
-	cmd.PersistentPreRun = func(c *cobra.Command, _ []string) { a.out = c.OutOrStdout() }
-	sub := func(parent *cobra.Command, use, short string, args int, run func([]string) error) *cobra.Command {
-		c := &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(args), RunE: func(_ *cobra.Command, as []string) error { return run(as) }}
+	cmd.PersistentFlags().StringVar(&urls, "admin-url", defaultAdminURL,
+		"admin API URL, or several brokers' comma-separated: each call tries them in turn (the next one if a broker is down, does not answer or answers 502/503/504)")
+	cmd.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second,
+		"give up a call after this long (until then every URL is tried again, with backoff)")
+	cmd.PersistentFlags().DurationVar(&a.attemptTimeout, "attempt-timeout", 15*time.Second,
+		"give up on one URL after this long without an answer, and try the next (a broker waits up to 10s for the others when it gathers their stats)")
+	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		a.out = c.OutOrStdout()
+		if a.timeout <= 0 || a.attemptTimeout <= 0 {
+			return fmt.Errorf("--timeout %v and --attempt-timeout %v must be positive", a.timeout, a.attemptTimeout)
+		}
+		return a.setURLs(urls)
+	}
+	sub := func(parent *cobra.Command, use, short string, args int, run func(context.Context, []string) error) *cobra.Command {
+		c := &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(args), RunE: func(c *cobra.Command, as []string) error { return run(c.Context(), as) }}
 		parent.AddCommand(c)
 		return c
 	}
 
 	tenants := &cobra.Command{Use: "tenants", Short: "Tenants"}
-	sub(tenants, "list", "List tenants", 0, func([]string) error { return a.call("GET", "/admin/v2/tenants", nil) })
-	sub(tenants, "create TENANT", "Create a tenant", 1, func(as []string) error { return a.call("PUT", "/admin/v2/tenants/"+as[0], map[string]any{}) })
-	sub(tenants, "delete TENANT", "Delete an empty tenant", 1, func(as []string) error { return a.call("DELETE", "/admin/v2/tenants/"+as[0], nil) })
+	sub(tenants, "list", "List tenants", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/tenants", nil) })
+	sub(tenants, "create TENANT", "Create a tenant", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "PUT", "/admin/v2/tenants/"+as[0], map[string]any{})
+	})
+	sub(tenants, "delete TENANT", "Delete an empty tenant", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "DELETE", "/admin/v2/tenants/"+as[0], nil)
+	})
 
 	namespaces := &cobra.Command{Use: "namespaces", Short: "Namespaces and their policies"}
-	sub(namespaces, "list TENANT", "List a tenant's namespaces", 1, func(as []string) error { return a.call("GET", "/admin/v2/namespaces/"+as[0], nil) })
+	sub(namespaces, "list TENANT", "List a tenant's namespaces", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "GET", "/admin/v2/namespaces/"+as[0], nil)
+	})
 	withNS := func(use, short, method, suffix string, body func() (any, error)) *cobra.Command {
-		return sub(namespaces, use+" TENANT/NAMESPACE", short, 1, func(as []string) error {
+		return sub(namespaces, use+" TENANT/NAMESPACE", short, 1, func(ctx context.Context, as []string) error {
 			p, err := nsPath(as[0])
 			if err != nil {
 				return err
@@ -119,7 +230,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			return a.call(method, p+suffix, b)
+			return a.call(ctx, method, p+suffix, b)
 		})
 	}
 	withNS("create", "Create a namespace", "PUT", "", nil)
@@ -158,18 +269,18 @@ func newAdminCmd(g *globals) *cobra.Command {
 	setDedup.Flags().BoolVar(&enable, "enable", false, "true to enable, false to disable")
 
 	topics := &cobra.Command{Use: "topics", Short: "Topics and subscriptions"}
-	sub(topics, "list TENANT/NAMESPACE", "List topics", 1, func(as []string) error {
+	sub(topics, "list TENANT/NAMESPACE", "List topics", 1, func(ctx context.Context, as []string) error {
 		p, err := nsPath(as[0])
 		if err != nil {
 			return err
 		}
-		return a.call("GET", strings.Replace(p, "/namespaces/", "/persistent/", 1), nil)
+		return a.call(ctx, "GET", strings.Replace(p, "/namespaces/", "/persistent/", 1), nil)
 	})
 	// fill puts the flags into a path suffix's placeholders (set below,
 	// once the flags exist).
 	var fill func(string) (string, error)
 	withTopic := func(use, short, method, suffix string, body func() (any, error)) *cobra.Command {
-		return sub(topics, use+" TOPIC", short, 1, func(as []string) error {
+		return sub(topics, use+" TOPIC", short, 1, func(ctx context.Context, as []string) error {
 			p, err := topicPath(as[0])
 			if err != nil {
 				return err
@@ -184,7 +295,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.call(method, p+s, b)
+			return a.call(ctx, method, p+s, b)
 		})
 	}
 	withTopic("create", "Create a non-partitioned topic", "PUT", "", nil)
@@ -208,7 +319,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 	us := withTopic("unsubscribe", "Delete a subscription", "DELETE", "/subscription/{sub}?force={force}", nil)
 	subFlag(us)
 	us.Flags().BoolVarP(&force, "force", "f", false, "delete even with connected consumers")
-	rc := sub(topics, "reset-cursor TOPIC", "Move a subscription to a time (-t) or a message id (-m LEDGER:ENTRY)", 1, func(as []string) error {
+	rc := sub(topics, "reset-cursor TOPIC", "Move a subscription to a time (-t) or a message id (-m LEDGER:ENTRY)", 1, func(ctx context.Context, as []string) error {
 		p, err := topicPath(as[0])
 		if err != nil {
 			return err
@@ -222,7 +333,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("-t %q: a duration back from now (e.g. 10m): %v", resetTime, err)
 			}
-			return a.call("POST", fmt.Sprintf("%s/subscription/%s/resetcursor/%d", p, url.PathEscape(subName), time.Now().Add(-d).UnixMilli()), nil)
+			return a.call(ctx, "POST", fmt.Sprintf("%s/subscription/%s/resetcursor/%d", p, url.PathEscape(subName), time.Now().Add(-d).UnixMilli()), nil)
 		case resetID != "" && resetTime == "":
 			l, e, ok := strings.Cut(resetID, ":")
 			ledger, err1 := strconv.ParseInt(l, 10, 64)
@@ -230,7 +341,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 			if !ok || err1 != nil || err2 != nil {
 				return fmt.Errorf("-m %q: want LEDGER:ENTRY", resetID)
 			}
-			return a.call("POST", fmt.Sprintf("%s/subscription/%s/resetcursor", p, url.PathEscape(subName)), map[string]int64{"ledgerId": ledger, "entryId": entry})
+			return a.call(ctx, "POST", fmt.Sprintf("%s/subscription/%s/resetcursor", p, url.PathEscape(subName)), map[string]int64{"ledgerId": ledger, "entryId": entry})
 		}
 		return errors.New("give one of -t DURATION or -m LEDGER:ENTRY")
 	})
@@ -256,11 +367,11 @@ func newAdminCmd(g *globals) *cobra.Command {
 	}
 
 	brokers := &cobra.Command{Use: "brokers", Short: "Brokers"}
-	sub(brokers, "list", "List live brokers", 0, func([]string) error { return a.call("GET", "/admin/v2/brokers", nil) })
-	sub(brokers, "owners", "Show which broker owns each loaded topic partition", 0, func([]string) error { return a.call("GET", "/admin/v2/owners", nil) })
-	sub(brokers, "load", "Show each live broker's partitions, message rates and CPU", 0, func([]string) error { return a.call("GET", "/admin/v2/brokers/load", nil) })
+	sub(brokers, "list", "List live brokers", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/brokers", nil) })
+	sub(brokers, "owners", "Show which broker owns each loaded topic partition", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/owners", nil) })
+	sub(brokers, "load", "Show each live broker's partitions, message rates and CPU", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/brokers/load", nil) })
 	bookies := &cobra.Command{Use: "bookies", Short: "Bookies"}
-	sub(bookies, "list", "List live bookies", 0, func([]string) error { return a.call("GET", "/admin/v2/bookies/all", nil) })
+	sub(bookies, "list", "List live bookies", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/bookies/all", nil) })
 
 	cmd.AddCommand(tenants, namespaces, topics, brokers, bookies)
 	return cmd

@@ -9,14 +9,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/netaddr"
 )
 
 const defaultURL = "magnetar://127.0.0.1:6650"
 
 func newClientCmd(g *globals) *cobra.Command {
 	var url string
-	cmd := &cobra.Command{Use: "client", Short: "Produce and consume messages"}
-	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL (several brokers comma-separated)")
+	cmd := &cobra.Command{Use: "client", Short: "Produce and consume messages",
+		PersistentPreRunE: func(*cobra.Command, []string) error { return checkURL(url) }}
+	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL: magnetar://HOST:PORT (several brokers comma-separated)")
 
 	var (
 		messages []string
@@ -121,6 +123,22 @@ func newClientCmd(g *globals) *cobra.Command {
 	consume.Flags().StringVarP(&position, "subscription-position", "p", "latest", "where a new subscription starts: earliest or latest")
 	cmd.AddCommand(produce, consume)
 	return cmd
+}
+
+// checkURL checks --url before the SDK sees it, so that a bad broker
+// address is reported with the flag's name (and a port of 0 or above 65535
+// too, which the SDK leaves to the dialer).
+func checkURL(url string) error {
+	rest, ok := strings.CutPrefix(url, "magnetar://")
+	if !ok {
+		return fmt.Errorf("--url %q: want magnetar://HOST:PORT[,HOST:PORT...]", url)
+	}
+	for _, b := range strings.Split(strings.TrimSuffix(rest, "/"), ",") {
+		if err := netaddr.Dial(b); err != nil {
+			return fmt.Errorf("--url %q: broker %q: %w", url, b, err)
+		}
+	}
+	return nil
 }
 
 func parseSubscriptionType(s string) (client.SubscriptionType, error) {

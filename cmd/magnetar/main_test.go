@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/magnetar-io/magnetar/client"
 )
 
 // run executes the CLI in-process.
@@ -121,6 +123,18 @@ func TestStandaloneCommand(t *testing.T) {
 	// The summary is the last line: scripts take it with tail -1.
 	if !strings.HasPrefix(lastLine(buf.String()), "produce summary: 2000 messages") || !strings.HasSuffix(buf.String(), "errors 0\n") {
 		t.Fatalf("perf produce printed %q", buf.String())
+	}
+	// Failed sends: their reasons are printed and the run exits non-zero.
+	buf.Reset()
+	err := run(ctx, &buf, "perf", "produce", "perf-too-large", "-n", "3", "--rate", "0", "--size", "6000000", "--url", url)
+	if err == nil || !strings.Contains(err.Error(), "3 sends failed") ||
+		!strings.Contains(buf.String(), "3  "+client.ErrMessageTooLarge.Error()) || !strings.HasSuffix(buf.String(), "errors 3\n") {
+		t.Fatalf("perf produce of too large messages: %v\n%s", err, buf.String())
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "perf", "produce", "perf-unbatched", "-n", "100", "--rate", "0", "--disable-batching", "--batch-delay", "0", "--url", url); err != nil ||
+		!strings.HasPrefix(lastLine(buf.String()), "produce summary: 100 messages") {
+		t.Fatalf("perf produce --disable-batching: %v\n%s", err, buf.String())
 	}
 	buf.Reset()
 	if err := run(ctx, &buf, "perf", "consume", "perf", "-s", "p", "--earliest", "-n", "2000", "--url", url); err != nil {

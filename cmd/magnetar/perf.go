@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -27,6 +29,12 @@ type stats struct {
 	totalBytes int64
 	start      time.Time
 	last       time.Time
+	// reasons counts failed sends by error text, for the first maxReasons
+	// distinct texts (order keeps them in order of appearance); otherErrs
+	// counts the failures of any other text.
+	reasons   map[string]int64
+	order     []string
+	otherErrs int64
 }
 
 func newStats() *stats {
@@ -44,10 +52,44 @@ func (s *stats) record(bytes int, latency time.Duration) {
 	s.mu.Unlock()
 }
 
-func (s *stats) failed() {
+// maxReasons bounds the distinct error texts a run keeps.
+const maxReasons = 5
+
+func (s *stats) failed(err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.errs++
-	s.mu.Unlock()
+	reason := err.Error()
+	switch _, ok := s.reasons[reason]; {
+	case ok:
+		s.reasons[reason]++
+	case len(s.order) < maxReasons:
+		if s.reasons == nil {
+			s.reasons = map[string]int64{}
+		}
+		s.reasons[reason] = 1
+		s.order = append(s.order, reason)
+	default:
+		s.otherErrs++
+	}
+}
+
+// failures returns the number of failed sends; if there were any, it
+// prints them by reason.
+func (s *stats) failures(w io.Writer) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.errs == 0 {
+		return 0
+	}
+	fmt.Fprintf(w, "%d sends failed:\n", s.errs)
+	for _, r := range s.order {
+		fmt.Fprintf(w, "  %8d  %s\n", s.reasons[r], r)
+	}
+	if s.otherErrs > 0 {
+		fmt.Fprintf(w, "  %8d  (other reasons)\n", s.otherErrs)
+	}
+	return s.errs
 }
 
 func ms(us int64) float64 { return float64(us) / 1000 }
@@ -105,23 +147,123 @@ func startProgress(ctx context.Context, w io.Writer, s *stats, what string) (sto
 	}
 }
 
+// inflight bounds the sends in flight and times each one from the moment
+// it is handed to the producer, once a slot is free, to its
+// acknowledgement: the wait for a slot is queueing in perf, not latency.
+type inflight struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newInflight(n int) *inflight { return &inflight{slots: make(chan struct{}, n)} }
+
+// send waits for a free slot, or returns ctx's error if ctx ends first.
+// With a slot it takes the time and calls send, which hands the message
+// over and must call done exactly once (from any goroutine) with the
+// outcome; then record gets the time from hand-over to done, and the slot
+// is freed.
+func (f *inflight) send(ctx context.Context, send func(at time.Time, done func(error)), record func(latency time.Duration, err error)) error {
+	select {
+	case f.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f.wg.Add(1)
+	at := time.Now()
+	send(at, func(err error) {
+		record(time.Since(at), err)
+		<-f.slots
+		f.wg.Done()
+	})
+	return nil
+}
+
+// wait returns once every send has been recorded.
+func (f *inflight) wait() { f.wg.Wait() }
+
+// payloads makes perf produce's messages: random bytes, so that neither
+// the producer's nor the storage's compression flatters the figures, or,
+// if compressible, zeros. The first 16 bytes are for the send time (stamp).
+type payloads struct {
+	size int
+	// random is generated once; each message is a slice of it at a random
+	// offset, so that making payloads costs a copy.
+	random []byte
+	rng    *rand.Rand
+}
+
+// randomPool is the size of the random buffer messages are cut from: large
+// enough that messages batched together rarely overlap (which compression
+// would find).
+const randomPool = 8 << 20
+
+func newPayloads(size int, compressible bool) *payloads {
+	p := &payloads{size: size}
+	if !compressible {
+		var seed [32]byte
+		crand.Read(seed[:])
+		src := rand.NewChaCha8(seed)
+		p.random = make([]byte, max(randomPool, 2*size))
+		src.Read(p.random)
+		p.rng = rand.New(src)
+	}
+	return p
+}
+
+// next returns a new payload (the producer keeps it until it is sent);
+// stamp it before sending.
+func (p *payloads) next() []byte {
+	b := make([]byte, p.size)
+	if p.random != nil {
+		off := p.rng.IntN(len(p.random) - p.size + 1)
+		copy(b, p.random[off:])
+	}
+	return b
+}
+
+// produceOptions turns perf produce's flags into producer options.
+func produceOptions(topic string, batchDelay time.Duration, disableBatching bool, maxPending int, ct client.CompressionType) (client.ProducerOptions, error) {
+	if batchDelay < 0 {
+		return client.ProducerOptions{}, fmt.Errorf("--batch-delay %v: must not be negative", batchDelay)
+	}
+	if maxPending < 1 {
+		return client.ProducerOptions{}, fmt.Errorf("--max-pending %d: must be at least 1", maxPending)
+	}
+	if batchDelay == 0 {
+		// The SDK reads 0 as its default (10ms): ask for the shortest
+		// wait instead, so that a batch holds only what arrives together.
+		batchDelay = time.Microsecond
+	}
+	// perf bounds the messages in flight itself (all partitions together);
+	// the SDK's bound (per partition) is never the one that waits.
+	return client.ProducerOptions{Topic: topic, BatchingMaxPublishDelay: batchDelay, DisableBatching: disableBatching,
+		MaxPendingMessages: maxPending, CompressionType: ct}, nil
+}
+
 func newPerfCmd(g *globals) *cobra.Command {
 	var url string
-	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency"}
-	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL (several brokers comma-separated)")
+	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency",
+		PersistentPreRunE: func(*cobra.Command, []string) error { return checkURL(url) }}
+	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL: magnetar://HOST:PORT (several brokers comma-separated)")
 
 	var (
-		rate        float64
-		size, count int
-		batchDelay  time.Duration
-		maxPending  int
-		compression string
-		duration    time.Duration
+		rate            float64
+		size, count     int
+		batchDelay      time.Duration
+		disableBatching bool
+		maxPending      int
+		compression     string
+		payloadKind     string
+		duration        time.Duration
 	)
 	produce := &cobra.Command{
 		Use:   "produce TOPIC",
 		Short: "Publish at a given rate; report msg/s, MB/s and send latency",
-		Args:  cobra.ExactArgs(1),
+		Long: `Publish at a given rate; report msg/s, MB/s and send latency: from the moment
+a message is handed to the producer (once fewer than --max-pending are in
+flight) to its acknowledgement. Exits non-zero if any send failed, after
+printing the reasons.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if rate < 0 || size < 0 || count < 0 {
 				return errors.New("--rate, --size and -n must not be negative")
@@ -130,13 +272,24 @@ func newPerfCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var compressible bool
+			switch payloadKind {
+			case "random":
+			case "compressible":
+				compressible = true
+			default:
+				return fmt.Errorf("--payload %q: want random or compressible", payloadKind)
+			}
+			opts, err := produceOptions(args[0], batchDelay, disableBatching, maxPending, ct)
+			if err != nil {
+				return err
+			}
 			c, err := client.NewClient(client.ClientOptions{URL: url})
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			p, err := c.CreateProducer(client.ProducerOptions{Topic: args[0], BatchingMaxPublishDelay: batchDelay,
-				MaxPendingMessages: maxPending, CompressionType: ct})
+			p, err := c.CreateProducer(opts)
 			if err != nil {
 				return err
 			}
@@ -146,9 +299,20 @@ func newPerfCmd(g *globals) *cobra.Command {
 				ctx, cancel = context.WithTimeout(ctx, duration)
 				defer cancel()
 			}
+			// Sends in flight when the run ends (or is interrupted) are
+			// waited for, up to the producer's send timeout.
+			sendCtx := context.WithoutCancel(cmd.Context())
+			pl := newPayloads(size, compressible)
 			st := newStats()
 			stop := startProgress(ctx, cmd.OutOrStdout(), st, "produce")
-			var wg sync.WaitGroup
+			fl := newInflight(maxPending)
+			record := func(latency time.Duration, err error) {
+				if err != nil {
+					st.failed(err)
+					return
+				}
+				st.record(size, latency)
+			}
 			start := time.Now()
 			for i := 0; count == 0 || i < count; i++ {
 				if rate > 0 { // pace: message i is due at start + i/rate
@@ -162,33 +326,36 @@ func newPerfCmd(g *globals) *cobra.Command {
 				if ctx.Err() != nil {
 					break
 				}
-				sent := time.Now()
-				payload := make([]byte, size) // the producer keeps it until sent
-				stamp(payload, sent)
-				wg.Add(1)
-				p.SendAsync(cmd.Context(), &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
-					defer wg.Done()
-					if err != nil {
-						st.failed()
-						return
-					}
-					st.record(size, time.Since(sent))
-				})
+				payload := pl.next()
+				err := fl.send(ctx, func(at time.Time, done func(error)) {
+					stamp(payload, at)
+					p.SendAsync(sendCtx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { done(err) })
+				}, record)
+				if err != nil {
+					break
+				}
 			}
 			p.Flush()
-			wg.Wait()
+			fl.wait()
 			p.Close()
 			stop()
-			st.summary(cmd.OutOrStdout(), "produce")
+			out := cmd.OutOrStdout()
+			failed := st.failures(out)
+			st.summary(out, "produce")
+			if failed > 0 {
+				return fmt.Errorf("perf produce: %d sends failed", failed)
+			}
 			return nil
 		},
 	}
 	produce.Flags().Float64Var(&rate, "rate", 100, "messages per second (0: as fast as possible)")
 	produce.Flags().IntVar(&size, "size", 1024, "message size in bytes")
 	produce.Flags().IntVarP(&count, "num-messages", "n", 0, "stop after this many messages (0: until interrupted)")
-	produce.Flags().DurationVar(&batchDelay, "batch-delay", 10*time.Millisecond, "batching max publish delay")
-	produce.Flags().IntVar(&maxPending, "max-pending", 1000, "messages in flight")
+	produce.Flags().DurationVar(&batchDelay, "batch-delay", 10*time.Millisecond, "how long a batch waits for more messages (0: no wait, a batch holds only the messages that arrive together; see --disable-batching)")
+	produce.Flags().BoolVar(&disableBatching, "disable-batching", false, "send every message as an entry of its own")
+	produce.Flags().IntVar(&maxPending, "max-pending", 1000, "messages in flight, all partitions together (latency is counted from when a message gets a slot)")
 	produce.Flags().StringVar(&compression, "compression", "none", "none, lz4, zlib, zstd or snappy")
+	produce.Flags().StringVar(&payloadKind, "payload", "random", "random (incompressible) or compressible (zeros) message bytes, after a 16-byte send-time stamp")
 	produce.Flags().DurationVar(&duration, "time", 0, "stop after this long (0: no limit)")
 
 	var (

@@ -25,6 +25,9 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 			if err := config.Load(cmd.Flags(), g.config, &cfg); err != nil {
 				return err
 			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			log, err := g.logger()
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -63,19 +64,18 @@ func (c *Config) Validate() error {
 	if c.Bookies < 1 || c.Bookies > MaxBookies {
 		errs = append(errs, fmt.Errorf("bookies %d must be in 1..%d", c.Bookies, MaxBookies))
 	}
-	if _, _, err := net.SplitHostPort(c.MetastoreListen); err != nil {
-		errs = append(errs, fmt.Errorf("metastore listen address %q: %v", c.MetastoreListen, err))
-	}
-	if _, port, err := net.SplitHostPort(c.BookieListen); err != nil {
-		errs = append(errs, fmt.Errorf("bookie listen address %q: %v", c.BookieListen, err))
-	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p+c.Bookies > 65536 {
-		errs = append(errs, fmt.Errorf("bookie listen port %q: not a usable port for %d bookies", port, c.Bookies))
-	}
-	for what, addr := range map[string]string{"broker": c.BrokerListen, "http": c.HTTPListen} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("%s listen address %q: %v", what, addr, err))
+	listen := func(flag, value string) {
+		if err := netaddr.Listen(value); err != nil {
+			errs = append(errs, fmt.Errorf("--%s %q: %w", flag, value, err))
 		}
 	}
+	listen("metastore-listen", c.MetastoreListen)
+	listen("bookie-listen", c.BookieListen)
+	if p, err := netaddr.Port(c.BookieListen); err == nil && p != 0 && c.Bookies > 1 && p+c.Bookies-1 > 65535 {
+		errs = append(errs, fmt.Errorf("--bookie-listen %q: bookie %d would listen on port %d, above 65535", c.BookieListen, c.Bookies-1, p+c.Bookies-1))
+	}
+	listen("broker-listen", c.BrokerListen)
+	listen("http", c.HTTPListen)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("standalone config: %w", err)
 	}

@@ -2,6 +2,7 @@ package standalone
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,21 +79,42 @@ func TestRestartKeepsData(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for name, mod := range map[string]func(*Config){
-		"no data dir":      func(c *Config) { c.DataDir = "" },
-		"zero bookies":     func(c *Config) { c.Bookies = 0 },
-		"too many bookies": func(c *Config) { c.Bookies = MaxBookies + 1 },
-		"bad metastore":    func(c *Config) { c.MetastoreListen = "nowhere" },
-		"bad bookie port":  func(c *Config) { c.BookieListen = "127.0.0.1:65535"; c.Bookies = 2 },
+	for name, tc := range map[string]struct {
+		mod  func(*Config)
+		want string // a part of the error
+	}{
+		"no data dir":      {func(c *Config) { c.DataDir = "" }, "data directory"},
+		"zero bookies":     {func(c *Config) { c.Bookies = 0 }, "bookies 0"},
+		"too many bookies": {func(c *Config) { c.Bookies = MaxBookies + 1 }, "bookies 17"},
+		"bad metastore":    {func(c *Config) { c.MetastoreListen = "nowhere" }, `--metastore-listen "nowhere": missing port`},
+		"bad bookie":       {func(c *Config) { c.BookieListen = "127.0.0.1:65536" }, `--bookie-listen "127.0.0.1:65536": port 65536 is out of range 0..65535`},
+		"bad bookie port": {func(c *Config) { c.BookieListen = "127.0.0.1:65535"; c.Bookies = 2 },
+			`--bookie-listen "127.0.0.1:65535": bookie 1 would listen on port 65536`},
+		"bad broker": {func(c *Config) { c.BrokerListen = "127.0.0.1:x" }, `--broker-listen "127.0.0.1:x": port "x" is not a number`},
+		"bad http":   {func(c *Config) { c.HTTPListen = "" }, `--http "": empty address`},
 	} {
 		c := DefaultConfig()
-		mod(&c)
-		if err := c.Validate(); err == nil {
-			t.Errorf("%s: accepted", name)
+		tc.mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error with %q", name, err, tc.want)
 		}
 	}
 	c := DefaultConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	c.BookieListen, c.Bookies = "127.0.0.1:65535", 1
+	if err := c.Validate(); err != nil {
+		t.Fatalf("one bookie on the last port: %v", err)
+	}
+}
+
+// The standalone sets the broker's replication from its bookie count; it
+// does not use the broker's default (2/2/2), which one bookie cannot serve.
+func TestReplication(t *testing.T) {
+	for n, want := range map[int][3]int{1: {1, 1, 1}, 2: {2, 2, 2}, 3: {3, 3, 2}, 16: {3, 3, 2}} {
+		if e, qw, qa := replication(n); [3]int{e, qw, qa} != want {
+			t.Errorf("%d bookies: %d/%d/%d, want %v", n, e, qw, qa, want)
+		}
 	}
 }
