@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 )
@@ -177,5 +179,59 @@ func TestTopicNameCharacters(t *testing.T) {
 	defer p.Close()
 	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("m")}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A message between the broker's limit and its transport limit (max
+// message size + 1 MiB), sent by a client whose own limit is raised above
+// the broker's: the SDK learns the broker's limit when the producer
+// connects and fails that message alone at once; a raw client that sends
+// it anyway gets the stream ended as too large (correctness sweep, item
+// 4).
+func TestMessageOverTheTransportLimit(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.MaxMessageSize = 10 << 10 })
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr(), MaxMessageSize: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "huge", SendTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: make([]byte, 3<<20)}); !errors.Is(err, client.ErrMessageTooLarge) {
+		t.Fatalf("3 MiB message to a broker of 10 KiB: %v, want ErrMessageTooLarge", err)
+	}
+	if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte("fits")}); err != nil {
+		t.Fatalf("send after the refused one: %v", err)
+	}
+
+	cc, err := grpc.NewClient(e.b.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stream, err := brokerpb.NewBrokerClient(cc).Produce(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Open{Open: &brokerpb.ProducerOpen{Topic: "huge"}}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.GetOpened().GetMaxMessageSize(); got != 10<<10 {
+		t.Fatalf("ProducerOpened tells a limit of %d, want %d", got, 10<<10)
+	}
+	stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: &brokerpb.Send{SequenceId: 1, Payload: make([]byte, 3<<20)}}})
+	// gRPC answers a message over the transport limit itself, before the
+	// broker sees it: RESOURCE_EXHAUSTED, which the SDK reads as too large.
+	_, err = stream.Recv()
+	if code, reason, _ := wireError(err); reason != "MESSAGE_TOO_LARGE" && code != codes.ResourceExhausted {
+		t.Fatalf("raw 3 MiB send: %v, want the stream ended as too large", err)
 	}
 }

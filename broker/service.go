@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -118,7 +120,8 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		return err
 	}
 	defer t.removeProducer(p)
-	p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{ProducerName: p.name, LastSequenceId: p.lastSequence}}})
+	p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{
+		ProducerName: p.name, LastSequenceId: p.lastSequence, MaxMessageSize: uint32(v.s.cfg.MaxMessageSize)}}})
 
 	sendDone := make(chan error, 1)
 	go func() {
@@ -141,6 +144,11 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	go func() {
 		for {
 			req, err := stream.Recv()
+			if status.Code(err) == codes.ResourceExhausted {
+				// Larger than the transport takes (MaxMessageSize + 1 MiB):
+				// not even read. The stream ends with MESSAGE_TOO_LARGE.
+				err = errorf(ErrMessageTooLarge, "a send larger than the maximum message size of %d bytes: %v", v.s.cfg.MaxMessageSize, err)
+			}
 			if err != nil {
 				recvErr <- err
 				return
@@ -198,6 +206,11 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		}
 		return err
 	case err := <-sendDone:
+		// The stream is broken (a send fails only then): the receiving
+		// goroutine's Recv fails too; it is joined before returning, so
+		// that nothing of this stream runs after the handler.
+		p.disconnect(io.EOF)
+		<-recvErr
 		if errors.Is(err, io.EOF) {
 			return nil
 		}

@@ -21,15 +21,30 @@ import (
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	// URL of the cluster: "magnetar://host:port", several brokers
-	// comma-separated ("magnetar://h1:6650,h2:6650"). Required.
+	// comma-separated ("magnetar://h1:6650,h2:6650"). Calls that any
+	// broker can answer (partitioned metadata, lookups) try each in turn,
+	// then all again with backoff, until OperationTimeout.
 	URL string
 	// OperationTimeout bounds lookups, subscriptions and producer
-	// creation. Default 30s.
+	// creation, retries included. Default 30s.
 	OperationTimeout time.Duration
-	// MaxMessageSize is the largest message the client sends. Default
-	// 5 MiB, the broker's default.
+	// MaxMessageSize caps the messages a producer sends, in bytes. Default
+	// (0): the broker's limit, which it tells each producer when it
+	// connects (5 MiB unless the broker is configured otherwise), as a
+	// Pulsar client learns it from CONNECTED. A larger value has no effect:
+	// the broker's limit applies. A message over the limit fails at once
+	// with ErrMessageTooLarge.
 	MaxMessageSize int
 }
+
+// maxBrokerMessageSize is the largest limit a broker may have (its
+// configuration refuses more): the gRPC limits of the client's connections
+// allow it, whatever the client's MaxMessageSize.
+const maxBrokerMessageSize = 64 << 20
+
+// defaultMaxMessageSize is the limit assumed until a broker says, and with
+// brokers that do not.
+const defaultMaxMessageSize = 5 << 20
 
 // Client is a connection to a Magnetar cluster.
 type Client interface {
@@ -45,8 +60,12 @@ type Client interface {
 type client struct {
 	opts    ClientOptions
 	brokers []string
-	// lookupFrom is the broker lookups start with (after one that failed).
+	// lookupFrom is the broker calls to any broker start with (the one
+	// after the last that failed).
 	lookupFrom atomic.Int32
+	// onBrokerFailed, if set (tests), hears of every failed attempt
+	// (addr empty: a connection attempt).
+	onBrokerFailed func(addr string, err error)
 
 	mu struct {
 		sync.Mutex
@@ -81,9 +100,6 @@ func NewClient(opts ClientOptions) (Client, error) {
 	if opts.OperationTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative operation timeout", ErrInvalidOptions)
 	}
-	if opts.MaxMessageSize == 0 {
-		opts.MaxMessageSize = 5 << 20
-	}
 	if opts.MaxMessageSize < 0 {
 		return nil, fmt.Errorf("%w: negative max message size", ErrInvalidOptions)
 	}
@@ -102,7 +118,7 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 	}
 	cc := c.mu.conns[addr]
 	if cc == nil {
-		maxMsg := c.opts.MaxMessageSize + 1<<20
+		maxMsg := max(c.opts.MaxMessageSize, maxBrokerMessageSize) + 1<<20
 		var err error
 		cc, err = grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -121,44 +137,100 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 	return brokerpb.NewBrokerClient(cc), nil
 }
 
-// lookup finds the broker serving a topic: any broker of the URL answers
-// (trying them in turn).
-// reconnectTimeout bounds one reconnection attempt (lookup, stream open,
-// the broker's answer): a stalled broker is given up for the next attempt,
-// which looks the partition up again.
+// reconnectTimeout bounds one connection attempt (lookup, stream open,
+// the broker's answer): a stalled broker is given up for the next
+// attempt, which looks the partition up again.
 const reconnectTimeout = 5 * time.Second
 
-// lookupAttemptTimeout bounds one broker's answer to a lookup (which may
-// include claiming the partition and recovering its ledger).
-const lookupAttemptTimeout = 5 * time.Second
+// brokerAttemptTimeout bounds one broker's answer to a call any broker can
+// answer (partitioned metadata; a lookup, which may include claiming the
+// partition and recovering its ledger): a stalled broker does not hold up
+// the others.
+const brokerAttemptTimeout = 5 * time.Second
 
-func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClient, error) {
+// anyBroker calls fn on the brokers of the URL in turn, starting with the
+// one after the broker that last failed, until one answers. An answer is
+// a success or an error no other broker would cure (the topic does not
+// exist, say). When every broker failed for a reason that may pass (not
+// reachable, stalled, not ready) it tries them all again, with backoff,
+// until ctx ends, and then returns the last failure.
+func (c *client) anyBroker(ctx context.Context, fn func(ctx context.Context, bc brokerpb.BrokerClient) error) error {
+	var bo backoff
 	var lastErr error
-	// Start after the broker that last failed to answer, so that a dead
-	// or stalled one is asked last.
-	first := int(c.lookupFrom.Load())
-	for i := range c.brokers {
-		idx := (first + i) % len(c.brokers)
-		b := c.brokers[idx]
-		bc, err := c.conn(b)
-		if err != nil {
-			return nil, err
-		}
-		// Bounded per broker: a stalled one must not hold up the others.
-		lctx, cancel := context.WithTimeout(ctx, lookupAttemptTimeout)
-		resp, err := bc.Lookup(lctx, &brokerpb.LookupRequest{Topic: topic})
-		cancel()
-		if err != nil {
-			lastErr = fromStatus(err)
-			if !retriable(lastErr) {
-				return nil, lastErr
+	for {
+		first := int(c.lookupFrom.Load())
+		for i := range c.brokers {
+			idx := (first + i) % len(c.brokers)
+			addr := c.brokers[idx]
+			bc, err := c.conn(addr)
+			if err != nil {
+				return err
+			}
+			actx, cancel := context.WithTimeout(ctx, brokerAttemptTimeout)
+			err = fromStatus(fn(actx, bc))
+			cancel()
+			if err == nil || !retriable(err) {
+				return err
+			}
+			lastErr = fmt.Errorf("broker %s: %w", addr, err)
+			if c.onBrokerFailed != nil {
+				c.onBrokerFailed(addr, err)
 			}
 			c.lookupFrom.Store(int32((idx + 1) % len(c.brokers)))
-			continue
+			if ctx.Err() != nil {
+				return lastErr
+			}
 		}
-		return c.conn(resp.BrokerAddress)
+		select {
+		case <-time.After(bo.next()):
+		case <-ctx.Done():
+			return lastErr
+		}
 	}
-	return nil, lastErr
+}
+
+// lookup finds the broker serving a topic; any broker of the URL answers.
+func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClient, error) {
+	var addr string
+	err := c.anyBroker(ctx, func(ctx context.Context, bc brokerpb.BrokerClient) error {
+		resp, err := bc.Lookup(ctx, &brokerpb.LookupRequest{Topic: topic})
+		if err != nil {
+			return err
+		}
+		addr = resp.BrokerAddress
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.conn(addr)
+}
+
+// retryConnect makes a producer's, consumer's or reader's first
+// connection: attempt is tried until it succeeds or fails for a reason a
+// retry cannot cure, each attempt bounded by reconnectTimeout and spaced
+// by backoff, until ctx (the operation timeout) ends. The partition's
+// owner may be a broker that just died (its ownership lasts until its
+// lease expires, then another broker takes the partition) or one not up
+// yet.
+func (c *client) retryConnect(ctx context.Context, attempt func(ctx context.Context) error) error {
+	var bo backoff
+	for {
+		actx, cancel := context.WithTimeout(ctx, reconnectTimeout)
+		err := attempt(actx)
+		cancel()
+		if err == nil || !retriable(err) {
+			return err
+		}
+		if c.onBrokerFailed != nil {
+			c.onBrokerFailed("", err)
+		}
+		select {
+		case <-time.After(bo.next()):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (still failing when the operation timeout of %v ended)", err, c.opts.OperationTimeout)
+		}
+	}
 }
 
 // partitions returns the topic's partition names and their count (0 for
@@ -168,30 +240,26 @@ func (c *client) partitions(ctx context.Context, topic string) ([]string, int, e
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %v", ErrInvalidTopicName, err)
 	}
-	var lastErr error
-	for _, b := range c.brokers {
-		bc, err := c.conn(b)
-		if err != nil {
-			return nil, 0, err
-		}
+	var count int
+	err = c.anyBroker(ctx, func(ctx context.Context, bc brokerpb.BrokerClient) error {
 		resp, err := bc.PartitionedMetadata(ctx, &brokerpb.PartitionedMetadataRequest{Topic: n.String()})
 		if err != nil {
-			lastErr = fromStatus(err)
-			if !retriable(lastErr) {
-				return nil, 0, lastErr
-			}
-			continue
+			return err
 		}
-		if resp.Partitions == 0 {
-			return []string{n.String()}, 0, nil
-		}
-		names := make([]string, resp.Partitions)
-		for i := range names {
-			names[i] = n.Partition(i).String()
-		}
-		return names, int(resp.Partitions), nil
+		count = int(resp.Partitions)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	return nil, 0, lastErr
+	if count == 0 {
+		return []string{n.String()}, 0, nil
+	}
+	names := make([]string, count)
+	for i := range names {
+		names[i] = n.Partition(i).String()
+	}
+	return names, count, nil
 }
 
 func (c *client) TopicPartitions(topic string) ([]string, error) {

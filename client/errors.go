@@ -84,6 +84,9 @@ func fromStatus(err error) error {
 		}
 	}
 	switch st.Code() {
+	case codes.ResourceExhausted:
+		// Only a message over gRPC's size limit gets it.
+		return fmt.Errorf("%w: %s", ErrMessageTooLarge, st.Message())
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
 		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message())
 	case codes.Canceled:

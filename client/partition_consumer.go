@@ -92,7 +92,13 @@ func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, base
 	pc.mu.nacks = map[entryPos]time.Time{}
 	pc.mu.tracked = map[msgKey]time.Time{}
 	pc.mu.redelivered = map[entryPos]uint64{}
-	stream, cancel, err := pc.connect(ctx)
+	var stream brokerpb.Broker_ConsumeClient
+	var cancel context.CancelFunc
+	err := c.retryConnect(ctx, func(ctx context.Context) error {
+		var err error
+		stream, cancel, err = pc.connect(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +114,6 @@ func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, base
 // connect subscribes on a new stream and grants the first permits. The
 // stream lives until cancel is called.
 func (pc *partitionConsumer) connect(ctx context.Context) (brokerpb.Broker_ConsumeClient, context.CancelFunc, error) {
-	ctx, cancel := context.WithTimeout(ctx, pc.c.opts.OperationTimeout)
-	defer cancel()
 	bc, err := pc.c.lookup(ctx, pc.topic)
 	if err != nil {
 		return nil, nil, err

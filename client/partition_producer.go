@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -35,6 +36,9 @@ type partitionProducer struct {
 	opts      *ProducerOptions
 	compress  pulsarpb.CompressionType
 	name      string // set at the first connection, then fixed
+	// limit is the largest message the broker takes, from its answer at
+	// each connection (setLimit).
+	limit atomic.Int64
 
 	sem     chan struct{} // MaxPendingMessages
 	signal  chan struct{} // wakes the sender
@@ -84,9 +88,20 @@ func newPartitionProducer(ctx context.Context, c *client, topic string, partitio
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	pp.idle = sync.NewCond(&pp.mu)
+	pp.limit.Store(int64(c.opts.MaxMessageSize))
+	if c.opts.MaxMessageSize == 0 {
+		pp.limit.Store(defaultMaxMessageSize)
+	}
 	// The first connection is made here so that errors (a bad topic, a
 	// busy name) reach the caller.
-	stream, abort, opened, err := pp.connect(ctx)
+	var stream brokerpb.Broker_ProduceClient
+	var abort context.CancelFunc
+	var opened *brokerpb.ProducerOpened
+	err := c.retryConnect(ctx, func(ctx context.Context) error {
+		var err error
+		stream, abort, opened, err = pp.connect(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +122,6 @@ func newPartitionProducer(ctx context.Context, c *client, topic string, partitio
 // abort ends the stream at once, without waiting for the broker to answer
 // what was sent on it (closing it with CloseSend waits).
 func (pp *partitionProducer) connect(ctx context.Context) (_ brokerpb.Broker_ProduceClient, abort context.CancelFunc, _ *brokerpb.ProducerOpened, _ error) {
-	ctx, cancel := context.WithTimeout(ctx, pp.c.opts.OperationTimeout)
-	defer cancel()
 	bc, err := pp.c.lookup(ctx, pp.topic)
 	if err != nil {
 		return nil, nil, nil, err
@@ -145,11 +158,38 @@ func (pp *partitionProducer) connect(ctx context.Context) (_ brokerpb.Broker_Pro
 		if opened == nil {
 			return fail(fmt.Errorf("%w: broker answered %T to ProducerOpen", ErrUnavailable, r.r.Response))
 		}
+		pp.setLimit(int64(opened.MaxMessageSize))
 		go func() { <-stream.Context().Done(); scancel() }()
 		return stream, scancel, opened, nil
 	case <-ctx.Done():
 		return fail(fmt.Errorf("%w: opening the producer on %s: %v", ErrUnavailable, pp.topic, ctx.Err()))
 	}
+}
+
+// setLimit takes the broker's message size limit (0: it did not say): the
+// client's MaxMessageSize if set and lower, else the broker's.
+func (pp *partitionProducer) setLimit(broker int64) {
+	limit := broker
+	if limit <= 0 {
+		limit = defaultMaxMessageSize
+	}
+	if o := int64(pp.c.opts.MaxMessageSize); o > 0 && (broker <= 0 || o < limit) {
+		limit = o
+	}
+	pp.limit.Store(limit)
+}
+
+// batchedOverhead bounds what a message adds to a batch besides its
+// payload, key and properties: its SingleMessageMetadata framing (length
+// prefix, sequence id, event time, sizes, field tags).
+func batchedOverhead(m *ProducerMessage) int {
+	return 48 + 8*len(m.Properties)
+}
+
+// batchLimit is the size at which a batch is sent: BatchingMaxSize, or the
+// message size limit if lower.
+func (pp *partitionProducer) batchLimit() int {
+	return int(min(int64(pp.opts.BatchingMaxSize), pp.limit.Load()))
 }
 
 func (pp *partitionProducer) lastSequenceID() int64 {
@@ -164,8 +204,8 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 	for k, v := range msg.Properties {
 		size += len(k) + len(v)
 	}
-	if size > pp.c.opts.MaxMessageSize {
-		cb(nil, msg, fmt.Errorf("%w: message of %d bytes, the maximum is %d", ErrMessageTooLarge, size, pp.c.opts.MaxMessageSize))
+	if limit := pp.limit.Load(); int64(size) > limit {
+		cb(nil, msg, fmt.Errorf("%w: message of %d bytes, the maximum is %d", ErrMessageTooLarge, size, limit))
 		return
 	}
 	select {
@@ -191,7 +231,9 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 	pp.mu.nextSeq = max(pp.mu.nextSeq, seq+1)
 	// A message that does not fit the current batch starts a new one, as
 	// does, with key-based batching, a message of another key.
-	if n := len(pp.mu.batch); n > 0 && (pp.mu.batchBytes+size > int(pp.opts.BatchingMaxSize) ||
+	// In a batch each message also carries its own metadata.
+	batched := size + batchedOverhead(msg)
+	if n := len(pp.mu.batch); n > 0 && (pp.mu.batchBytes+batched > pp.batchLimit() ||
 		pp.opts.BatcherBuilderType == KeyBasedBatchBuilder && !sameKey(pp.mu.batch[0].msg, msg)) {
 		pp.flushLocked()
 	}
@@ -200,11 +242,11 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 		pp.flushLocked() // a delayed message is an entry of its own
 	}
 	pp.mu.batch = append(pp.mu.batch, &pendingMsg{ctx: ctx, msg: msg, seq: seq, size: size, cb: cb, deliverAt: at})
-	pp.mu.batchBytes += size
+	pp.mu.batchBytes += batched
 	switch {
 	case at > 0:
 		pp.flushLocked()
-	case pp.opts.DisableBatching, len(pp.mu.batch) >= int(pp.opts.BatchingMaxMessages), pp.mu.batchBytes >= int(pp.opts.BatchingMaxSize):
+	case pp.opts.DisableBatching, len(pp.mu.batch) >= int(pp.opts.BatchingMaxMessages), pp.mu.batchBytes >= pp.batchLimit():
 		pp.flushLocked()
 	case pp.mu.batchTimer == nil:
 		pp.mu.batchTimer = time.AfterFunc(pp.opts.BatchingMaxPublishDelay, func() {
@@ -476,7 +518,14 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 				if r.err == io.EOF {
 					return ErrUnavailable
 				}
-				return fromStatus(r.err)
+				err := fromStatus(r.err)
+				if errors.Is(err, ErrMessageTooLarge) {
+					// The broker could not even read a send (larger than
+					// its transport takes): it cannot say which, but the
+					// largest pending batch is over the limit if any is.
+					pp.failLargest(fmt.Errorf("%w: %v", ErrMessageTooLarge, err))
+				}
+				return err
 			}
 			switch resp := r.r.Response.(type) {
 			case *brokerpb.ProduceResponse_Receipt:
@@ -538,6 +587,21 @@ func (pp *partitionProducer) failBatch(seq uint64, err error) {
 			<-pp.sem
 			m.cb(nil, m.msg, err)
 		}
+	}
+}
+
+// failLargest fails the largest pending batch.
+func (pp *partitionProducer) failLargest(err error) {
+	pp.mu.Lock()
+	var largest *pendingBatch
+	for _, b := range pp.mu.pending {
+		if largest == nil || proto.Size(b.req) > proto.Size(largest.req) {
+			largest = b
+		}
+	}
+	pp.mu.Unlock()
+	if largest != nil {
+		pp.failBatch(uint64(largest.msgs[0].seq), err)
 	}
 }
 

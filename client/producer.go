@@ -120,7 +120,7 @@ func (o *ProducerOptions) fill(maxMessageSize int) error {
 	if o.BatchingMaxSize == 0 {
 		o.BatchingMaxSize = 128 << 10
 	}
-	if int(o.BatchingMaxSize) > maxMessageSize {
+	if maxMessageSize > 0 && int(o.BatchingMaxSize) > maxMessageSize {
 		return fmt.Errorf("%w: BatchingMaxSize %d exceeds the maximum message size %d", ErrInvalidOptions, o.BatchingMaxSize, maxMessageSize)
 	}
 	if o.BatcherBuilderType != DefaultBatchBuilder && o.BatcherBuilderType != KeyBasedBatchBuilder {

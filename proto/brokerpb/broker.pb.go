@@ -826,6 +826,10 @@ type ProducerOpened struct {
 	// The last sequence id stored for this producer name (deduplication),
 	// -1 if none.
 	LastSequenceId int64 `protobuf:"varint,2,opt,name=last_sequence_id,json=lastSequenceId,proto3" json:"last_sequence_id,omitempty"`
+	// The largest message (or batch) the broker takes, in bytes; the SDK
+	// fails a larger one at once (Pulsar's CommandConnected.max_message_size).
+	// 0 from brokers that do not say.
+	MaxMessageSize uint32 `protobuf:"varint,3,opt,name=max_message_size,json=maxMessageSize,proto3" json:"max_message_size,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -870,6 +874,13 @@ func (x *ProducerOpened) GetProducerName() string {
 func (x *ProducerOpened) GetLastSequenceId() int64 {
 	if x != nil {
 		return x.LastSequenceId
+	}
+	return 0
+}
+
+func (x *ProducerOpened) GetMaxMessageSize() uint32 {
+	if x != nil {
+		return x.MaxMessageSize
 	}
 	return 0
 }
@@ -2196,10 +2207,11 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\areceipt\x18\x02 \x01(\v2\x1f.magnetar.broker.v1.SendReceiptH\x00R\areceipt\x125\n" +
 	"\x05error\x18\x03 \x01(\v2\x1d.magnetar.broker.v1.SendErrorH\x00R\x05errorB\n" +
 	"\n" +
-	"\bresponse\"_\n" +
+	"\bresponse\"\x89\x01\n" +
 	"\x0eProducerOpened\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12(\n" +
-	"\x10last_sequence_id\x18\x02 \x01(\x03R\x0elastSequenceId\"\x8a\x01\n" +
+	"\x10last_sequence_id\x18\x02 \x01(\x03R\x0elastSequenceId\x12(\n" +
+	"\x10max_message_size\x18\x03 \x01(\rR\x0emaxMessageSize\"\x8a\x01\n" +
 	"\vSendReceipt\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x04R\n" +
 	"sequenceId\x12<\n" +

@@ -1,0 +1,260 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/magnetar-io/magnetar/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newTestClient(t *testing.T, opts ClientOptions) *client {
+	t.Helper()
+	c, err := NewClient(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.(*client)
+}
+
+// Every call that may go to any broker tries the next one when the first
+// of the URL is dead (connection refused) or paused (connected, silent):
+// partitioned metadata, lookups, and the first connection of producers,
+// consumers and readers.
+func TestFirstBrokerOfTheURLUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first func(*testing.T) string
+	}{
+		{"dead", deadAddr},
+		{"paused", stalledAddr},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFakeBroker(t, fakeOptions{})
+			c := newTestClient(t, ClientOptions{URL: "magnetar://" + tc.first(t) + "," + f.addr})
+			if names, err := c.TopicPartitions("t"); err != nil || len(names) != 1 {
+				t.Fatalf("partitions: %v, %v", names, err)
+			}
+			p, err := c.CreateProducer(ProducerOptions{Topic: "t"})
+			if err != nil {
+				t.Fatalf("create producer: %v", err)
+			}
+			if _, err := p.Send(ctxT(t), &ProducerMessage{Payload: []byte("x")}); err != nil {
+				t.Fatalf("send: %v", err)
+			}
+			cons, err := c.Subscribe(ConsumerOptions{Topic: "t", SubscriptionName: "s"})
+			if err != nil {
+				t.Fatalf("subscribe: %v", err)
+			}
+			cons.Close()
+			r, err := c.CreateReader(ReaderOptions{Topic: "t", StartMessageID: EarliestMessageID()})
+			if err != nil {
+				t.Fatalf("reader: %v", err)
+			}
+			if !r.HasNext() {
+				t.Fatal("HasNext: false with a message stored")
+			}
+			r.Close()
+			p.Close()
+		})
+	}
+}
+
+// The only broker of the URL is not listening yet when the producer is
+// created: the client keeps trying, with backoff, until it is.
+func TestBrokerNotListeningYet(t *testing.T) {
+	addr := deadAddr(t)
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + addr})
+	failed := make(chan struct{})
+	var once sync.Once
+	c.onBrokerFailed = func(string, error) { once.Do(func() { close(failed) }) }
+	type result struct {
+		p   Producer
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		p, err := c.CreateProducer(ProducerOptions{Topic: "t"})
+		res <- result{p, err}
+	}()
+	select {
+	case <-failed:
+	case r := <-res:
+		t.Fatalf("create producer gave up before the broker listened: %v", r.err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on the broker's address: %v", err)
+	}
+	startFakeBroker(t, fakeOptions{ln: ln})
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("create producer: %v", r.err)
+	}
+	defer r.p.Close()
+	if _, err := r.p.Send(ctxT(t), &ProducerMessage{Payload: []byte("x")}); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+// A lookup may name an owner that just died (its ownership lasts until its
+// lease expires): the first connection looks the partition up again until
+// a live broker owns it.
+func TestFirstConnectionRetriesADeadOwner(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{})
+	dead := deadAddr(t)
+	f.tell(dead, dead, dead)
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatalf("create producer: %v", err)
+	}
+	defer p.Close()
+	if n := f.lookups(); n < 4 {
+		t.Fatalf("%d lookups: want the dead owner's 3, then the live one", n)
+	}
+	cons, err := func() (Consumer, error) {
+		f.tell(dead, dead)
+		return c.Subscribe(ConsumerOptions{Topic: "t", SubscriptionName: "s"})
+	}()
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	cons.Close()
+}
+
+// With no broker reachable, the client retries until the operation
+// timeout, then fails with ErrUnavailable naming a broker.
+func TestGivesUpAtTheOperationTimeout(t *testing.T) {
+	a, b := deadAddr(t), deadAddr(t)
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + a + "," + b, OperationTimeout: time.Second})
+	var attempts atomic.Int32
+	c.onBrokerFailed = func(string, error) { attempts.Add(1) }
+	_, err := c.CreateProducer(ProducerOptions{Topic: "t"})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("create producer with no broker: %v, want ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), a) && !strings.Contains(err.Error(), b) {
+		t.Fatalf("error %q names no broker", err)
+	}
+	if n := attempts.Load(); n <= 2 {
+		t.Fatalf("%d attempts: want every broker tried more than once", n)
+	}
+}
+
+// A message over the broker's limit fails alone, at once, with
+// ErrMessageTooLarge, even when the client's own limit is raised above
+// the broker's: the broker tells its limit when the producer connects.
+func TestMessageTooLargeFailsAloneAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   int
+		noBatch bool
+	}{
+		{"client limit raised, batching", 16 << 20, false},
+		{"client limit raised, no batching", 16 << 20, true},
+		{"default client limit", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFakeBroker(t, fakeOptions{maxMessage: 64 << 10})
+			c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr, MaxMessageSize: tc.limit})
+			// The send timeout is long: a message that waited for it would
+			// hold the test up until the guard below.
+			p, err := c.CreateProducer(ProducerOptions{Topic: "t", SendTimeout: time.Hour, DisableBatching: tc.noBatch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			errs := make([]chan error, 3)
+			for i, size := range []int{1 << 10, 2 << 20, 1 << 10} { // 2 MiB: over the transport limit too
+				errs[i] = make(chan error, 1)
+				p.SendAsync(ctxT(t), &ProducerMessage{Payload: bytes.Repeat([]byte{'x'}, size)}, func(_ MessageID, _ *ProducerMessage, err error) { errs[i] <- err })
+			}
+			for i, want := range []error{nil, ErrMessageTooLarge, nil} {
+				select {
+				case err := <-errs[i]:
+					if !errors.Is(err, want) && !(want == nil && err == nil) {
+						t.Fatalf("message %d: %v, want %v", i, err, want)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatalf("message %d: no outcome", i)
+				}
+			}
+			if n := len(f.stored()); n < 1 {
+				t.Fatalf("%d entries stored", n)
+			}
+		})
+	}
+}
+
+// A broker that does not tell its limit (an older one) cannot even read a
+// send over its transport limit; it ends the stream with
+// MESSAGE_TOO_LARGE. The SDK fails that message, and the others go on.
+func TestSendOverTheTransportLimit(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{maxMessage: 64 << 20, recvLimit: 256 << 10, silent: true})
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", SendTimeout: time.Hour, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Send(ctxT(t), &ProducerMessage{Payload: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctxT(t), &ProducerMessage{Payload: bytes.Repeat([]byte{'x'}, 1<<20)}); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("1 MiB send over a 256 KiB transport: %v, want ErrMessageTooLarge", err)
+	}
+	if _, err := p.Send(ctxT(t), &ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatalf("send after the refused one: %v", err)
+	}
+}
+
+// Batches are cut at the broker's limit when it is below BatchingMaxSize.
+func TestBatchesStayUnderTheBrokerLimit(t *testing.T) {
+	const limit = 16 << 10
+	f := startFakeBroker(t, fakeOptions{maxMessage: limit})
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", BatchingMaxPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var failed atomic.Int32
+	for i := 0; i < 64; i++ {
+		p.SendAsync(ctxT(t), &ProducerMessage{Payload: bytes.Repeat([]byte{'x'}, 1<<10)}, func(_ MessageID, _ *ProducerMessage, err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of 64 messages failed", n)
+	}
+	for _, b := range f.stored() {
+		if len(b) > limit {
+			t.Fatalf("a batch of %d bytes, over the broker's %d", len(b), limit)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+)
+
+// fakeBroker is an in-process broker for the SDK's tests: it answers
+// lookups (with its own address, or the ones it is told to give), stores
+// what producers send and acknowledges it, refuses sends over its message
+// size, and accepts subscriptions.
+type fakeBroker struct {
+	brokerpb.UnimplementedBrokerServer
+	addr string
+	srv  *grpc.Server
+	// maxMessage is the limit told to producers (0: none told) and
+	// checked on sends; recvLimit, the gRPC limit (a send over it is not
+	// even read).
+	maxMessage uint32
+	silent     bool
+
+	mu struct {
+		sync.Mutex
+		owners     []string // answers of the next lookups (then: addr)
+		partitions uint32
+		lookups    int
+		stored     [][]byte // payloads of the accepted sends
+	}
+}
+
+type fakeOptions struct {
+	maxMessage uint32 // default 1 MiB
+	recvLimit  int    // default maxMessage + 1 MiB
+	silent     bool   // do not tell producers the limit (an older broker)
+	ln         net.Listener
+}
+
+func startFakeBroker(t *testing.T, o fakeOptions) *fakeBroker {
+	t.Helper()
+	if o.maxMessage == 0 {
+		o.maxMessage = 1 << 20
+	}
+	if o.recvLimit == 0 {
+		o.recvLimit = int(o.maxMessage) + 1<<20
+	}
+	ln := o.ln
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fakeBroker{addr: ln.Addr().String(), maxMessage: o.maxMessage, silent: o.silent}
+	f.srv = grpc.NewServer(grpc.MaxRecvMsgSize(o.recvLimit))
+	brokerpb.RegisterBrokerServer(f.srv, f)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		f.srv.Stop()
+		<-done
+	})
+	return f
+}
+
+// tell makes the next lookups answer these addresses, in order.
+func (f *fakeBroker) tell(owners ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.owners = append(f.mu.owners, owners...)
+}
+
+func (f *fakeBroker) lookups() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.lookups
+}
+
+func (f *fakeBroker) stored() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]byte(nil), f.mu.stored...)
+}
+
+func brokerError(code codes.Code, reason brokerpb.ErrorReason, msg string) error {
+	st, _ := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Domain: "broker.magnetar.io", Reason: reason.String()})
+	return st.Err()
+}
+
+func (f *fakeBroker) Lookup(ctx context.Context, req *brokerpb.LookupRequest) (*brokerpb.LookupResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.lookups++
+	addr := f.addr
+	if len(f.mu.owners) > 0 {
+		addr, f.mu.owners = f.mu.owners[0], f.mu.owners[1:]
+	}
+	return &brokerpb.LookupResponse{BrokerAddress: addr}, nil
+}
+
+func (f *fakeBroker) PartitionedMetadata(ctx context.Context, req *brokerpb.PartitionedMetadataRequest) (*brokerpb.PartitionedMetadataResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &brokerpb.PartitionedMetadataResponse{Partitions: f.mu.partitions}, nil
+}
+
+func (f *fakeBroker) GetLastMessageId(ctx context.Context, req *brokerpb.GetLastMessageIdRequest) (*brokerpb.GetLastMessageIdResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &brokerpb.GetLastMessageIdResponse{MessageId: &brokerpb.MessageId{LedgerId: 1, EntryId: int64(len(f.mu.stored)) - 1, Partition: -1, BatchIndex: -1}}, nil
+}
+
+func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if first.GetOpen() == nil {
+		return status.Error(codes.InvalidArgument, "open first")
+	}
+	if err := stream.Send(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{
+		ProducerName: "fake-producer", LastSequenceId: -1, MaxMessageSize: map[bool]uint32{false: f.maxMessage}[f.silent]}}}); err != nil {
+		return err
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if status.Code(err) == codes.ResourceExhausted {
+			return brokerError(codes.InvalidArgument, brokerpb.ErrorReason_MESSAGE_TOO_LARGE, err.Error())
+		}
+		if err != nil {
+			return err
+		}
+		send := req.GetSend()
+		var resp *brokerpb.ProduceResponse
+		if len(send.Payload) > int(f.maxMessage) {
+			resp = &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Error{Error: &brokerpb.SendError{
+				SequenceId: send.SequenceId, Reason: brokerpb.ErrorReason_MESSAGE_TOO_LARGE, Message: "too large"}}}
+		} else {
+			f.mu.Lock()
+			f.mu.stored = append(f.mu.stored, send.Payload)
+			id := int64(len(f.mu.stored) - 1)
+			f.mu.Unlock()
+			resp = &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
+				SequenceId: send.SequenceId, MessageId: &brokerpb.MessageId{LedgerId: 1, EntryId: id, Partition: -1, BatchIndex: -1}}}}
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *fakeBroker) Consume(stream brokerpb.Broker_ConsumeServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if first.GetSubscribe() == nil {
+		return status.Error(codes.InvalidArgument, "subscribe first")
+	}
+	if err := stream.Send(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}}); err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return nil
+		}
+	}
+}
+
+// deadAddr is the address of a port nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// stalledAddr is the address of a listener that accepts connections and
+// never answers on them: a broker paused with SIGSTOP (the kernel still
+// completes the TCP handshake).
+func stalledAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
