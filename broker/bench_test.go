@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/testcluster"
+	"github.com/magnetar-io/magnetar/metastore"
 )
 
 // BenchmarkDispatch measures how fast a subscription's consumers drain a
@@ -199,4 +201,128 @@ func BenchmarkCreateProducer(b *testing.B) {
 			create(fmt.Sprint("lookup-loaded-", i%loaded))
 		}
 	})
+}
+
+// BenchmarkDedupSnapshotWrites measures what deduplication costs etcd: the
+// snapshot writes per second and the bytes per second they carry (the
+// value written; keys and transaction overhead not counted), per
+// partition, while every partition is produced to at a steady rate. One
+// iteration is one second of production, so run it with -benchtime Nx
+// for N seconds:
+//
+//	go test -run '^$' -bench BenchmarkDedupSnapshotWrites -benchtime 20x ./broker/
+//
+// "idle-2000" first lets 2,000 anonymous producers store one message each
+// on every partition and disconnect, as short-lived producers do, then
+// produces at 100 msg/s from one producer: the names stay in the state.
+func BenchmarkDedupSnapshotWrites(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		rate  int // messages per second per partition
+		idle  int // disconnected producers per partition before
+		parts int
+	}{
+		{"rate-100", 100, 0, 2},
+		{"rate-1000", 1000, 0, 2},
+		{"idle-2000-rate-100", 100, 2000, 2},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchDedupSnapshotWrites(b, tc.rate, tc.idle, tc.parts) })
+	}
+}
+
+func benchDedupSnapshotWrites(b *testing.B, rate, idle, parts int) {
+	c := testcluster.Start(b, 1, testcluster.Options{})
+	cfg := broker.DefaultConfig()
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
+	cfg.Metastore = c.Etcd.Endpoints()
+	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 1, 1, 1 // one bookie
+	cfg.Deduplication = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s, err := broker.Start(ctx, cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	topic := func(i int) string { return fmt.Sprintf("dedup-rate-%d-%d-%d", rate, idle, i) }
+	for i := 0; i < parts; i++ {
+		for j := 0; j < idle; j++ {
+			p, err := cl.CreateProducer(client.ProducerOptions{Topic: topic(i), DisableBatching: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("x")}); err != nil {
+				b.Fatal(err)
+			}
+			p.Close()
+		}
+	}
+	producers := make([]client.Producer, parts)
+	for i := range producers {
+		if producers[i], err = cl.CreateProducer(client.ProducerOptions{Topic: topic(i), Name: "steady", DisableBatching: true}); err != nil {
+			b.Fatal(err)
+		}
+		defer producers[i].Close()
+	}
+	// Count the snapshot puts from here on.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var writes, bytes atomic.Int64
+	watching := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		ch := c.Store.Watch(wctx, metastore.TopicsPrefix, 0)
+		close(watching)
+		for batch := range ch {
+			for _, ev := range batch.Events {
+				if ev.Type == metastore.EventPut && strings.HasSuffix(ev.KV.Key, "/dedup") {
+					writes.Add(1)
+					bytes.Add(int64(len(ev.KV.Value)))
+				}
+			}
+		}
+	}()
+	<-watching
+	payload := make([]byte, 100)
+	var sendErr atomic.Value
+	const tick = 10 * time.Millisecond
+	perTick := rate * int(tick) / int(time.Second)
+	b.ResetTimer()
+	start := time.Now()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for n := 0; n < b.N*int(time.Second/tick); n++ {
+		<-t.C
+		for _, p := range producers {
+			for k := 0; k < perTick; k++ {
+				p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+					if err != nil {
+						sendErr.Store(err)
+					}
+				})
+			}
+		}
+	}
+	for _, p := range producers {
+		if err := p.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := sendErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	stopWatch()
+	<-watchDone
+	perPart := float64(parts) * elapsed.Seconds()
+	b.ReportMetric(float64(writes.Load())/perPart, "writes/s/partition")
+	b.ReportMetric(float64(bytes.Load())/perPart, "B/s/partition")
+	b.ReportMetric(float64(bytes.Load())/max(float64(writes.Load()), 1), "B/write")
 }

@@ -51,6 +51,27 @@ type Config struct {
 	MessageTTL time.Duration `mapstructure:"message-ttl" yaml:"message-ttl"`
 	// Deduplication of re-sent messages by producer name and sequence id.
 	Deduplication bool `mapstructure:"deduplication" yaml:"deduplication"`
+	// DedupProducerInactivityTimeout: the deduplication state of a
+	// producer that has been disconnected this long is forgotten; a
+	// producer of that name that comes back starts afresh. Default 6h
+	// (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes).
+	DedupProducerInactivityTimeout time.Duration `mapstructure:"dedup-producer-inactivity-timeout" yaml:"dedup-producer-inactivity-timeout"`
+	// DedupMaxProducers caps the producer names in a partition's
+	// deduplication snapshot (an etcd value, also capped at 512 KiB).
+	// Past either cap the least recently active disconnected producers
+	// are forgotten. Default 10,000 (Pulsar's
+	// brokerDeduplicationMaxNumberOfProducers).
+	DedupMaxProducers int `mapstructure:"dedup-max-producers" yaml:"dedup-max-producers"`
+	// DedupSnapshotEntries and DedupSnapshotInterval: a partition's
+	// deduplication snapshot is written once this many entries were
+	// stored since the last one, or this long after it if any was (and
+	// when producers were forgotten, and on unload). A load replays the
+	// entries after the snapshot, so this bounds the replay, not what is
+	// deduplicated. Defaults 1,000 and 2m (Pulsar's
+	// brokerDeduplicationEntriesInterval and
+	// brokerDeduplicationSnapshotFrequencyInSeconds).
+	DedupSnapshotEntries  int           `mapstructure:"dedup-snapshot-entries" yaml:"dedup-snapshot-entries"`
+	DedupSnapshotInterval time.Duration `mapstructure:"dedup-snapshot-interval" yaml:"dedup-snapshot-interval"`
 	// AllowAutoTopicCreation creates topics on first use.
 	AllowAutoTopicCreation bool `mapstructure:"allow-auto-topic-creation" yaml:"allow-auto-topic-creation"`
 
@@ -107,6 +128,11 @@ func DefaultConfig() Config {
 		CursorPersistInterval:  time.Second,
 		RetentionCheckInterval: time.Minute,
 
+		DedupProducerInactivityTimeout: 6 * time.Hour,
+		DedupMaxProducers:              10000,
+		DedupSnapshotEntries:           1000,
+		DedupSnapshotInterval:          2 * time.Minute,
+
 		MaxUnackedMessagesPerConsumer:     50000,
 		MaxUnackedMessagesPerSubscription: 200000,
 		DelayedDeliveryMaxIndexed:         100000,
@@ -162,6 +188,16 @@ func (c *Config) Validate() error {
 	}
 	if c.DelayedDeliveryMaxIndexed < 2 {
 		errs = append(errs, fmt.Errorf("delayed delivery index of %d messages: at least 2", c.DelayedDeliveryMaxIndexed))
+	}
+	if c.DedupProducerInactivityTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--dedup-producer-inactivity-timeout %v: must be positive", c.DedupProducerInactivityTimeout))
+	}
+	if c.DedupMaxProducers < 1 {
+		errs = append(errs, fmt.Errorf("--dedup-max-producers %d: at least 1", c.DedupMaxProducers))
+	}
+	if c.DedupSnapshotEntries < 1 || c.DedupSnapshotInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--dedup-snapshot-entries %d, --dedup-snapshot-interval %v: must be positive",
+			c.DedupSnapshotEntries, c.DedupSnapshotInterval))
 	}
 	if c.CacheSize < 0 {
 		errs = append(errs, errors.New("negative cache size"))

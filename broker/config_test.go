@@ -47,6 +47,9 @@ func TestConfigValidate(t *testing.T) {
 		"replication 0/0/0": {func(c *broker.Config) { c.Ensemble, c.WriteQuorum, c.AckQuorum = 0, 0, 0 },
 			"--ensemble 0, --write-quorum 0, --ack-quorum 0"},
 		"ensemble below the default quorums": {func(c *broker.Config) { c.Ensemble = 1 }, "--ensemble 1, --write-quorum 2, --ack-quorum 2"},
+		"dedup inactivity 0":                 {func(c *broker.Config) { c.DedupProducerInactivityTimeout = 0 }, "--dedup-producer-inactivity-timeout 0s: must be positive"},
+		"dedup max producers":                {func(c *broker.Config) { c.DedupMaxProducers = 0 }, "--dedup-max-producers 0: at least 1"},
+		"dedup snapshot every":               {func(c *broker.Config) { c.DedupSnapshotEntries = 0 }, "--dedup-snapshot-entries 0, --dedup-snapshot-interval 2m0s: must be positive"},
 	} {
 		c := good
 		tc.mod(&c)

@@ -1,6 +1,13 @@
 package broker
 
-import "github.com/magnetar-io/magnetar/proto/topicname"
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/magnetar-io/magnetar/proto/topicname"
+)
 
 // SetTestHookPublishTimed installs f as testHookPublishTimed; tests reset
 // it with nil when they end.
@@ -25,7 +32,7 @@ func (s *Server) DedupWaiting(topic, producer string) int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := t.mu.dedup[producer]
+	d := t.mu.dedup.producers[producer]
 	if d == nil {
 		return 0
 	}
@@ -34,4 +41,77 @@ func (s *Server) DedupWaiting(topic, producer string) int {
 		waiting += len(w.cbs)
 	}
 	return waiting
+}
+
+// SetDedupClock makes now the clock of the loaded topic's deduplication
+// state (producers' idle times, snapshot cadence). It reports whether the
+// topic is loaded.
+func (s *Server) SetDedupClock(topic string, now func() time.Time) bool {
+	t := s.loadedTopic(topic)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.mu.clock = now
+	return true
+}
+
+// DedupProducers lists the producer names the loaded topic keeps
+// deduplication state for.
+func (s *Server) DedupProducers(topic string) []string {
+	t := s.loadedTopic(topic)
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for name := range t.mu.dedup.producers {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ProducerConnected reports whether a producer of this name is connected
+// to the loaded topic.
+func (s *Server) ProducerConnected(topic, name string) bool {
+	t := s.loadedTopic(topic)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.connectedLocked(name)
+}
+
+// RetainNow applies retention to the loaded topic once (as the retention
+// loop does).
+func (s *Server) RetainNow(topic string) bool {
+	t := s.loadedTopic(topic)
+	if t == nil {
+		return false
+	}
+	t.retain(context.Background())
+	return true
+}
+
+// FirstEntry is the loaded topic's first stored position, as
+// "ledger:entry".
+func (s *Server) FirstEntry(topic string) string {
+	t := s.loadedTopic(topic)
+	if t == nil {
+		return ""
+	}
+	p := t.ml.First()
+	return fmt.Sprintf("%d:%d", p.Ledger, p.Entry)
+}
+
+func (s *Server) loadedTopic(topic string) *topic {
+	n, err := topicname.Parse(topic)
+	if err != nil {
+		return nil
+	}
+	return s.lookupTopic(n)
 }

@@ -43,18 +43,19 @@ type topic struct {
 	subsMu sync.Mutex
 	// traffic counts what this partition published and dispatched.
 	traffic traffic
+	// dedupWriteMu makes deduplication snapshots one write at a time, so
+	// that they are stored in the order they were taken. Taken before mu.
+	dedupWriteMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
 		set       settings
 		producers map[string]*producer
 		subs      map[string]*subscription
-		dedup     map[string]*dedupState // by producer name
-		// dedupPos: every entry up to it has its sequence id in dedup
-		// (what a snapshot may claim to cover). Kept here rather than read
-		// from the managed ledger, whose lock append callbacks may hold.
-		dedupPos    mledger.Position
-		dedupDirty  bool
+		dedup     *dedupTable
+		// clock is the time of the deduplication state (producers' idle
+		// times, snapshot cadence); tests set another.
+		clock       func() time.Time
 		lastPublish int64 // publish times are kept increasing
 		closed      bool
 	}
@@ -90,8 +91,8 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	t.mu.set = s.md.settings(pol)
 	t.mu.producers = map[string]*producer{}
 	t.mu.subs = map[string]*subscription{}
-	t.mu.dedup = map[string]*dedupState{}
-	t.mu.dedupPos = mledger.Position{Ledger: -1, Entry: -1}
+	t.mu.clock = time.Now
+	t.mu.dedup = newDedupTable(s.cfg.dedupLimits(), t.mu.clock())
 	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache,
 		StorageReads: &s.storageReads, OnFenced: func() { s.goBackground(func() { s.unloadLost(t) }) }, Log: s.log})
 	if err != nil {
@@ -166,7 +167,7 @@ func (t *topic) close(ctx context.Context) error {
 	for _, s := range subs {
 		errs = append(errs, s.close(ctx))
 	}
-	errs = append(errs, t.persistDedup(ctx))
+	errs = append(errs, t.persistDedup(ctx, true))
 	if t.ml != nil {
 		errs = append(errs, t.ml.Close(ctx))
 		t.s.cache.Drop(t.path)
@@ -205,7 +206,7 @@ func (t *topic) addProducer(p *producer) error {
 	t.mu.producers[p.name] = p
 	p.lastSequence = -1
 	if t.mu.set.dedup {
-		p.lastSequence = t.dedupLocked(p.name).persisted
+		p.lastSequence = t.mu.dedup.connect(p.name, t.mu.clock()).persisted
 	}
 	return nil
 }
@@ -215,23 +216,12 @@ func (t *topic) removeProducer(p *producer) {
 	defer t.mu.Unlock()
 	if t.mu.producers[p.name] == p {
 		delete(t.mu.producers, p.name)
-		// A producer that never stored anything leaves no state behind
-		// (anonymous producers get a new name on every connection).
-		if d := t.mu.dedup[p.name]; d != nil && d.persisted < 0 && len(d.inflight) == 0 {
-			delete(t.mu.dedup, p.name)
-		}
+		t.mu.dedup.disconnect(p.name, t.mu.clock())
 	}
 }
 
-// dedupLocked returns the deduplication state of a producer.
-func (t *topic) dedupLocked(name string) *dedupState {
-	d := t.mu.dedup[name]
-	if d == nil {
-		d = newDedupState()
-		t.mu.dedup[name] = d
-	}
-	return d
-}
+// connectedLocked reports whether a producer of this name is connected.
+func (t *topic) connectedLocked(name string) bool { return t.mu.producers[name] != nil }
 
 // testHookPublishTimed, when set by a test, runs in publish between taking
 // the publish time and handing the entry to the managed ledger.
@@ -264,7 +254,7 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 	seq := int64(send.SequenceId)
 	var d *dedupState
 	if dedup {
-		d = t.dedupLocked(p.name)
+		d = t.mu.dedup.get(p.name)
 		if w := d.inflightCovering(seq); w != nil {
 			w.cbs = append(w.cbs, cb)
 			t.mu.Unlock()
@@ -334,12 +324,7 @@ func (t *topic) appended(d *dedupState, seq, highest int64, pos mledger.Position
 	w := d.inflight[seq]
 	delete(d.inflight, seq)
 	if err == nil {
-		d.persisted = max(d.persisted, highest)
-		d.stored(seq, pos)
-		t.mu.dedupDirty = true
-		if t.mu.dedupPos.Before(pos) {
-			t.mu.dedupPos = pos
-		}
+		t.mu.dedup.appended(d, seq, highest, pos, t.mu.clock())
 	}
 	if w == nil {
 		return nil
@@ -360,12 +345,13 @@ func (t *topic) loadDedup(ctx context.Context) error {
 	if _, err := getProto(ctx, t.s.store, metastore.DedupKey(t.path), &snap); err == nil {
 		from = mledger.Position{Ledger: snap.LedgerId, Entry: snap.EntryId}
 		for k, v := range snap.Sequences {
-			t.dedupLocked(k).persisted = v
+			t.mu.dedup.get(k).persisted = v
 		}
 	} else if !errors.Is(err, metastore.ErrNotFound) {
 		return err
 	}
 	last := t.ml.LastConfirmed()
+	replayed := 0
 	for p := t.ml.Next(from); last.Ledger >= 0 && !last.Before(p); {
 		es, err := t.ml.Read(ctx, p, 500)
 		if err != nil {
@@ -379,46 +365,58 @@ func (t *topic) loadDedup(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("topic %s: entry %v: %w", t.name, e.Pos, err)
 			}
-			d := t.dedupLocked(md.GetProducerName())
+			d := t.mu.dedup.get(md.GetProducerName())
 			d.persisted = max(d.persisted, int64(max(md.GetSequenceId(), md.GetHighestSequenceId())))
 			d.stored(int64(md.GetSequenceId()), e.Pos)
 			p = t.ml.Next(e.Pos)
+			replayed++
 		}
 	}
-	for _, d := range t.mu.dedup {
-		d.pushed = d.persisted
-	}
-	t.mu.dedupPos = from
-	if from.Before(last) {
-		t.mu.dedupPos = last
-	}
-	t.mu.dedupDirty = true
+	t.mu.dedup.loaded(from, last, replayed, t.mu.clock())
 	return nil
 }
 
-// persistDedup stores the deduplication snapshot if it changed.
-func (t *topic) persistDedup(ctx context.Context) error {
+// persistDedup forgets the producers idle too long and stores the
+// deduplication snapshot when the table says one is due (final: the
+// partition is being unloaded, store whatever changed).
+func (t *topic) persistDedup(ctx context.Context, final bool) error {
+	t.dedupWriteMu.Lock()
+	defer t.dedupWriteMu.Unlock()
 	t.mu.Lock()
-	if !t.mu.set.dedup || !t.mu.dedupDirty {
+	if !t.mu.set.dedup {
 		t.mu.Unlock()
 		return nil
 	}
-	last := t.mu.dedupPos
-	snap := &metapb.DedupSnapshot{LedgerId: last.Ledger, EntryId: last.Entry, Sequences: map[string]int64{}}
-	for k, d := range t.mu.dedup {
-		if d.persisted >= 0 {
-			snap.Sequences[k] = d.persisted
-		}
+	tb, now := t.mu.dedup, t.mu.clock()
+	purged := tb.purge(now, t.connectedLocked)
+	due := tb.due(now, final)
+	var snap *metapb.DedupSnapshot
+	var mark dedupMark
+	if due {
+		snap, mark = tb.take(now, t.connectedLocked)
 	}
-	t.mu.dedupDirty = false
+	evicted, omitted, over := tb.overflow(now)
 	t.mu.Unlock()
+	if purged > 0 {
+		t.log.Info("deduplication state of idle producers purged", zap.Int("producers", purged),
+			zap.Duration("inactivity-timeout", tb.lim.inactivity))
+	}
+	if over {
+		t.log.Warn("deduplication state over its limits: least recently active producers forgotten",
+			zap.Int("forgotten", evicted), zap.Int("connected-not-snapshotted", omitted),
+			zap.Int("max-producers", tb.lim.maxProducers), zap.Int("max-bytes", tb.lim.maxBytes))
+	}
+	if !due {
+		return nil
+	}
 	_, err := t.s.store.Commit(ctx, t.guard, metastore.PutOp(metastore.DedupKey(t.path), marshal(snap), metastore.AnyVersion))
 	if err != nil {
-		t.mu.Lock()
-		t.mu.dedupDirty = true
-		t.mu.Unlock()
+		return err
 	}
-	return err
+	t.mu.Lock()
+	tb.written(mark)
+	t.mu.Unlock()
+	return nil
 }
 
 // ---- subscriptions ----
@@ -545,14 +543,14 @@ func (t *topic) subscription(name string) (*subscription, error) {
 
 // ---- background work ----
 
-// maintain persists cursors and deduplication state.
+// persist persists cursors and deduplication state.
 func (t *topic) persist(ctx context.Context) {
 	for _, s := range t.subscriptions() {
 		if err := s.cur.Persist(ctx); err != nil && !errors.Is(err, cursor.ErrClosed) {
 			t.log.Warn("cursor persist failed", zap.String("subscription", s.name), zap.Error(err))
 		}
 	}
-	if err := t.persistDedup(ctx); err != nil {
+	if err := t.persistDedup(ctx, false); err != nil {
 		t.log.Warn("deduplication snapshot failed", zap.Error(err))
 	}
 }
@@ -561,6 +559,8 @@ func (t *topic) persist(ctx context.Context) {
 func (t *topic) retain(ctx context.Context) {
 	t.mu.Lock()
 	ttl, ret := t.mu.set.messageTTL, t.mu.set.retention
+	dedupAfter, keepDedup := t.mu.dedup.keepAfter()
+	keepDedup = keepDedup && t.mu.set.dedup
 	t.mu.Unlock()
 	subs := t.subscriptions()
 	if ttl > 0 {
@@ -580,6 +580,11 @@ func (t *topic) retain(ctx context.Context) {
 		if p := t.ml.Next(s.cur.MarkDelete()); p.Before(slowest) {
 			slowest = p
 		}
+	}
+	// Entries the stored deduplication snapshot does not cover are
+	// replayed on load: keep them until the next snapshot covers them.
+	if p := t.ml.Next(dedupAfter); keepDedup && p.Before(slowest) {
+		slowest = p
 	}
 	if _, err := t.ml.Trim(ctx, slowest, ret); err != nil {
 		t.log.Warn("trim failed", zap.Error(err))
