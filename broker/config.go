@@ -106,6 +106,11 @@ type Config struct {
 	// others' and unloads partitions if it has clearly more (0: never).
 	// Default 1m.
 	LoadBalanceInterval time.Duration `mapstructure:"load-balance-interval" yaml:"load-balance-interval"`
+	// ShutdownTimeout bounds a clean stop (SIGTERM): unloading every
+	// partition (closing its ledger, persisting its cursors), draining
+	// clients, releasing the session. What is not done by then is left to
+	// the next owners' recovery, as after a crash. Default 10s.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown-timeout" yaml:"shutdown-timeout"`
 }
 
 // DefaultConfig returns the defaults.
@@ -137,6 +142,7 @@ func DefaultConfig() Config {
 		MaxUnackedMessagesPerSubscription: 200000,
 		DelayedDeliveryMaxIndexed:         100000,
 		LoadBalanceInterval:               time.Minute,
+		ShutdownTimeout:                   10 * time.Second,
 	}
 }
 
@@ -198,6 +204,9 @@ func (c *Config) Validate() error {
 	if c.DedupSnapshotEntries < 1 || c.DedupSnapshotInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--dedup-snapshot-entries %d, --dedup-snapshot-interval %v: must be positive",
 			c.DedupSnapshotEntries, c.DedupSnapshotInterval))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.ShutdownTimeout))
 	}
 	if c.CacheSize < 0 {
 		errs = append(errs, errors.New("negative cache size"))

@@ -115,3 +115,37 @@ func (s *Server) loadedTopic(topic string) *topic {
 	}
 	return s.lookupTopic(n)
 }
+
+// SetTestHookPersist installs f to run at the start of every topic's
+// background persist (with its full name and the task's context); tests
+// reset it with nil.
+func SetTestHookPersist(f func(topic string, ctx context.Context)) { testHookPersist = f }
+
+// SetTestHookLoad installs f to run at the start of every topic load.
+func SetTestHookLoad(f func(topic string)) {
+	if f == nil {
+		testHookLoad = nil
+		return
+	}
+	testHookLoad = func(n topicname.Name) { f(n.String()) }
+}
+
+// GetTopic loads a topic partition as a client call would (create: as a
+// producer may create it), and reports the error.
+func (s *Server) GetTopic(ctx context.Context, topic string, create bool) error {
+	n, err := topicname.Parse(topic)
+	if err != nil {
+		return err
+	}
+	_, err = s.getTopic(ctx, n, create)
+	return err
+}
+
+// Unload unloads a loaded topic partition.
+func (s *Server) Unload(ctx context.Context, topic string) error {
+	n, err := topicname.Parse(topic)
+	if err != nil {
+		return err
+	}
+	return s.unloadTopic(ctx, n)
+}

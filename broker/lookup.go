@@ -69,7 +69,7 @@ func (s *Server) registerLoop() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		if err := s.register(ctx); err != nil {
 			s.log.Warn("refreshing the broker registration failed", zap.Error(err))
 		}
@@ -209,7 +209,7 @@ func (s *Server) sessionLoop() {
 		}
 		wg.Wait()
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 			next, err := s.store.NewSession(ctx, s.cfg.SessionTTL)
 			if err == nil {
 				s.session.Store(next)
@@ -414,7 +414,7 @@ func (s *Server) balanceLoop() {
 			continue
 		}
 		// Fresh loads first: ours, and the others' within registerInterval.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		if err := s.register(ctx); err == nil {
 			n, err := s.balanceOnce(ctx)
 			if err != nil {

@@ -57,6 +57,13 @@ func (p *producer) hasFailed() bool {
 	return p.mu.failed
 }
 
+// isDisconnected reports whether the producer was disconnected.
+func (p *producer) isDisconnected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.err != nil
+}
+
 func (p *producer) next() ([]*brokerpb.ProduceResponse, error) {
 	for {
 		p.mu.Lock()

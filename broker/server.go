@@ -63,14 +63,21 @@ type Server struct {
 	id       string // advertised address
 	instance string // random per process: tells our previous incarnation apart
 
-	ln      net.Listener
-	grpc    *grpc.Server
-	httpLn  net.Listener
-	http    *http.Server
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	ln     net.Listener
+	grpc   *grpc.Server
+	httpLn net.Listener
+	http   *http.Server
+	stop   chan struct{}
+	// ctx is cancelled when Close starts: the background loops' work and
+	// topic loads in flight stop.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the background loops and the servers
 	closeMu sync.Mutex
 	closed  bool
+	// persisting and retaining: the topics whose background work of that
+	// kind is running (see eachTopic).
+	persisting, retaining busySet
 
 	// bg tracks short-lived background work started by events (a fenced
 	// partition's unload); Close stops new work, then waits for it.
@@ -88,9 +95,10 @@ type Server struct {
 }
 
 type loadCall struct {
-	done chan struct{}
-	t    *topic
-	err  error
+	create bool // the load may create the topic
+	done   chan struct{}
+	t      *topic
+	err    error
 }
 
 // Start connects to the metastore, registers the broker and serves the
@@ -109,6 +117,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	var inst [8]byte
 	rand.Read(inst[:])
 	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.persisting.m, s.retaining.m = map[*topic]bool{}, map[*topic]bool{}
 	s.mu.topics = map[string]*topic{}
 	s.mu.loading = map[string]*loadCall{}
 	var undo []func()
@@ -117,6 +127,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			for i := len(undo) - 1; i >= 0; i-- {
 				undo[i]()
 			}
+			s.cancel()
 		}
 	}()
 	s.store = o.store
@@ -217,7 +228,9 @@ func (s *Server) HTTPAddr() string {
 func (s *Server) ID() string { return s.id }
 
 // Close unloads every topic (closing its ledgers cleanly, persisting its
-// cursors), stops serving and releases the broker's session.
+// cursors), stops serving and releases the broker's session, in at most
+// ShutdownTimeout whatever is unreachable: what is not done by then is
+// abandoned (the next owners recover it) and every connection closed.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -226,8 +239,32 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.shutdown(ctx) }()
+	select {
+	case err := <-done:
+		s.log.Info("broker stopped")
+		return err
+	case <-ctx.Done():
+	}
+	// Something waits on a bookie or etcd that does not answer: cut every
+	// connection, which fails whatever still waits.
+	s.log.Warn("shutdown did not finish in time; closing every connection", zap.Duration("shutdown-timeout", s.cfg.ShutdownTimeout))
+	s.grpc.Stop()
+	s.ledgers.Close()
+	if s.ownsStore {
+		s.store.Close()
+	}
+	err := <-done
+	s.log.Info("broker stopped")
+	return errors.Join(fmt.Errorf("broker: shutdown took longer than %v", s.cfg.ShutdownTimeout), err)
+}
+
+// shutdown is Close's work, each step bounded by ctx.
+func (s *Server) shutdown(ctx context.Context) error {
 	// Unregistered first: lookups stop sending partitions here while they
 	// are handed over.
 	if err := s.store.Delete(ctx, metastore.BrokerAvailableKey(s.id)); err != nil {
@@ -236,30 +273,46 @@ func (s *Server) Close() error {
 	if s.http != nil {
 		s.http.Shutdown(ctx)
 	}
+	var mu sync.Mutex
 	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, closeWorkers)
 	for _, t := range s.loadedTopics() {
-		errs = append(errs, t.close(ctx))
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := t.close(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
+	// Loads in flight see the broker stopping and close what they loaded.
 	s.bg.Lock()
 	s.bg.closed = true
 	s.bg.Unlock()
 	s.bg.wg.Wait()
-	done := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(done) }()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-stopped:
+	case <-ctx.Done():
 		s.grpc.Stop()
-		<-done
+		<-stopped
 	}
 	s.wg.Wait()
-	errs = append(errs, s.ledgers.Close(), s.session.Load().Close())
+	errs = append(errs, s.ledgers.Close(), s.session.Load().CloseContext(ctx))
 	if s.ownsStore {
 		errs = append(errs, s.store.Close())
 	}
-	s.log.Info("broker stopped")
 	return errors.Join(errs...)
 }
+
+// closeWorkers bounds the topics closed at once when the broker stops.
+const closeWorkers = 32
 
 // goBackground runs fn in a goroutine that Close waits for, unless the
 // broker is closing (then fn is not run and false is returned).
@@ -288,7 +341,11 @@ func (s *Server) loadedTopics() []*topic {
 }
 
 // getTopic returns a loaded topic partition, loading it (once, however
-// many ask at the same time) if needed. create allows creating it.
+// many ask at the same time) if needed. create allows creating it. The
+// load runs on its own (bounded by topicLoadTimeout), not on the context
+// of the caller that started it: a caller that gives up (a client's lookup
+// attempt timing out) does not fail the others, and the load goes on for
+// the next attempt to find.
 func (s *Server) getTopic(ctx context.Context, n topicname.Name, create bool) (*topic, error) {
 	path := topicPath(n)
 	for {
@@ -297,38 +354,69 @@ func (s *Server) getTopic(ctx context.Context, n topicname.Name, create bool) (*
 			s.mu.Unlock()
 			return t, nil
 		}
-		if call := s.mu.loading[path]; call != nil {
-			s.mu.Unlock()
-			select {
-			case <-call.done:
-			case <-ctx.Done():
-				return nil, ctx.Err()
+		call := s.mu.loading[path]
+		if call == nil {
+			if s.stopping() {
+				s.mu.Unlock()
+				return nil, errorf(ErrServiceNotReady, "broker is stopping")
 			}
-			if call.err != nil && !create {
-				return nil, call.err
+			call = &loadCall{create: create, done: make(chan struct{})}
+			s.mu.loading[path] = call
+			if !s.goBackground(func() { s.loadCalled(call, n) }) {
+				delete(s.mu.loading, path)
+				s.mu.Unlock()
+				return nil, errorf(ErrServiceNotReady, "broker is stopping")
 			}
-			continue
 		}
+		s.mu.Unlock()
 		select {
-		case <-s.stop:
-			s.mu.Unlock()
-			return nil, errorf(ErrServiceNotReady, "broker is stopping")
-		default:
+		case <-call.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		call := &loadCall{done: make(chan struct{})}
-		s.mu.loading[path] = call
-		s.mu.Unlock()
-		call.t, call.err = s.loadTopic(ctx, n, create)
-		s.mu.Lock()
-		delete(s.mu.loading, path)
-		if call.err == nil {
-			s.mu.topics[path] = call.t
+		switch {
+		case call.err == nil:
+			return call.t, nil
+		case create && !call.create:
+			continue // that load could not create the topic: this one can
 		}
-		s.mu.Unlock()
-		close(call.done)
-		return call.t, call.err
+		return nil, call.err
 	}
 }
+
+// topicLoadTimeout bounds loading a topic partition (claiming it,
+// recovering its last ledger, loading its cursors).
+const topicLoadTimeout = time.Minute
+
+// loadCalled loads a topic partition for getTopic.
+func (s *Server) loadCalled(call *loadCall, n topicname.Name) {
+	path := topicPath(n)
+	ctx, cancel := context.WithTimeout(s.ctx, topicLoadTimeout)
+	defer cancel()
+	if testHookLoad != nil {
+		testHookLoad(n)
+	}
+	t, err := s.loadTopic(ctx, n, call.create)
+	s.mu.Lock()
+	delete(s.mu.loading, path)
+	stopping := err == nil && s.stopping()
+	if err == nil && !stopping {
+		s.mu.topics[path] = t
+	}
+	s.mu.Unlock()
+	if stopping {
+		// Close has taken its list of topics: this one is closed here.
+		cctx, ccancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		t.close(cctx)
+		ccancel()
+		t, err = nil, errorf(ErrServiceNotReady, "broker is stopping")
+	}
+	call.t, call.err = t, err
+	close(call.done)
+}
+
+// testHookLoad, when set by a test, runs at the start of every topic load.
+var testHookLoad func(topicname.Name)
 
 // lookupTopic returns a loaded topic without loading it.
 func (s *Server) lookupTopic(n topicname.Name) *topic {
@@ -387,10 +475,70 @@ func (s *Server) claim(ctx context.Context, path string) (*metastore.Guard, erro
 }
 
 // release gives up ownership of a topic partition.
-func (s *Server) release(path string, g *metastore.Guard) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func (s *Server) release(ctx context.Context, path string, g *metastore.Guard) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	s.store.Commit(ctx, g, metastore.DeleteOp(g.Key, metastore.AnyVersion))
+}
+
+// backgroundWorkers bounds the topics whose background work (persisting,
+// retention) runs at once.
+const backgroundWorkers = 16
+
+// Per-topic deadlines of background work.
+const (
+	persistTimeout = 30 * time.Second
+	retainTimeout  = time.Minute
+)
+
+// busySet is the set of topics with a background task of one kind running.
+type busySet struct {
+	mu sync.Mutex
+	m  map[*topic]bool
+}
+
+// take marks t busy; false if it already was.
+func (b *busySet) take(t *topic) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m[t] {
+		return false
+	}
+	b.m[t] = true
+	return true
+}
+
+func (b *busySet) drop(t *topic) {
+	b.mu.Lock()
+	delete(b.m, t)
+	b.mu.Unlock()
+}
+
+// eachTopic runs fn for every loaded topic on at most backgroundWorkers
+// goroutines, each call under its own deadline. A topic whose previous
+// call of this kind still runs (its bookies are sick, say) is skipped, so
+// it holds one worker until its deadline and never delays the others'
+// turn. It returns once every call has been started; the calls run on.
+func (s *Server) eachTopic(busy *busySet, sem chan struct{}, deadline time.Duration, fn func(*topic, context.Context)) {
+	for _, t := range s.loadedTopics() {
+		if !busy.take(t) {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-s.ctx.Done():
+			busy.drop(t)
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-sem; busy.drop(t) }()
+			ctx, cancel := context.WithTimeout(s.ctx, deadline)
+			defer cancel()
+			fn(t, ctx)
+		}()
+	}
 }
 
 // persistLoop persists acknowledgements and deduplication state.
@@ -398,17 +546,14 @@ func (s *Server) persistLoop() {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.cfg.CursorPersistInterval)
 	defer tick.Stop()
+	sem := make(chan struct{}, backgroundWorkers)
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
 		}
-		for _, t := range s.loadedTopics() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			t.persist(ctx)
-			cancel()
-		}
+		s.eachTopic(&s.persisting, sem, persistTimeout, (*topic).persist)
 	}
 }
 
@@ -418,16 +563,13 @@ func (s *Server) retentionLoop() {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.cfg.RetentionCheckInterval)
 	defer tick.Stop()
+	sem := make(chan struct{}, backgroundWorkers)
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
 		}
-		for _, t := range s.loadedTopics() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			t.retain(ctx)
-			cancel()
-		}
+		s.eachTopic(&s.retaining, sem, retainTimeout, (*topic).retain)
 	}
 }

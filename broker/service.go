@@ -141,7 +141,9 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	}()
 	pending := make(chan struct{}, maxPendingSends)
 	recvErr := make(chan error, 1)
+	v.s.wg.Add(1) // under the gRPC server's count: before Close waits
 	go func() {
+		defer v.s.wg.Done()
 		for {
 			req, err := stream.Recv()
 			if status.Code(err) == codes.ResourceExhausted {
@@ -165,6 +167,11 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 				return
 			}
 			seq := send.SequenceId
+			if p.isDisconnected() {
+				<-pending
+				recvErr <- io.EOF // the handler is returning: take nothing more
+				return
+			}
 			if p.hasFailed() {
 				<-pending
 				p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
@@ -206,11 +213,11 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		}
 		return err
 	case err := <-sendDone:
-		// The stream is broken (a send fails only then): the receiving
-		// goroutine's Recv fails too; it is joined before returning, so
-		// that nothing of this stream runs after the handler.
+		// Disconnected (the topic unloads) or broken. Returning ends the
+		// stream, which ends the receiving goroutine's Recv (nothing else
+		// can: gRPC has no way to interrupt a handler's own Recv); the
+		// server waits for it when it stops.
 		p.disconnect(io.EOF)
-		<-recvErr
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -292,7 +299,11 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 		}
 	}()
 	recvDone := make(chan error, 1)
-	go func() { recvDone <- v.consumeRequests(ctx, stream, t, sub, c) }()
+	v.s.wg.Add(1) // ends with the stream; the server waits for it when it stops
+	go func() {
+		defer v.s.wg.Done()
+		recvDone <- v.consumeRequests(ctx, stream, t, sub, c)
+	}()
 	select {
 	case err := <-recvDone:
 		c.disconnect(io.EOF)

@@ -106,7 +106,7 @@ func (s *Server) sweepLoop() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 		if _, err := s.sweep(ctx, sweepGrace); err != nil {
 			s.log.Warn("orphan ledger sweep failed", zap.Error(err))
 		}

@@ -96,16 +96,16 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache,
 		StorageReads: &s.storageReads, OnFenced: func() { s.goBackground(func() { s.unloadLost(t) }) }, Log: s.log})
 	if err != nil {
-		s.release(path, guard)
+		s.release(context.Background(), path, guard)
 		return nil, err
 	}
 	t.ml = ml
 	if err := t.loadSubscriptions(ctx); err != nil {
-		t.close(context.Background())
+		t.closeBounded()
 		return nil, err
 	}
 	if err := t.loadDedup(ctx); err != nil {
-		t.close(context.Background())
+		t.closeBounded()
 		return nil, err
 	}
 	t.log.Info("topic loaded", zap.Int("subscriptions", len(t.mu.subs)))
@@ -172,8 +172,16 @@ func (t *topic) close(ctx context.Context) error {
 		errs = append(errs, t.ml.Close(ctx))
 		t.s.cache.Drop(t.path)
 	}
-	t.s.release(t.path, t.guard)
+	t.s.release(ctx, t.path, t.guard)
 	return errors.Join(errs...)
+}
+
+// closeBounded closes a topic that failed to load, within the shutdown
+// timeout.
+func (t *topic) closeBounded() {
+	ctx, cancel := context.WithTimeout(context.Background(), t.s.cfg.ShutdownTimeout)
+	defer cancel()
+	t.close(ctx)
 }
 
 func (t *topic) isClosed() bool {
@@ -543,8 +551,14 @@ func (t *topic) subscription(name string) (*subscription, error) {
 
 // ---- background work ----
 
+// testHookPersist, when set by a test, runs at the start of persist.
+var testHookPersist func(topic string, ctx context.Context)
+
 // persist persists cursors and deduplication state.
 func (t *topic) persist(ctx context.Context) {
+	if testHookPersist != nil {
+		testHookPersist(t.name.String(), ctx)
+	}
 	for _, s := range t.subscriptions() {
 		if err := s.cur.Persist(ctx); err != nil && !errors.Is(err, cursor.ErrClosed) {
 			t.log.Warn("cursor persist failed", zap.String("subscription", s.name), zap.Error(err))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,7 @@ type Embedded struct {
 	etcd      *embed.Etcd
 	endpoints []string
 	closing   *atomic.Bool
+	closeOnce sync.Once
 }
 
 // StartEmbedded starts etcd in cfg.Dir and waits until it serves clients.
@@ -119,8 +121,10 @@ func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 
 // Close stops the server.
 func (e *Embedded) Close() {
-	e.closing.Store(true)
-	e.etcd.Close()
+	e.closeOnce.Do(func() {
+		e.closing.Store(true)
+		e.etcd.Close()
+	})
 }
 
 // quietOnClose drops what etcd logs while it is being closed on purpose:

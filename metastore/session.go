@@ -42,7 +42,7 @@ func (s *Store) NewSession(ctx context.Context, ttl time.Duration) (*Session, er
 	ch, err := s.cli.KeepAlive(kctx, grant.ID)
 	if err != nil {
 		cancel()
-		s.revoke(grant.ID)
+		s.revoke(context.Background(), grant.ID)
 		return nil, fmt.Errorf("metastore: keep lease alive: %w", err)
 	}
 	sess := &Session{
@@ -90,6 +90,11 @@ func (s *Session) Err() error {
 // Close stops the keepalive and revokes the lease, so that the session's
 // keys disappear at once rather than after the TTL.
 func (s *Session) Close() error {
+	return s.CloseContext(context.Background())
+}
+
+// CloseContext is Close with the lease's revocation bounded by ctx too.
+func (s *Session) CloseContext(ctx context.Context) error {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -108,11 +113,11 @@ func (s *Session) Close() error {
 	if lost {
 		return nil
 	}
-	return s.store.revoke(s.lease)
+	return s.store.revoke(ctx, s.lease)
 }
 
-func (s *Store) revoke(id clientv3.LeaseID) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := s.cli.Revoke(ctx, id); err != nil {
 		return fmt.Errorf("metastore: revoke lease %x: %w", int64(id), err)
