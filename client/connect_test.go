@@ -43,7 +43,7 @@ func newTestClient(t *testing.T, opts ClientOptions) *client {
 func TestFirstBrokerOfTheURLUnreachable(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		first func(*testing.T) string
+		first func(testing.TB) string
 	}{
 		{"dead", deadAddr},
 		{"paused", stalledAddr},

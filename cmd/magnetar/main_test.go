@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 // run executes the CLI in-process.
@@ -143,6 +144,31 @@ func TestStandaloneCommand(t *testing.T) {
 	}
 	if !strings.HasPrefix(lastLine(buf.String()), "consume summary: 2000 messages") {
 		t.Fatalf("perf consume printed %q", buf.String())
+	}
+
+	// The first broker of the URL dead, or paused (it accepts and never
+	// answers): every command gets through to the next one (correctness
+	// sweep, item 1).
+	for _, first := range []string{testutil.DeadAddr(t), testutil.StalledAddr(t)} {
+		list := "magnetar://" + first + "," + strings.TrimPrefix(url, "magnetar://")
+		buf.Reset()
+		if err := run(ctx, &buf, "client", "produce", "listed", "-m", "x", "-n", "2", "--url", list); err != nil || strings.Count(buf.String(), "sent ") != 2 {
+			t.Fatalf("client produce, first broker %s unreachable: %v\n%s", first, err, buf.String())
+		}
+		if err := run(ctx, io.Discard, "client", "consume", "listed", "-s", "sub", "-p", "earliest", "-n", "2", "--url", list); err != nil {
+			t.Fatalf("client consume, first broker %s unreachable: %v", first, err)
+		}
+		buf.Reset()
+		if err := run(ctx, &buf, "perf", "produce", "listed-perf", "-n", "100", "--rate", "0", "--url", list); err != nil ||
+			!strings.HasPrefix(lastLine(buf.String()), "produce summary: 100 messages") {
+			t.Fatalf("perf produce, first broker %s unreachable: %v\n%s", first, err, buf.String())
+		}
+		if err := run(ctx, io.Discard, "perf", "consume", "listed-perf", "-s", "p", "--earliest", "-n", "100", "--url", list); err != nil {
+			t.Fatalf("perf consume, first broker %s unreachable: %v", first, err)
+		}
+		if err := run(ctx, io.Discard, "admin", "topics", "stats", "listed", "--attempt-timeout", "2s", "--admin-url", "http://"+first+","+admin); err != nil {
+			t.Fatalf("admin, first URL %s unreachable: %v", first, err)
+		}
 	}
 
 	cancel()

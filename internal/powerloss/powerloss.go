@@ -9,6 +9,7 @@
 package powerloss
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +29,19 @@ type FS struct {
 	// by PowerLoss to set frozen.
 	mu     sync.RWMutex
 	frozen bool
+	// released is closed by Release: the frozen syncs return.
+	released    chan struct{}
+	releaseOnce sync.Once
+}
+
+// ErrPowerOff is what a sync frozen by PowerLoss returns once Release
+// lets it go: it never completed.
+var ErrPowerOff = errors.New("powerloss: the power is off: sync not done")
+
+// Release lets the syncs frozen by PowerLoss return ErrPowerOff, so that
+// their goroutines end (a test; a process about to exit need not).
+func (fs *FS) Release() {
+	fs.releaseOnce.Do(func() { close(fs.released) })
 }
 
 // PowerLoss returns the filesystem as it would be after a power loss now;
@@ -43,7 +57,8 @@ func (fs *FS) sync(do func() error) error {
 	fs.mu.RLock()
 	if fs.frozen {
 		fs.mu.RUnlock()
-		select {} // the power is off: this sync never completes
+		<-fs.released // the power is off: this sync never completes
+		return ErrPowerOff
 	}
 	defer fs.mu.RUnlock()
 	return do()
@@ -106,7 +121,7 @@ func Load(dir string) (*FS, error) {
 	if err := syncDirs(mem, dir); err != nil {
 		return nil, err
 	}
-	return &FS{MemFS: mem}, nil
+	return &FS{MemFS: mem, released: make(chan struct{})}, nil
 }
 
 // Save replaces dir on disk with the files under dir in mem. It writes a

@@ -1,6 +1,7 @@
 package powerloss
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -100,10 +101,15 @@ func TestNoSyncAfterPowerLoss(t *testing.T) {
 	}
 	mem.PowerLoss()
 	synced := make(chan error, 1)
-	go func() { synced <- f.Sync() }() // blocks for good; the goroutine is left behind
+	go func() { synced <- f.Sync() }()
 	select {
 	case err := <-synced:
 		t.Fatalf("a sync completed after the power loss: %v", err)
 	case <-time.After(200 * time.Millisecond):
+	}
+	// Released (the test ends), the sync fails: it never succeeds.
+	mem.Release()
+	if err := <-synced; !errors.Is(err, ErrPowerOff) {
+		t.Fatalf("a frozen sync released: %v, want ErrPowerOff", err)
 	}
 }
