@@ -106,7 +106,10 @@ const reservedInLocal = `/\%?#*`
 // applied to topics, so Pulsar accepts spaces ("bad topic" is a valid
 // Pulsar topic, reachable through the admin API as bad%20topic), quotes
 // and most other characters (apache/pulsar#20231 is open about it). We
-// follow Pulsar for spaces and printable characters, and are stricter:
+// follow Pulsar for spaces inside a name and printable characters, and
+// refuse, as Pulsar does when a topic is created since apache/pulsar#26281,
+// white space at either end (its Java clients trim names, so such a topic
+// is unreachable). We are stricter on the rest:
 //   - control characters (C0, DEL, C1) and invalid UTF-8 are refused: a
 //     name must survive logs, JSON and etcd keys unchanged;
 //   - reservedInLocal, above;
@@ -122,6 +125,9 @@ func checkLocal(s string) error {
 	}
 	if strings.TrimFunc(s, unicode.IsSpace) == "" {
 		return fmt.Errorf("topic %q is blank", s)
+	}
+	if strings.TrimFunc(s, unicode.IsSpace) != s {
+		return fmt.Errorf("topic %q begins or ends with white space", s)
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("topic %q is not valid UTF-8", s)
