@@ -2,11 +2,9 @@ package broker_test
 
 import (
 	"bytes"
-	"fmt"
 	"math"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/magnetar-io/magnetar/client"
@@ -99,39 +97,8 @@ func TestAdminCreateSubscriptionOnPartitionedTopic(t *testing.T) {
 	other := e.startAnother(nil)
 	cl := clientOf(t, e.b, other)
 	const parts, msgs = 4, 12
-	var topic string
-	for i := 0; topic == ""; i++ {
-		if i == 50 {
-			t.Fatal("50 partitioned topics, each all on one broker")
-		}
-		name := fmt.Sprint("psub-", i)
-		if code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/"+name+"/partitions", parts); err != nil || code/100 != 2 {
-			t.Fatalf("create: %d %s %v", code, body, err)
-		}
-		p, err := cl.CreateProducer(client.ProducerOptions{Topic: name, DisableBatching: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k := 0; k < msgs; k++ {
-			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Key: fmt.Sprint(k), Payload: []byte("x")}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		p.Close()
-		owners, err := adminGetJSON[map[string]string](e, "/admin/v2/owners")
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]bool{}
-		for path, o := range owners {
-			if strings.HasPrefix(path, "persistent://public/default/"+name+"-partition-") {
-				seen[o] = true
-			}
-		}
-		if len(seen) == 2 {
-			topic = name
-		}
-	}
+	topic, p := spreadPartitionedTopic(t, e, cl, "psub-", parts, msgs)
+	p.Close()
 	base := "/admin/v2/persistent/public/default/" + topic
 	for sub, want := range map[string]int64{"early": msgs, "late": 0} {
 		body := goEarliest

@@ -357,17 +357,14 @@ func (e *env) startAnother(configure func(*broker.Config)) *broker.Server {
 
 // The stats of a partitioned topic whose partitions two brokers own are
 // gathered from both, whichever broker is asked.
-func TestPartitionedStatsAcrossBrokers(t *testing.T) {
-	e := newEnv(t, nil)
-	other := e.startAnother(nil)
-	cl := clientOf(t, e.b, other)
-	const parts = 4
-	var topic string
-	for i := 0; topic == ""; i++ {
-		if i == 50 {
-			t.Fatal("50 partitioned topics, each all on one broker")
-		}
-		name := fmt.Sprint("pstats-", i)
+// spreadPartitionedTopic creates partitioned topics named prefix0,
+// prefix1, ... of parts partitions, sending msgs messages (keys 0, 1, ...)
+// to each, until one has partitions owned by both brokers; it returns its
+// name and its producer, still connected (the test closes it).
+func spreadPartitionedTopic(t *testing.T, e *env, cl client.Client, prefix string, parts, msgs int) (string, client.Producer) {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		name := fmt.Sprint(prefix, i)
 		if code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/"+name+"/partitions", parts); err != nil || code/100 != 2 {
 			t.Fatalf("create: %d %s %v", code, body, err)
 		}
@@ -375,8 +372,7 @@ func TestPartitionedStatsAcrossBrokers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer p.Close()
-		for k := 0; k < 2*parts; k++ {
+		for k := 0; k < msgs; k++ {
 			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Key: fmt.Sprint(k), Payload: []byte("x")}); err != nil {
 				t.Fatal(err)
 			}
@@ -392,9 +388,21 @@ func TestPartitionedStatsAcrossBrokers(t *testing.T) {
 			}
 		}
 		if len(seen) == 2 {
-			topic = name
+			return name, p
 		}
+		p.Close()
 	}
+	t.Fatal("50 partitioned topics, each all on one broker")
+	return "", nil
+}
+
+func TestPartitionedStatsAcrossBrokers(t *testing.T) {
+	e := newEnv(t, nil)
+	other := e.startAnother(nil)
+	cl := clientOf(t, e.b, other)
+	const parts = 4
+	topic, p := spreadPartitionedTopic(t, e, cl, "pstats-", parts, 2*parts)
+	defer p.Close()
 	for _, via := range []string{e.b.HTTPAddr(), other.HTTPAddr()} {
 		resp, err := http.Get("http://" + via + "/admin/v2/persistent/public/default/" + topic + "/stats")
 		if err != nil {

@@ -54,6 +54,16 @@ func (e *env) own(topic string) *metastore.Guard {
 	return &metastore.Guard{Key: key, Token: rev}
 }
 
+// openWith opens a topic, owned anew, whose ledgers go through lc.
+func (e *env) openWith(topic string, cfg Config, lc *ledger.Client) *ManagedLedger {
+	e.t.Helper()
+	ml, err := Open(ctxT(e.t), topic, cfg, Deps{Store: e.c.Store, Ledgers: lc, Guard: e.own(topic), Cache: e.cache, Log: zaptest.NewLogger(e.t)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ml
+}
+
 func (e *env) open(topic string, cfg Config, g *metastore.Guard) *ManagedLedger {
 	e.t.Helper()
 	ml, err := Open(ctxT(e.t), topic, cfg, Deps{
@@ -530,11 +540,7 @@ func TestFailedCloseAtRolloverKeepsEveryEntryReadable(t *testing.T) {
 	e := newEnv(t, 1)
 	lc, proxy := e.proxiedLedgers()
 	const topic = "public/default/failed-close"
-	ml, err := Open(ctxT(t), topic, smallLedgers(5), Deps{Store: e.c.Store, Ledgers: lc, Guard: e.own(topic), Cache: e.cache,
-		Log: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ml := e.openWith(topic, smallLedgers(5), lc)
 	appendN(t, ml, 0, 4)
 	proxy.Pause()
 	held := proxy.Held()
@@ -582,11 +588,7 @@ func TestCloseDuringRolloverLeavesNothingOpen(t *testing.T) {
 	e := newEnv(t, 1)
 	lc, proxy := e.proxiedLedgers()
 	const topic = "public/default/close-rolling"
-	ml, err := Open(ctxT(t), topic, smallLedgers(3), Deps{Store: e.c.Store, Ledgers: lc, Guard: e.own(topic), Cache: e.cache,
-		Log: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ml := e.openWith(topic, smallLedgers(3), lc)
 	appendN(t, ml, 0, 2)
 	proxy.Pause()
 	held := proxy.Held()
