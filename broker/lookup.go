@@ -164,7 +164,7 @@ func (s *Server) unloadLost(t *topic) {
 		delete(s.mu.topics, t.path)
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(s.hardCtx, 5*time.Second)
 	defer cancel()
 	t.close(ctx)
 	s.log.Info("partition unloaded", zap.String("topic", t.name.String()))

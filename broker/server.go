@@ -69,12 +69,15 @@ type Server struct {
 	http   *http.Server
 	stop   chan struct{}
 	// ctx is cancelled when Close starts: the background loops' work and
-	// topic loads in flight stop.
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the background loops and the servers
-	closeMu sync.Mutex
-	closed  bool
+	// topic loads in flight stop. hardCtx is cancelled when Close's time
+	// is up: what still runs for it (unloads, closes) stops.
+	ctx        context.Context
+	cancel     context.CancelFunc
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+	wg         sync.WaitGroup // the background loops and the servers
+	closeMu    sync.Mutex
+	closed     bool
 	// persisting and retaining: the topics whose background work of that
 	// kind is running (see eachTopic).
 	persisting, retaining busySet
@@ -118,6 +121,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	rand.Read(inst[:])
 	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	s.persisting.m, s.retaining.m = map[*topic]bool{}, map[*topic]bool{}
 	s.mu.topics = map[string]*topic{}
 	s.mu.loading = map[string]*loadCall{}
@@ -128,6 +132,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 				undo[i]()
 			}
 			s.cancel()
+			s.hardCancel()
 		}
 	}()
 	s.store = o.store
@@ -240,6 +245,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	close(s.stop)
 	s.cancel()
+	defer s.hardCancel()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	done := make(chan error, 1)
@@ -253,6 +259,7 @@ func (s *Server) Close() error {
 	// Something waits on a bookie or etcd that does not answer: cut every
 	// connection, which fails whatever still waits.
 	s.log.Warn("shutdown did not finish in time; closing every connection", zap.Duration("shutdown-timeout", s.cfg.ShutdownTimeout))
+	s.hardCancel()
 	s.grpc.Stop()
 	s.ledgers.Close()
 	if s.ownsStore {
@@ -263,13 +270,19 @@ func (s *Server) Close() error {
 	return errors.Join(fmt.Errorf("broker: shutdown took longer than %v", s.cfg.ShutdownTimeout), err)
 }
 
-// shutdown is Close's work, each step bounded by ctx.
+// shutdown is Close's work, bounded by ctx. Each step has a share of the
+// time, so that an unreachable etcd does not leave the later steps none:
+// unregistering a tenth, unloading until seven tenths, the rest for
+// draining clients and releasing the session.
 func (s *Server) shutdown(ctx context.Context) error {
+	start, total := time.Now(), s.cfg.ShutdownTimeout
 	// Unregistered first: lookups stop sending partitions here while they
 	// are handed over.
-	if err := s.store.Delete(ctx, metastore.BrokerAvailableKey(s.id)); err != nil {
+	uctx, ucancel := context.WithTimeout(ctx, total/10)
+	if err := s.store.Delete(uctx, metastore.BrokerAvailableKey(s.id)); err != nil {
 		s.log.Warn("unregistering failed", zap.Error(err))
 	}
+	ucancel()
 	if s.http != nil {
 		s.http.Shutdown(ctx)
 	}
@@ -277,12 +290,14 @@ func (s *Server) shutdown(ctx context.Context) error {
 	var errs []error
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, closeWorkers)
+	tctx, tcancel := context.WithDeadline(ctx, start.Add(total*7/10))
+	defer tcancel()
 	for _, t := range s.loadedTopics() {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := t.close(ctx); err != nil {
+			if err := t.close(tctx); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -406,7 +421,7 @@ func (s *Server) loadCalled(call *loadCall, n topicname.Name) {
 	s.mu.Unlock()
 	if stopping {
 		// Close has taken its list of topics: this one is closed here.
-		cctx, ccancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		cctx, ccancel := context.WithTimeout(s.hardCtx, s.cfg.ShutdownTimeout)
 		t.close(cctx)
 		ccancel()
 		t, err = nil, errorf(ErrServiceNotReady, "broker is stopping")

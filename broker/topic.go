@@ -179,7 +179,7 @@ func (t *topic) close(ctx context.Context) error {
 // closeBounded closes a topic that failed to load, within the shutdown
 // timeout.
 func (t *topic) closeBounded() {
-	ctx, cancel := context.WithTimeout(context.Background(), t.s.cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(t.s.hardCtx, t.s.cfg.ShutdownTimeout)
 	defer cancel()
 	t.close(ctx)
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
 	"net"
@@ -213,15 +214,25 @@ func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClien
 // owner may be a broker that just died (its ownership lasts until its
 // lease expires, then another broker takes the partition) or one not up
 // yet.
+//
+// A name found busy after an attempt that failed on the way (timed out,
+// cut) is tried again too: the broker may still hold the producer or
+// consumer that attempt registered, until it notices the stream gone.
 func (c *client) retryConnect(ctx context.Context, attempt func(ctx context.Context) error) error {
 	var bo backoff
+	leftBehind := false
 	for {
 		actx, cancel := context.WithTimeout(ctx, reconnectTimeout)
 		err := attempt(actx)
 		cancel()
-		if err == nil || !retriable(err) {
+		if err == nil {
+			return nil
+		}
+		busy := errors.Is(err, ErrProducerBusy) || errors.Is(err, ErrConsumerBusy)
+		if !retriable(err) && !(busy && leftBehind) {
 			return err
 		}
+		leftBehind = leftBehind || retriable(err)
 		if c.onBrokerFailed != nil {
 			c.onBrokerFailed("", err)
 		}

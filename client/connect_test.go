@@ -258,3 +258,50 @@ func TestBatchesStayUnderTheBrokerLimit(t *testing.T) {
 		}
 	}
 }
+
+// The broker's limit is on the whole entry (metadata included): a message
+// the SDK lets through always fits, and one of exactly the limit fails in
+// the SDK, without a round trip.
+func TestMessageAtTheLimitFailsInTheSDK(t *testing.T) {
+	const limit = 64 << 10
+	f := startFakeBroker(t, fakeOptions{maxMessage: limit})
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	for _, noBatch := range []bool{true, false} {
+		p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: noBatch, Properties: map[string]string{"k": "v"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := f.sends()
+		if _, err := p.Send(ctxT(t), &ProducerMessage{Payload: make([]byte, limit)}); !errors.Is(err, ErrMessageTooLarge) {
+			t.Fatalf("a message of the broker's limit (batching %v): %v, want ErrMessageTooLarge", !noBatch, err)
+		}
+		if n := f.sends() - sent; n != 0 {
+			t.Fatalf("the SDK sent %d sends for it", n)
+		}
+		big := &ProducerMessage{Payload: make([]byte, limit-entryOverhead-100), Key: "key", Properties: map[string]string{"p": "q"}}
+		if _, err := p.Send(ctxT(t), big); err != nil {
+			t.Fatalf("the largest message the SDK takes (batching %v): %v", !noBatch, err)
+		}
+		p.Close()
+	}
+}
+
+// The first attempt to open a producer times out after the broker took
+// it; the next finds the name busy (the broker still holds the first):
+// the SDK tries again rather than failing the creation.
+func TestBusyAfterATimedOutFirstAttempt(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{stallFirst: true})
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", Name: "fixed"})
+	if err != nil {
+		t.Fatalf("create producer: %v", err)
+	}
+	p.Close()
+	// A name busy from the start is an answer: no retry.
+	f.mu.Lock()
+	f.mu.busy = true
+	f.mu.Unlock()
+	if _, err := c.CreateProducer(ProducerOptions{Topic: "t", Name: "fixed"}); !errors.Is(err, ErrProducerBusy) {
+		t.Fatalf("busy name: %v, want ErrProducerBusy at once", err)
+	}
+}

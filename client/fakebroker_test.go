@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -36,6 +37,9 @@ type fakeBroker struct {
 		owners     []string // answers of the next lookups (then: addr)
 		partitions uint32
 		lookups    int
+		sends      int      // sends received
+		stall      bool     // the next producer open is not answered
+		busy       bool     // the next producer open after the stalled one is refused
 		stored     [][]byte // payloads of the accepted sends
 	}
 }
@@ -44,6 +48,9 @@ type fakeOptions struct {
 	maxMessage uint32 // default 1 MiB
 	recvLimit  int    // default maxMessage + 1 MiB
 	silent     bool   // do not tell producers the limit (an older broker)
+	// stallFirst: the first producer open is never answered, and the
+	// next one finds the name busy (the broker still holds the first).
+	stallFirst bool
 	ln         net.Listener
 }
 
@@ -63,6 +70,7 @@ func startFakeBroker(t *testing.T, o fakeOptions) *fakeBroker {
 		}
 	}
 	f := &fakeBroker{addr: ln.Addr().String(), maxMessage: o.maxMessage, silent: o.silent}
+	f.mu.stall, f.mu.busy = o.stallFirst, o.stallFirst
 	f.srv = grpc.NewServer(grpc.MaxRecvMsgSize(o.recvLimit))
 	brokerpb.RegisterBrokerServer(f.srv, f)
 	done := make(chan struct{})
@@ -88,6 +96,12 @@ func (f *fakeBroker) lookups() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.mu.lookups
+}
+
+func (f *fakeBroker) sends() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.sends
 }
 
 func (f *fakeBroker) stored() [][]byte {
@@ -132,6 +146,20 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 	if first.GetOpen() == nil {
 		return status.Error(codes.InvalidArgument, "open first")
 	}
+	f.mu.Lock()
+	stall, busy := f.mu.stall, !f.mu.stall && f.mu.busy
+	f.mu.stall = false
+	if busy {
+		f.mu.busy = false
+	}
+	f.mu.Unlock()
+	if stall {
+		<-stream.Context().Done()
+		return stream.Context().Err()
+	}
+	if busy {
+		return brokerError(codes.FailedPrecondition, brokerpb.ErrorReason_PRODUCER_BUSY, "producer fake-producer is already connected")
+	}
 	if err := stream.Send(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{
 		ProducerName: "fake-producer", LastSequenceId: -1, MaxMessageSize: map[bool]uint32{false: f.maxMessage}[f.silent]}}}); err != nil {
 		return err
@@ -148,8 +176,12 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 			return err
 		}
 		send := req.GetSend()
+		f.mu.Lock()
+		f.mu.sends++
+		f.mu.Unlock()
 		var resp *brokerpb.ProduceResponse
-		if len(send.Payload) > int(f.maxMessage) {
+		// The broker's limit is on the stored entry: metadata and payload.
+		if proto.Size(send.Metadata)+len(send.Payload) > int(f.maxMessage) {
 			resp = &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Error{Error: &brokerpb.SendError{
 				SequenceId: send.SequenceId, Reason: brokerpb.ErrorReason_MESSAGE_TOO_LARGE, Message: "too large"}}}
 		} else {

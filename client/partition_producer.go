@@ -186,10 +186,17 @@ func batchedOverhead(m *ProducerMessage) int {
 	return 48 + 8*len(m.Properties)
 }
 
+// entryOverhead is room left under the broker's limit for what the entry
+// adds to the messages: its MessageMetadata (producer name, sequence ids,
+// times, sizes; the keys and properties are counted with each message).
+// The broker's limit applies to the whole entry, so a message that passes
+// the SDK's check is never refused by the broker for its size.
+const entryOverhead = 512
+
 // batchLimit is the size at which a batch is sent: BatchingMaxSize, or the
 // message size limit if lower.
 func (pp *partitionProducer) batchLimit() int {
-	return int(min(int64(pp.opts.BatchingMaxSize), pp.limit.Load()))
+	return int(min(int64(pp.opts.BatchingMaxSize), pp.limit.Load()-entryOverhead))
 }
 
 func (pp *partitionProducer) lastSequenceID() int64 {
@@ -204,7 +211,7 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 	for k, v := range msg.Properties {
 		size += len(k) + len(v)
 	}
-	if limit := pp.limit.Load(); int64(size) > limit {
+	if limit := pp.limit.Load() - entryOverhead; int64(size) > limit {
 		cb(nil, msg, fmt.Errorf("%w: message of %d bytes, the maximum is %d", ErrMessageTooLarge, size, limit))
 		return
 	}

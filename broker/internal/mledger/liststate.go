@@ -154,11 +154,6 @@ func (s *listState) takesAppends() bool {
 	return (s.phase == phaseWriting || s.phase == phaseTrimming) && !s.rollWanted && !s.closeWanted
 }
 
-// rolling reports whether a rollover (or close) is under way.
-func (s *listState) rolling() bool {
-	return s.phase != phaseWriting && s.phase != phaseTrimming && s.phase != phaseDone || s.rollWanted
-}
-
 // roll asks for a rollover: the current ledger is full, too old, or one of
 // its appends failed (failed: appends are refused until the next ledger is
 // in place, so that a producer's resent message is not stored after later
@@ -200,6 +195,8 @@ func (s *listState) trim(n int) ([]action, bool) {
 		if !ref.Closed {
 			return nil, false
 		}
+	}
+	for _, ref := range s.stored[:n] {
 		s.trimmed = append(s.trimmed, ref.LedgerId)
 	}
 	s.phase = phaseTrimming
@@ -317,6 +314,12 @@ func (s *listState) created(ledger, nowMs int64, err error) []action {
 		return nil
 	}
 	if err != nil {
+		if s.closeWanted {
+			// No new ledger is needed any more: record the closed one.
+			s.phase = phaseStoringClosed
+			s.storing = s.withClosedLast()
+			return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+		}
 		return append(s.refuse(), action{kind: actCreate, retry: true})
 	}
 	if s.closeWanted {
@@ -346,6 +349,11 @@ func (s *listState) storeDone(rev int64, err error) []action {
 		var acts []action
 		if s.phase == phaseStoring {
 			s.nextMaybeStored = true
+			acts = s.refuse()
+		}
+		if s.phase == phaseTrimming && s.rollWanted {
+			// Appends queue for the rollover, which waits for this store:
+			// refuse them meanwhile rather than let them pile up.
 			acts = s.refuse()
 		}
 		return append(acts, action{kind: actStore, list: s.storing, rev: s.rev, retry: true})

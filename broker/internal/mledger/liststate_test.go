@@ -417,3 +417,55 @@ func TestListStateCloseDuringRollover(t *testing.T) {
 		})
 	}
 }
+
+// Close while the next ledger cannot be created (not enough bookies): the
+// closed ledger is recorded at once, with the metastore alone, rather than
+// creation being retried until the closer gives up.
+func TestListStateCloseWhileCreationFails(t *testing.T) {
+	st := newListState([]*metapb.LedgerRef{{LedgerId: 5}}, 1)
+	st.roll(false)
+	if acts := st.writerClosed(3, 30, 0, nil); len(acts) != 1 || acts[0].kind != actCreate {
+		t.Fatalf("after close: %v", acts)
+	}
+	if acts := st.close(); acts != nil {
+		t.Fatalf("close during creation started %v", acts)
+	}
+	acts := st.created(0, 0, errors.New("not enough bookies"))
+	if len(acts) != 1 || acts[0].kind != actStore || len(acts[0].list) != 1 || !acts[0].list[0].Closed || acts[0].list[0].Entries != 3 {
+		t.Fatalf("failed creation after close: %v, want the list stored with ledger 5 closed", acts)
+	}
+	if acts := st.storeDone(2, nil); len(acts) != 1 || acts[0].kind != actDone || acts[0].err != nil {
+		t.Fatalf("after the store: %v", acts)
+	}
+}
+
+// A rollover waits for a trim whose store keeps failing: appends, which
+// queue for the rollover, are refused meanwhile instead of piling up.
+func TestListStateRolloverWaitingForATrimRefusesAppends(t *testing.T) {
+	st := newListState([]*metapb.LedgerRef{{LedgerId: 4, Closed: true, Entries: 2}, {LedgerId: 5}}, 1)
+	if _, ok := st.trim(1); !ok {
+		t.Fatal("trim refused")
+	}
+	if acts := st.roll(false); acts != nil || st.takesAppends() {
+		t.Fatalf("roll during a trim: %v, takes appends %v", acts, st.takesAppends())
+	}
+	acts := st.storeDone(0, errors.New("etcd unavailable"))
+	if len(acts) != 2 || acts[0].kind != actFailQueue || acts[1].kind != actStore || !acts[1].retry || !st.refusing {
+		t.Fatalf("trim store failed with a rollover waiting: %v, refusing %v", acts, st.refusing)
+	}
+	acts = st.storeDone(2, nil)
+	if len(acts) != 3 || acts[0].kind != actDelete || acts[2].kind != actCloseWriter {
+		t.Fatalf("trim stored: %v, want delete, trimmed, then the rollover", acts)
+	}
+}
+
+// A trim asked over an open ledger is refused and remembers nothing.
+func TestListStateTrimOverAnOpenLedger(t *testing.T) {
+	st := newListState([]*metapb.LedgerRef{{LedgerId: 3, Closed: true}, {LedgerId: 4}, {LedgerId: 5}}, 1)
+	if _, ok := st.trim(2); ok {
+		t.Fatal("trim over an open ledger accepted")
+	}
+	if len(st.trimmed) != 0 || st.phase != phaseWriting {
+		t.Fatalf("a refused trim left %v, phase %v", st.trimmed, st.phase)
+	}
+}

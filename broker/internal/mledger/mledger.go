@@ -450,7 +450,7 @@ func (ml *ManagedLedger) do(a action) {
 		w := ml.mu.writers[a.ledger]
 		delete(ml.mu.writers, a.ledger)
 		ml.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(ml.runCtx, 5*time.Second)
 		if w != nil {
 			w.Close(ctx)
 		}
@@ -466,7 +466,7 @@ func (ml *ManagedLedger) do(a action) {
 			delete(ml.mu.readers, id)
 		}
 		ml.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		ctx, cancel := context.WithTimeout(ml.runCtx, storeTimeout)
 		for _, id := range a.ids {
 			if err := ml.d.Ledgers.Delete(ctx, id); err != nil {
 				ml.log.Warn("trimmed ledger not deleted; the sweeper will", zap.Int64("ledger", id), zap.Error(err))
@@ -512,7 +512,8 @@ func (ml *ManagedLedger) finish(reason error) {
 		// A fenced writer closes without touching the metadata; another
 		// one (abandoned, or whose list write found another owner) closes
 		// its ledger at its last entry, which a recovery would keep too.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Once Close gave up (runCtx), they stop at once.
+		ctx, cancel := context.WithTimeout(ml.runCtx, 5*time.Second)
 		w.Close(ctx)
 		cancel()
 	}
@@ -618,12 +619,25 @@ func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(P
 
 // appendLocked hands op to the current writer. Holding the lock keeps the
 // writer's order the same as the callers'.
+//
+// An append whose context ended fails, also when it would not wait: the
+// appends of one caller share its context (a producer's stream), so once
+// one failed for it, every later one does too, and none of them is stored
+// after a failed one (AppendAsync's order rule).
 func (ml *ManagedLedger) appendLocked(op *appendOp) {
+	if err := op.ctx.Err(); err != nil {
+		op.cb(Position{}, err)
+		return
+	}
 	w := ml.mu.writer
 	lid := w.ID()
 	err := w.AppendAsync(op.ctx, op.data, func(id int64, err error) { ml.appended(w, Position{lid, id}, op, err) })
 	if err != nil {
 		op.cb(Position{}, err)
+		if op.ctx.Err() == nil && !errors.Is(err, ledger.ErrInvalidArgument) {
+			// The writer stopped: replace it, refusing appends meanwhile.
+			ml.feedLocked(ml.mu.st.appendFailed(w.ID()))
+		}
 		return
 	}
 	ml.mu.assigned++

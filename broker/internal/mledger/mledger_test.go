@@ -672,3 +672,45 @@ func TestOpenRecoversOpenLedgersBeforeTheLast(t *testing.T) {
 	}
 	checkData(t, readAll(t, ml), 6)
 }
+
+// Appends share their caller's context (a producer's stream). Once one
+// failed because that context ended while it waited for room in the
+// writer, a later one of the same context must not be stored: storing it
+// would put the producer's next message before one it will resend, and
+// deduplication would then answer the resend as a duplicate without
+// storing it.
+func TestNoAppendStoredAfterItsCallerGaveUp(t *testing.T) {
+	e := newEnv(t, 1)
+	const topic = "public/default/gave-up"
+	ml := e.openWith(topic, smallLedgers(100), e.c.Client(ledger.Config{MaxPendingEntries: 1}))
+	defer ml.Close(ctxT(t))
+	bk := e.c.Bookies()[0]
+	stream, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	type res struct {
+		pos Position
+		err error
+	}
+	outcome := func() (chan res, func(Position, error)) {
+		ch := make(chan res, 1)
+		return ch, func(p Position, err error) { ch <- res{p, err} }
+	}
+	bk.Proxy.Pause() // the bookie is slow: the first append holds the writer's only slot
+	first, cb1 := outcome()
+	ml.AppendAsync(stream, data(1), cb1)
+	second, cb2 := outcome()
+	go ml.AppendAsync(stream, data(2), cb2) // waits for room
+	cancel()                                // the producer's stream ends
+	if r := <-second; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("second append: %v, want the caller's cancellation", r.err)
+	}
+	bk.Proxy.Resume()
+	if r := <-first; r.err != nil {
+		t.Fatalf("first append: %v", r.err)
+	}
+	third, cb3 := outcome()
+	ml.AppendAsync(stream, data(3), cb3)
+	if r := <-third; r.err == nil {
+		t.Fatalf("third append of the same caller stored at %v after the second failed", r.pos)
+	}
+}
