@@ -59,19 +59,29 @@ func BenchmarkDispatchUnbatched(b *testing.B) {
 	}
 }
 
-func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int, unbatched bool) {
+// startBenchBroker runs a storage cluster of one bookie and a broker on
+// it (one copy), with configure's changes; both stop when b ends.
+func startBenchBroker(ctx context.Context, b *testing.B, configure func(*broker.Config)) (*testcluster.Cluster, *broker.Server) {
 	c := testcluster.Start(b, 1, testcluster.Options{})
 	cfg := broker.DefaultConfig()
 	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
 	cfg.Metastore = c.Etcd.Endpoints()
 	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 1, 1, 1 // one bookie
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	if configure != nil {
+		configure(&cfg)
+	}
 	s, err := broker.Start(ctx, cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
+	return c, s
+}
+
+func benchDispatch(b *testing.B, typ client.SubscriptionType, consumers int, unbatched bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	_, s := startBenchBroker(ctx, b, nil)
 	newClient := func() client.Client {
 		cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr()})
 		if err != nil {
@@ -231,19 +241,9 @@ func BenchmarkDedupSnapshotWrites(b *testing.B) {
 }
 
 func benchDedupSnapshotWrites(b *testing.B, rate, idle, parts int) {
-	c := testcluster.Start(b, 1, testcluster.Options{})
-	cfg := broker.DefaultConfig()
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
-	cfg.Metastore = c.Etcd.Endpoints()
-	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 1, 1, 1 // one bookie
-	cfg.Deduplication = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	s, err := broker.Start(ctx, cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	c, s := startBenchBroker(ctx, b, func(cfg *broker.Config) { cfg.Deduplication = true })
 	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr()})
 	if err != nil {
 		b.Fatal(err)

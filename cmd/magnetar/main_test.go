@@ -37,6 +37,7 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		{[]string{"bookie", "--metastore", "127.0.0.1:1", "--max-entry-size", "0"}, "max entry size"},
 		{[]string{"bookie", "--metastore", "127.0.0.1:1", "--log-level", "loud"}, "log level"},
 		{[]string{"broker", "--metastore", "127.0.0.1:1", "--dedup-producer-inactivity-timeout", "0s"}, "--dedup-producer-inactivity-timeout 0s: must be positive"},
+		{[]string{"broker", "--metastore", "127.0.0.1:1", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s must be positive"},
 		{[]string{"standalone", "--bookies", "0"}, "bookies 0"},
 		{[]string{"standalone", "--config", "/nonexistent.yaml"}, "config file"},
 		{[]string{"standalone", "extra-arg"}, "unknown command"},

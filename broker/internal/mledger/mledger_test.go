@@ -531,6 +531,20 @@ func appendRetry(t *testing.T, ml *ManagedLedger, i int) Position {
 	}
 }
 
+// holdRolloverClose appends entries 0..n-1 to a managed ledger of n
+// entries per ledger whose ledger client reaches etcd through proxy. The
+// last one fills the ledger: the bookie acknowledges it, then the
+// rollover's close writes the ledger's metadata, which a paused proxy
+// holds. It returns once the write is held (the proxy stays paused).
+func holdRolloverClose(t *testing.T, ml *ManagedLedger, proxy *testutil.Proxy, n int) {
+	t.Helper()
+	appendN(t, ml, 0, n-1)
+	proxy.Pause()
+	held := proxy.Held()
+	appendN(t, ml, n-1, 1)
+	<-held
+}
+
 // The closing of the full ledger at rollover fails (its metadata write
 // is cut): the ledger must be closed by recovery before a new one is
 // added, so the list never holds an open ledger before the last, every
@@ -541,13 +555,7 @@ func TestFailedCloseAtRolloverKeepsEveryEntryReadable(t *testing.T) {
 	lc, proxy := e.proxiedLedgers()
 	const topic = "public/default/failed-close"
 	ml := e.openWith(topic, smallLedgers(5), lc)
-	appendN(t, ml, 0, 4)
-	proxy.Pause()
-	held := proxy.Held()
-	// Entry 4 fills the ledger: acknowledged by the bookie, then the
-	// rollover's close writes the ledger's metadata, which the pause holds.
-	appendN(t, ml, 4, 1)
-	<-held
+	holdRolloverClose(t, ml, proxy, 5)
 	proxy.CutAll() // the close's write fails, unapplied
 	proxy.Resume()
 	for i := 5; i < 9; i++ { // the next ledger is not full: no rollover runs
@@ -589,11 +597,7 @@ func TestCloseDuringRolloverLeavesNothingOpen(t *testing.T) {
 	lc, proxy := e.proxiedLedgers()
 	const topic = "public/default/close-rolling"
 	ml := e.openWith(topic, smallLedgers(3), lc)
-	appendN(t, ml, 0, 2)
-	proxy.Pause()
-	held := proxy.Held()
-	appendN(t, ml, 2, 1) // fills the ledger: the rollover's close is held
-	<-held
+	holdRolloverClose(t, ml, proxy, 3)
 	closed := make(chan error, 1)
 	go func() { closed <- ml.Close(ctxT(t)) }()
 	testutil.Eventually(t, 10*time.Second, "the close to refuse appends", func() bool {
