@@ -44,20 +44,36 @@ type Config struct {
 	// ValueSeparation keeps payloads of 1 KiB and more in Pebble blob
 	// files (see docs/architecture.md for the measurements). Default true.
 	ValueSeparation bool `mapstructure:"value-separation" yaml:"value-separation"`
+	// Autorecovery runs an autorecovery instance (auditor candidate and
+	// re-replication worker) inside the bookie. Default true.
+	Autorecovery bool `mapstructure:"autorecovery" yaml:"autorecovery"`
+	// LostBookieRecoveryDelay: how long a bookie must stay unregistered
+	// before its ledgers are re-replicated. Default 30s; 0 allowed.
+	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay" yaml:"lost-bookie-recovery-delay"`
+	// AutorecoveryCheckInterval: how often the auditor compares every
+	// ledger's metadata with what each bookie holds. Default 24h; 0
+	// disables.
+	AutorecoveryCheckInterval time.Duration `mapstructure:"autorecovery-check-interval" yaml:"autorecovery-check-interval"`
+	// RereplicationMaxBytesPerSec throttles this bookie's re-replication
+	// worker. Default 0: unlimited.
+	RereplicationMaxBytesPerSec int64 `mapstructure:"rereplication-max-bytes-per-sec" yaml:"rereplication-max-bytes-per-sec"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Listen:               "127.0.0.1:3181",
-		DataDir:              "./data/bookie",
-		MetastoreRoot:        "/magnetar",
-		MaxEntrySize:         5 << 20,
-		MaxInflightBytes:     256 << 20,
-		SessionTTL:           10 * time.Second,
-		RegistrationInterval: 5 * time.Second,
-		GCInterval:           time.Minute,
-		ValueSeparation:      true,
+		Listen:                    "127.0.0.1:3181",
+		DataDir:                   "./data/bookie",
+		MetastoreRoot:             "/magnetar",
+		MaxEntrySize:              5 << 20,
+		MaxInflightBytes:          256 << 20,
+		SessionTTL:                10 * time.Second,
+		RegistrationInterval:      5 * time.Second,
+		GCInterval:                time.Minute,
+		ValueSeparation:           true,
+		Autorecovery:              true,
+		LostBookieRecoveryDelay:   30 * time.Second,
+		AutorecoveryCheckInterval: 24 * time.Hour,
 	}
 }
 
@@ -103,6 +119,15 @@ func (c *Config) Validate() error {
 	}
 	if c.GCInterval <= 0 {
 		errs = append(errs, fmt.Errorf("gc interval %v must be positive", c.GCInterval))
+	}
+	if c.LostBookieRecoveryDelay < 0 {
+		errs = append(errs, fmt.Errorf("lost bookie recovery delay %v is negative", c.LostBookieRecoveryDelay))
+	}
+	if c.AutorecoveryCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("autorecovery check interval %v is negative (0 disables the check)", c.AutorecoveryCheckInterval))
+	}
+	if c.RereplicationMaxBytesPerSec < 0 {
+		errs = append(errs, fmt.Errorf("re-replication rate %d is negative (0: unlimited)", c.RereplicationMaxBytesPerSec))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bookie config: %w", err)

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/magnetar-io/magnetar/bookie/autorecovery"
 	"github.com/magnetar-io/magnetar/bookie/internal/storage"
+	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
@@ -66,6 +68,9 @@ type Server struct {
 	id         string // name in ledger metadata
 	addr       string // advertised address
 	instanceID string
+
+	ledgers  *ledger.Client         // autorecovery's; nil when it is off
+	recovery *autorecovery.Service // nil when off
 
 	budget   *semaphore.Weighted // payload bytes of adds in progress
 	stop     chan struct{}       // closed by Close: background loops and add streams end
@@ -185,9 +190,47 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	s.wg.Add(2)
 	go s.registrationLoop(reg)
 	go s.gcLoop()
+	if cfg.Autorecovery {
+		if err := s.startAutorecovery(); err != nil {
+			close(s.stop)
+			s.cancel()
+			s.wg.Wait() // unregisters
+			s.grpc.Stop()
+			return nil, err
+		}
+	}
 	s.log.Info("bookie started", zap.String("data-dir", cfg.DataDir), zap.String("instance", s.instanceID))
 	return s, nil
 }
+
+// startAutorecovery runs the bookie's autorecovery instance.
+func (s *Server) startAutorecovery() error {
+	lc, err := ledger.New(s.store, ledger.Config{MaxEntrySize: s.cfg.MaxEntrySize, Logger: s.log.Named("autorecovery")})
+	if err != nil {
+		return err
+	}
+	check := s.cfg.AutorecoveryCheckInterval
+	if check == 0 {
+		check = -1
+	}
+	rs, err := autorecovery.Start(s.store, lc, autorecovery.Config{
+		ID:              s.id,
+		LostBookieDelay: s.cfg.LostBookieRecoveryDelay,
+		CheckInterval:   check,
+		SessionTTL:      s.cfg.SessionTTL,
+		MaxBytesPerSec:  s.cfg.RereplicationMaxBytesPerSec,
+		Logger:          s.log.Named("autorecovery"),
+	})
+	if err != nil {
+		lc.Close()
+		return err
+	}
+	s.ledgers, s.recovery = lc, rs
+	return nil
+}
+
+// Autorecovery is the bookie's autorecovery instance, nil when off.
+func (s *Server) Autorecovery() *autorecovery.Service { return s.recovery }
 
 // ID is the bookie's id in ledger metadata.
 func (s *Server) ID() string { return s.id }
@@ -207,6 +250,10 @@ func (s *Server) Close() error {
 		return s.closeErr
 	}
 	s.closed = true
+	if s.recovery != nil {
+		s.recovery.Close() // gives up the auditor role and ledger locks at once
+		s.ledgers.Close()
+	}
 	close(s.stop)
 	s.cancel()
 	s.wg.Wait() // the registration loop closes the session: unregistered

@@ -334,3 +334,17 @@ func (v *service) Fence(ctx context.Context, req *bookiepb.FenceRequest) (*booki
 	}
 	return &bookiepb.FenceResponse{LastAddConfirmed: info.LAC, LastEntryId: info.LastEntry}, nil
 }
+
+func (v *service) ListEntries(ctx context.Context, req *bookiepb.ListEntriesRequest) (*bookiepb.ListEntriesResponse, error) {
+	if err := checkLedger(req.LedgerId); err != nil {
+		return nil, err
+	}
+	if req.StartEntry < 0 {
+		return nil, fmt.Errorf("%w: start entry %d is negative", wire.ErrInvalidArgument, req.StartEntry)
+	}
+	ids, more, err := v.s.db.ListEntries(req.LedgerId, req.StartEntry, int(req.Limit))
+	if err != nil {
+		return nil, err
+	}
+	return &bookiepb.ListEntriesResponse{EntryIds: ids, More: more}, nil
+}

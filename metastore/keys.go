@@ -11,6 +11,14 @@ import (
 //
 //	bookies/available/<bookie id>   metapb.BookieInfo, under the bookie's session lease
 //	bookies/cookies/<bookie id>     metapb.Cookie, permanent
+//	bookies/ledgers/<bookie id>/<ledger id, 20 digits>   empty: the bookie holds
+//	                                copies of the ledger (kept with its metadata)
+//	bookies/drain/<bookie id>       metapb.BookieDrain, while and after it drains
+//	bookies/lost/<bookie id>        empty: the auditor declared the bookie lost
+//	underreplicated/<ledger id, 20 digits>/<bookie id>   metapb.UnderReplicated
+//	autorecovery/auditor            the elected auditor, under its session lease
+//	autorecovery/locks/<ledger id, 20 digits>   a worker's lock, under its lease
+//	autorecovery/index              empty: the bookie -> ledgers index is complete
 //	ledgers/<ledger id, 20 digits>  metapb.LedgerMetadata
 //	idgen/<name>                    empty; its revision is the last id handed out
 //	topics/<tenant>/<ns>/<topic>/ledgers   metapb.ManagedLedgerInfo
@@ -24,6 +32,13 @@ import (
 const (
 	BookiesAvailablePrefix = "bookies/available/"
 	BookieCookiesPrefix    = "bookies/cookies/"
+	BookieLedgersPrefix    = "bookies/ledgers/"
+	BookieDrainPrefix      = "bookies/drain/"
+	BookieLostPrefix       = "bookies/lost/"
+	UnderReplicatedPrefix  = "underreplicated/"
+	AuditorKey             = "autorecovery/auditor"
+	LedgerLocksPrefix      = "autorecovery/locks/"
+	IndexBuiltKey          = "autorecovery/index"
 	LedgersPrefix          = "ledgers/"
 	idgenPrefix            = "idgen/"
 	TopicsPrefix           = "topics/"
@@ -86,3 +101,58 @@ func ParseLedgerKey(key string) (int64, error) {
 	}
 	return id, nil
 }
+
+// BookieLedgerKey records that a bookie holds copies of a ledger.
+func BookieLedgerKey(bookieID string, ledgerID int64) string {
+	return fmt.Sprintf("%s%s/%020d", BookieLedgersPrefix, bookieID, ledgerID)
+}
+
+// BookieLedgersOf lists the ledgers a bookie holds copies of.
+func BookieLedgersOf(bookieID string) string { return BookieLedgersPrefix + bookieID + "/" }
+
+// ParseBookieLedgerKey splits a key made by BookieLedgerKey.
+func ParseBookieLedgerKey(key string) (bookieID string, ledgerID int64, err error) {
+	s, ok := strings.CutPrefix(key, BookieLedgersPrefix)
+	i := strings.LastIndexByte(s, '/')
+	if !ok || i <= 0 {
+		return "", 0, fmt.Errorf("metastore: %q is not a bookie ledger key", key)
+	}
+	id, err := ParseLedgerKey(LedgersPrefix + s[i+1:])
+	if err != nil {
+		return "", 0, fmt.Errorf("metastore: %q is not a bookie ledger key", key)
+	}
+	return s[:i], id, nil
+}
+
+// BookieLostKey records that the auditor declared a bookie lost.
+func BookieLostKey(bookieID string) string { return BookieLostPrefix + bookieID }
+
+// BookieDrainKey holds a bookie's decommission state.
+func BookieDrainKey(bookieID string) string { return BookieDrainPrefix + bookieID }
+
+// UnderReplicatedKey marks a bookie's copies of a ledger for repair.
+func UnderReplicatedKey(ledgerID int64, bookieID string) string {
+	return fmt.Sprintf("%s%020d/%s", UnderReplicatedPrefix, ledgerID, bookieID)
+}
+
+// UnderReplicatedOf lists the marks of one ledger.
+func UnderReplicatedOf(ledgerID int64) string {
+	return fmt.Sprintf("%s%020d/", UnderReplicatedPrefix, ledgerID)
+}
+
+// ParseUnderReplicatedKey splits a key made by UnderReplicatedKey.
+func ParseUnderReplicatedKey(key string) (ledgerID int64, bookieID string, err error) {
+	s, ok := strings.CutPrefix(key, UnderReplicatedPrefix)
+	l, b, ok2 := strings.Cut(s, "/")
+	if !ok || !ok2 || b == "" {
+		return 0, "", fmt.Errorf("metastore: %q is not an under-replication mark", key)
+	}
+	id, err := ParseLedgerKey(LedgersPrefix + l)
+	if err != nil {
+		return 0, "", fmt.Errorf("metastore: %q is not an under-replication mark", key)
+	}
+	return id, b, nil
+}
+
+// LedgerLockKey is the autorecovery worker lock of a ledger.
+func LedgerLockKey(ledgerID int64) string { return fmt.Sprintf("%s%020d", LedgerLocksPrefix, ledgerID) }

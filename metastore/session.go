@@ -2,10 +2,12 @@ package metastore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -123,4 +125,17 @@ func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) error {
 		return fmt.Errorf("metastore: revoke lease %x: %w", int64(id), err)
 	}
 	return nil
+}
+
+// LeaseAlive says whether a lease (a Session's, possibly another
+// process's) still exists.
+func (s *Store) LeaseAlive(ctx context.Context, id clientv3.LeaseID) (bool, error) {
+	resp, err := s.cli.TimeToLive(ctx, id)
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("metastore: lease %x: %w", int64(id), err)
+	}
+	return resp.TTL > 0, nil
 }

@@ -48,6 +48,12 @@ type Config struct {
 	// registered ones: a bookie seen through a NAT or a proxy (the e2e
 	// suite puts fault-injecting proxies there).
 	AddressOverrides map[string]string
+	// WriterLease returns the etcd lease of the writing process's session;
+	// it is recorded in each ledger this client creates, so that
+	// autorecovery can tell a live writer from a gone one. Nil or 0:
+	// unknown (autorecovery then leaves an open ledger's last segment to
+	// its writer until the ledger is closed).
+	WriterLease func() int64
 	// Logger; nil discards.
 	Logger *zap.Logger
 }
@@ -287,15 +293,12 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error
 		CreatedAt:   time.Now(),
 		Custom:      opts.Custom,
 	}
-	raw, err := proto.Marshal(m.toProto())
-	if err != nil {
-		return nil, err
+	if c.cfg.WriterLease != nil {
+		m.WriterLease = c.cfg.WriterLease()
 	}
-	rev, err := c.store.Create(ctx, metastore.LedgerKey(id), raw)
-	if err != nil {
+	if err := writeMetadata(ctx, c.store, m); err != nil {
 		return nil, fmt.Errorf("ledger: create metadata of %d: %w", id, err)
 	}
-	m.modRev = rev
 	c.log.Debug("ledger created", zap.Int64("ledger", id), zap.Strings("ensemble", bookies))
 	return newWriter(c, m), nil
 }
@@ -326,13 +329,36 @@ func (c *Client) Metadata(ctx context.Context, id int64) (*Metadata, error) {
 	return readMetadata(ctx, c.store, id)
 }
 
-// Delete removes a ledger's metadata; bookies delete its entries in their
-// next garbage collection. Deleting a missing ledger is not an error.
+// Delete removes a ledger's metadata (and its keys in the bookie ->
+// ledgers index); bookies delete its entries in their next garbage
+// collection. Deleting a missing ledger is not an error.
 func (c *Client) Delete(ctx context.Context, id int64) error {
-	if err := c.store.Delete(ctx, metastore.LedgerKey(id)); err != nil {
-		return fmt.Errorf("ledger: delete %d: %w", id, err)
+	for {
+		m, err := readMetadata(ctx, c.store, id)
+		if errors.Is(err, ErrNoSuchLedger) {
+			return nil
+		}
+		if err != nil {
+			if !errors.Is(err, errCorruptMetadata) {
+				return fmt.Errorf("ledger: delete %d: %w", id, err)
+			}
+			// Corrupt metadata: delete the key alone (the periodic check
+			// drops index keys of ledgers that do not exist).
+			if err := c.store.Delete(ctx, metastore.LedgerKey(id)); err != nil {
+				return fmt.Errorf("ledger: delete %d: %w", id, err)
+			}
+			return nil
+		}
+		ops := append([]metastore.Op{metastore.DeleteOp(metastore.LedgerKey(id), m.modRev)}, indexOps(id, m.indexed, nil)...)
+		_, err = c.store.Commit(ctx, nil, ops...)
+		if errors.Is(err, metastore.ErrBadVersion) {
+			continue // changed meanwhile (a re-replication): read it again
+		}
+		if err != nil {
+			return fmt.Errorf("ledger: delete %d: %w", id, err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // List calls fn with the id of every ledger, in increasing order.

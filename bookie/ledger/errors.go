@@ -23,6 +23,8 @@ var (
 	ErrRecoveryIncomplete = errors.New("ledger: recovery could not complete")
 	// ErrInvalidArgument: bad options or arguments.
 	ErrInvalidArgument = errors.New("ledger: invalid argument")
+	// ErrNoCopy: no bookie holds an intact copy of an entry to copy from.
+	ErrNoCopy = errors.New("ledger: no intact copy to re-replicate from")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("ledger: client closed")
 )

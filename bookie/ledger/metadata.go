@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -56,8 +57,38 @@ type Metadata struct {
 	MasterKey []byte
 	CreatedAt time.Time
 	Custom    map[string][]byte
+	// WriterLease is the etcd lease of the writer's session (0: unknown).
+	WriterLease int64
 
 	modRev int64 // metastore revision this copy was read or written at
+	// indexed are the bookies the stored copy names, each with a key
+	// bookies/ledgers/<bookie>/<ledger> written in the same transaction.
+	indexed []string
+}
+
+// Bookies returns every bookie the metadata names, sorted, without
+// repeats.
+func (m *Metadata) Bookies() []string {
+	var out []string
+	for _, s := range m.Segments {
+		out = append(out, s.Bookies...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// SegmentEnd returns the last entry of segment i: the entry before the
+// next segment, or the ledger's last entry (for the last segment of a
+// closed ledger; below First when it holds none). For the last segment of
+// a ledger that is not closed the end is unknown: math.MaxInt64.
+func (m *Metadata) SegmentEnd(i int) int64 {
+	if i+1 < len(m.Segments) {
+		return m.Segments[i+1].First - 1
+	}
+	if m.State == StateClosed {
+		return m.LastEntry
+	}
+	return math.MaxInt64
 }
 
 // segmentFor returns the segment that holds entry.
@@ -72,8 +103,13 @@ func (m *Metadata) segmentFor(entry int64) Segment {
 
 func (m *Metadata) lastSegment() Segment { return m.Segments[len(m.Segments)-1] }
 
+// Clone returns a deep copy that keeps the revision it was read at, for a
+// compare-and-swap with Client.UpdateMetadata.
+func (m *Metadata) Clone() *Metadata { return m.clone() }
+
 func (m *Metadata) clone() *Metadata {
 	c := *m
+	c.indexed = slices.Clone(m.indexed)
 	c.Segments = make([]Segment, len(m.Segments))
 	for i, s := range m.Segments {
 		c.Segments[i] = Segment{First: s.First, Bookies: slices.Clone(s.Bookies)}
@@ -92,6 +128,7 @@ func (m *Metadata) toProto() *metapb.LedgerMetadata {
 		MasterKey:       m.MasterKey,
 		CreatedAtUnixMs: m.CreatedAt.UnixMilli(),
 		Custom:          m.Custom,
+		WriterLease:     m.WriterLease,
 	}
 	for _, s := range m.Segments {
 		p.Segments = append(p.Segments, &metapb.Segment{FirstEntryId: s.First, Bookies: s.Bookies})
@@ -111,13 +148,15 @@ func metadataFromProto(id int64, p *metapb.LedgerMetadata, modRev int64) (*Metad
 		MasterKey:   p.MasterKey,
 		CreatedAt:   time.UnixMilli(p.CreatedAtUnixMs),
 		Custom:      p.Custom,
+		WriterLease: p.WriterLease,
 		modRev:      modRev,
 	}
 	for _, s := range p.Segments {
 		m.Segments = append(m.Segments, Segment{First: s.FirstEntryId, Bookies: s.Bookies})
 	}
+	m.indexed = m.Bookies()
 	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("ledger %d: corrupt metadata: %w", id, err)
+		return nil, fmt.Errorf("ledger %d: %w: %w", id, errCorruptMetadata, err)
 	}
 	return m, nil
 }
@@ -149,6 +188,10 @@ func (m *Metadata) validate() error {
 	return nil
 }
 
+// errCorruptMetadata: stored metadata that does not decode or breaks an
+// invariant.
+var errCorruptMetadata = errors.New("corrupt metadata")
+
 // maxEnsemble bounds E: acks are tracked in a 64-bit set.
 const maxEnsemble = 64
 
@@ -170,22 +213,60 @@ func readMetadata(ctx context.Context, store *metastore.Store, id int64) (*Metad
 	}
 	var p metapb.LedgerMetadata
 	if err := proto.Unmarshal(kv.Value, &p); err != nil {
-		return nil, fmt.Errorf("ledger %d: corrupt metadata: %w", id, err)
+		return nil, fmt.Errorf("ledger %d: %w: %w", id, errCorruptMetadata, err)
 	}
 	return metadataFromProto(id, &p, kv.ModRevision)
 }
 
 // writeMetadata stores m if the stored copy is still at m's revision
-// (metastore.ErrBadVersion otherwise) and updates m's revision.
-func writeMetadata(ctx context.Context, store *metastore.Store, m *Metadata) error {
+// (metastore.ErrBadVersion otherwise) and updates m's revision. In the same
+// transaction it keeps the bookie -> ledgers index in step (a key per
+// bookie the metadata names) and applies extra.
+func writeMetadata(ctx context.Context, store *metastore.Store, m *Metadata, extra ...metastore.Op) error {
+	return writeMetadataGuarded(ctx, store, m, nil, extra...)
+}
+
+func writeMetadataGuarded(ctx context.Context, store *metastore.Store, m *Metadata, guard *metastore.Guard, extra ...metastore.Op) error {
 	raw, err := proto.Marshal(m.toProto())
 	if err != nil {
 		return err
 	}
-	rev, err := store.CompareAndSwap(ctx, metastore.LedgerKey(m.ID), raw, m.modRev)
+	expect := m.modRev
+	if expect == 0 {
+		expect = metastore.MustNotExist
+	}
+	ops := append([]metastore.Op{metastore.PutOp(metastore.LedgerKey(m.ID), raw, expect)}, indexOps(m.ID, m.indexed, m.Bookies())...)
+	rev, err := store.Commit(ctx, guard, append(ops, extra...)...)
 	if err != nil {
 		return err
 	}
-	m.modRev = rev
+	m.modRev, m.indexed = rev, m.Bookies()
 	return nil
+}
+
+// indexOps moves the index keys of a ledger from the bookies in old to
+// those in cur (both sorted).
+func indexOps(id int64, old, cur []string) []metastore.Op {
+	var ops []metastore.Op
+	for _, b := range cur {
+		if _, found := slices.BinarySearch(old, b); !found {
+			ops = append(ops, metastore.PutOp(metastore.BookieLedgerKey(b, id), nil, metastore.AnyVersion))
+		}
+	}
+	for _, b := range old {
+		if _, found := slices.BinarySearch(cur, b); !found {
+			ops = append(ops, metastore.DeleteOp(metastore.BookieLedgerKey(b, id), metastore.AnyVersion))
+		}
+	}
+	return ops
+}
+
+// markOps marks bookies' copies of a ledger as under-replicated.
+func markOps(id int64, bookies []string, reason metapb.UnderReplicated_Reason, by string) []metastore.Op {
+	var ops []metastore.Op
+	for _, b := range bookies {
+		raw, _ := proto.Marshal(&metapb.UnderReplicated{Reason: reason, MarkedAtUnixMs: time.Now().UnixMilli(), MarkedBy: by})
+		ops = append(ops, metastore.PutOp(metastore.UnderReplicatedKey(id, b), raw, metastore.AnyVersion))
+	}
+	return ops
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
+	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
 // recoveryWindow is how many entries recovery reads, and re-replicates,
@@ -178,9 +179,16 @@ func (c *Client) recover(ctx context.Context, m *Metadata) (*Metadata, error) {
 	}
 
 	// 4. Close at the last entry, installing any new segment in the same
-	// compare-and-swap.
+	// compare-and-swap. Bookies that did not answer the fence may lack
+	// entries the old writer completed without them: autorecovery checks.
+	var lacking []string
+	for p, ok := range fenced {
+		if !ok {
+			lacking = append(lacking, seg.Bookies[p])
+		}
+	}
 	closed.State, closed.LastEntry, closed.Length = StateClosed, last, length
-	if err := writeMetadata(ctx, c.store, closed); err != nil {
+	if err := writeMetadata(ctx, c.store, closed, markOps(m.ID, lacking, metapb.UnderReplicated_REASON_MISSING, "recovery")...); err != nil {
 		return nil, err
 	}
 	log.Info("ledger recovered and closed", zap.Int64("last-entry", last), zap.Int("recovered", len(found)))

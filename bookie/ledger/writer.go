@@ -13,6 +13,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
+	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
 // Writer appends entries to an open ledger. Entries are striped over the
@@ -448,12 +449,21 @@ func (w *Writer) replaceBookies(meta *Metadata, ensemble []string, failed []int,
 	}
 	for {
 		m := meta.clone()
+		var marks []metastore.Op
 		if last := &m.Segments[len(m.Segments)-1]; last.First == segStart {
 			last.Bookies = next // nothing completed on it yet: replace in place
 		} else {
+			// Entries before segStart completed without the failed
+			// bookies' acks, perhaps with Qa < Qw copies: autorecovery
+			// brings them back to Qw copies.
+			var lacking []string
+			for _, p := range failed {
+				lacking = append(lacking, last.Bookies[p])
+			}
+			marks = markOps(m.ID, lacking, metapb.UnderReplicated_REASON_MISSING, "writer")
 			m.Segments = append(m.Segments, Segment{First: segStart, Bookies: next})
 		}
-		err := writeMetadata(ctx, w.c.store, m)
+		err := writeMetadata(ctx, w.c.store, m, marks...)
 		if err == nil {
 			return m, nil
 		}
@@ -536,6 +546,12 @@ func (w *Writer) close(ctx context.Context) error {
 	prevErr := w.mu.err
 	lac, length := w.mu.st.lac, w.mu.st.lacLen
 	meta := w.mu.meta.clone()
+	// Bookies still failed when the ledger closes may lack entries that
+	// completed without them (no spare bookie was found).
+	var lacking []string
+	for _, p := range w.mu.st.failedPositions() {
+		lacking = append(lacking, w.mu.ensemble[p])
+	}
 	if w.mu.err == nil {
 		w.mu.err = ErrWriterClosed
 	}
@@ -545,7 +561,7 @@ func (w *Writer) close(ctx context.Context) error {
 	if errors.Is(prevErr, ErrFenced) {
 		err = prevErr
 	} else {
-		err = w.closeMetadata(ctx, meta, lac, length)
+		err = w.closeMetadata(ctx, meta, lac, length, markOps(w.id, lacking, metapb.UnderReplicated_REASON_MISSING, "writer")...)
 	}
 	w.cancel()
 	w.wg.Wait()
@@ -555,11 +571,11 @@ func (w *Writer) close(ctx context.Context) error {
 }
 
 // closeMetadata marks the ledger closed at lac.
-func (w *Writer) closeMetadata(ctx context.Context, meta *Metadata, lac, length int64) error {
+func (w *Writer) closeMetadata(ctx context.Context, meta *Metadata, lac, length int64, marks ...metastore.Op) error {
 	for {
 		m := meta.clone()
 		m.State, m.LastEntry, m.Length = StateClosed, lac, length
-		err := writeMetadata(ctx, w.c.store, m)
+		err := writeMetadata(ctx, w.c.store, m, marks...)
 		if err == nil {
 			w.mu.Lock()
 			w.mu.meta = m

@@ -24,6 +24,119 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListEntriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	StartEntry    int64                  `protobuf:"varint,2,opt,name=start_entry,json=startEntry,proto3" json:"start_entry,omitempty"`
+	Limit         uint32                 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEntriesRequest) Reset() {
+	*x = ListEntriesRequest{}
+	mi := &file_bookiepb_bookie_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEntriesRequest) ProtoMessage() {}
+
+func (x *ListEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bookiepb_bookie_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEntriesRequest.ProtoReflect.Descriptor instead.
+func (*ListEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListEntriesRequest) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *ListEntriesRequest) GetStartEntry() int64 {
+	if x != nil {
+		return x.StartEntry
+	}
+	return 0
+}
+
+func (x *ListEntriesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListEntriesResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	EntryIds []int64                `protobuf:"varint,1,rep,packed,name=entry_ids,json=entryIds,proto3" json:"entry_ids,omitempty"`
+	// More entries follow the last one returned.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEntriesResponse) Reset() {
+	*x = ListEntriesResponse{}
+	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEntriesResponse) ProtoMessage() {}
+
+func (x *ListEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEntriesResponse.ProtoReflect.Descriptor instead.
+func (*ListEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListEntriesResponse) GetEntryIds() []int64 {
+	if x != nil {
+		return x.EntryIds
+	}
+	return nil
+}
+
+func (x *ListEntriesResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type AddEntryRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId  int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -48,7 +161,7 @@ type AddEntryRequest struct {
 
 func (x *AddEntryRequest) Reset() {
 	*x = AddEntryRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[0]
+	mi := &file_bookiepb_bookie_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +173,7 @@ func (x *AddEntryRequest) String() string {
 func (*AddEntryRequest) ProtoMessage() {}
 
 func (x *AddEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[0]
+	mi := &file_bookiepb_bookie_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +186,7 @@ func (x *AddEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEntryRequest.ProtoReflect.Descriptor instead.
 func (*AddEntryRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{0}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AddEntryRequest) GetLedgerId() int64 {
@@ -148,7 +261,7 @@ type AddEntriesRequest struct {
 
 func (x *AddEntriesRequest) Reset() {
 	*x = AddEntriesRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	mi := &file_bookiepb_bookie_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -160,7 +273,7 @@ func (x *AddEntriesRequest) String() string {
 func (*AddEntriesRequest) ProtoMessage() {}
 
 func (x *AddEntriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[1]
+	mi := &file_bookiepb_bookie_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -173,7 +286,7 @@ func (x *AddEntriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEntriesRequest.ProtoReflect.Descriptor instead.
 func (*AddEntriesRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{1}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AddEntriesRequest) GetEntries() []*AddEntryRequest {
@@ -192,7 +305,7 @@ type AddEntriesResponse struct {
 
 func (x *AddEntriesResponse) Reset() {
 	*x = AddEntriesResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[2]
+	mi := &file_bookiepb_bookie_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +317,7 @@ func (x *AddEntriesResponse) String() string {
 func (*AddEntriesResponse) ProtoMessage() {}
 
 func (x *AddEntriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[2]
+	mi := &file_bookiepb_bookie_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +330,7 @@ func (x *AddEntriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEntriesResponse.ProtoReflect.Descriptor instead.
 func (*AddEntriesResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{2}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AddEntriesResponse) GetResults() []*AddResult {
@@ -242,7 +355,7 @@ type AddResult struct {
 
 func (x *AddResult) Reset() {
 	*x = AddResult{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[3]
+	mi := &file_bookiepb_bookie_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -254,7 +367,7 @@ func (x *AddResult) String() string {
 func (*AddResult) ProtoMessage() {}
 
 func (x *AddResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[3]
+	mi := &file_bookiepb_bookie_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -267,7 +380,7 @@ func (x *AddResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddResult.ProtoReflect.Descriptor instead.
 func (*AddResult) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{3}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddResult) GetRequestId() uint64 {
@@ -306,7 +419,7 @@ type AddEntryResponse struct {
 
 func (x *AddEntryResponse) Reset() {
 	*x = AddEntryResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	mi := &file_bookiepb_bookie_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +431,7 @@ func (x *AddEntryResponse) String() string {
 func (*AddEntryResponse) ProtoMessage() {}
 
 func (x *AddEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	mi := &file_bookiepb_bookie_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +444,7 @@ func (x *AddEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEntryResponse.ProtoReflect.Descriptor instead.
 func (*AddEntryResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{4}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{6}
 }
 
 type ReadEntryRequest struct {
@@ -348,7 +461,7 @@ type ReadEntryRequest struct {
 
 func (x *ReadEntryRequest) Reset() {
 	*x = ReadEntryRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	mi := &file_bookiepb_bookie_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +473,7 @@ func (x *ReadEntryRequest) String() string {
 func (*ReadEntryRequest) ProtoMessage() {}
 
 func (x *ReadEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	mi := &file_bookiepb_bookie_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +486,7 @@ func (x *ReadEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEntryRequest.ProtoReflect.Descriptor instead.
 func (*ReadEntryRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{5}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadEntryRequest) GetLedgerId() int64 {
@@ -419,7 +532,7 @@ type ReadEntryResponse struct {
 
 func (x *ReadEntryResponse) Reset() {
 	*x = ReadEntryResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[6]
+	mi := &file_bookiepb_bookie_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +544,7 @@ func (x *ReadEntryResponse) String() string {
 func (*ReadEntryResponse) ProtoMessage() {}
 
 func (x *ReadEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[6]
+	mi := &file_bookiepb_bookie_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +557,7 @@ func (x *ReadEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEntryResponse.ProtoReflect.Descriptor instead.
 func (*ReadEntryResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{6}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadEntryResponse) GetEntryId() int64 {
@@ -503,7 +616,7 @@ type ReadLACRequest struct {
 
 func (x *ReadLACRequest) Reset() {
 	*x = ReadLACRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[7]
+	mi := &file_bookiepb_bookie_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +628,7 @@ func (x *ReadLACRequest) String() string {
 func (*ReadLACRequest) ProtoMessage() {}
 
 func (x *ReadLACRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[7]
+	mi := &file_bookiepb_bookie_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +641,7 @@ func (x *ReadLACRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLACRequest.ProtoReflect.Descriptor instead.
 func (*ReadLACRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{7}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReadLACRequest) GetLedgerId() int64 {
@@ -571,7 +684,7 @@ type ReadLACResponse struct {
 
 func (x *ReadLACResponse) Reset() {
 	*x = ReadLACResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[8]
+	mi := &file_bookiepb_bookie_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +696,7 @@ func (x *ReadLACResponse) String() string {
 func (*ReadLACResponse) ProtoMessage() {}
 
 func (x *ReadLACResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[8]
+	mi := &file_bookiepb_bookie_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +709,7 @@ func (x *ReadLACResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLACResponse.ProtoReflect.Descriptor instead.
 func (*ReadLACResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{8}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadLACResponse) GetLastAddConfirmed() int64 {
@@ -631,7 +744,7 @@ type WriteLACRequest struct {
 
 func (x *WriteLACRequest) Reset() {
 	*x = WriteLACRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[9]
+	mi := &file_bookiepb_bookie_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +756,7 @@ func (x *WriteLACRequest) String() string {
 func (*WriteLACRequest) ProtoMessage() {}
 
 func (x *WriteLACRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[9]
+	mi := &file_bookiepb_bookie_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +769,7 @@ func (x *WriteLACRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteLACRequest.ProtoReflect.Descriptor instead.
 func (*WriteLACRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{9}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WriteLACRequest) GetLedgerId() int64 {
@@ -688,7 +801,7 @@ type WriteLACResponse struct {
 
 func (x *WriteLACResponse) Reset() {
 	*x = WriteLACResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[10]
+	mi := &file_bookiepb_bookie_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +813,7 @@ func (x *WriteLACResponse) String() string {
 func (*WriteLACResponse) ProtoMessage() {}
 
 func (x *WriteLACResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[10]
+	mi := &file_bookiepb_bookie_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +826,7 @@ func (x *WriteLACResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteLACResponse.ProtoReflect.Descriptor instead.
 func (*WriteLACResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{10}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{12}
 }
 
 type FenceRequest struct {
@@ -726,7 +839,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[11]
+	mi := &file_bookiepb_bookie_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +851,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[11]
+	mi := &file_bookiepb_bookie_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +864,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{11}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FenceRequest) GetLedgerId() int64 {
@@ -778,7 +891,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[12]
+	mi := &file_bookiepb_bookie_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +903,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[12]
+	mi := &file_bookiepb_bookie_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +916,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{12}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FenceResponse) GetLastAddConfirmed() int64 {
@@ -824,7 +937,15 @@ var File_bookiepb_bookie_proto protoreflect.FileDescriptor
 
 const file_bookiepb_bookie_proto_rawDesc = "" +
 	"\n" +
-	"\x15bookiepb/bookie.proto\x12\x12magnetar.bookie.v1\"\x9b\x02\n" +
+	"\x15bookiepb/bookie.proto\x12\x12magnetar.bookie.v1\"h\n" +
+	"\x12ListEntriesRequest\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x1f\n" +
+	"\vstart_entry\x18\x02 \x01(\x03R\n" +
+	"startEntry\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"J\n" +
+	"\x13ListEntriesResponse\x12\x1f\n" +
+	"\tentry_ids\x18\x01 \x03(\x03B\x02\x10\x01R\bentryIds\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\x9b\x02\n" +
 	"\x0fAddEntryRequest\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\x12\x1d\n" +
@@ -883,7 +1004,7 @@ const file_bookiepb_bookie_proto_rawDesc = "" +
 	"master_key\x18\x02 \x01(\fR\tmasterKey\"a\n" +
 	"\rFenceResponse\x12,\n" +
 	"\x12last_add_confirmed\x18\x01 \x01(\x03R\x10lastAddConfirmed\x12\"\n" +
-	"\rlast_entry_id\x18\x02 \x01(\x03R\vlastEntryId2\x93\x04\n" +
+	"\rlast_entry_id\x18\x02 \x01(\x03R\vlastEntryId2\xf3\x04\n" +
 	"\x06Bookie\x12U\n" +
 	"\bAddEntry\x12#.magnetar.bookie.v1.AddEntryRequest\x1a$.magnetar.bookie.v1.AddEntryResponse\x12_\n" +
 	"\n" +
@@ -891,7 +1012,8 @@ const file_bookiepb_bookie_proto_rawDesc = "" +
 	"\tReadEntry\x12$.magnetar.bookie.v1.ReadEntryRequest\x1a%.magnetar.bookie.v1.ReadEntryResponse\x12R\n" +
 	"\aReadLAC\x12\".magnetar.bookie.v1.ReadLACRequest\x1a#.magnetar.bookie.v1.ReadLACResponse\x12U\n" +
 	"\bWriteLAC\x12#.magnetar.bookie.v1.WriteLACRequest\x1a$.magnetar.bookie.v1.WriteLACResponse\x12L\n" +
-	"\x05Fence\x12 .magnetar.bookie.v1.FenceRequest\x1a!.magnetar.bookie.v1.FenceResponseB0Z.github.com/magnetar-io/magnetar/proto/bookiepbb\x06proto3"
+	"\x05Fence\x12 .magnetar.bookie.v1.FenceRequest\x1a!.magnetar.bookie.v1.FenceResponse\x12^\n" +
+	"\vListEntries\x12&.magnetar.bookie.v1.ListEntriesRequest\x1a'.magnetar.bookie.v1.ListEntriesResponseB0Z.github.com/magnetar-io/magnetar/proto/bookiepbb\x06proto3"
 
 var (
 	file_bookiepb_bookie_proto_rawDescOnce sync.Once
@@ -905,39 +1027,43 @@ func file_bookiepb_bookie_proto_rawDescGZIP() []byte {
 	return file_bookiepb_bookie_proto_rawDescData
 }
 
-var file_bookiepb_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_bookiepb_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_bookiepb_bookie_proto_goTypes = []any{
-	(*AddEntryRequest)(nil),    // 0: magnetar.bookie.v1.AddEntryRequest
-	(*AddEntriesRequest)(nil),  // 1: magnetar.bookie.v1.AddEntriesRequest
-	(*AddEntriesResponse)(nil), // 2: magnetar.bookie.v1.AddEntriesResponse
-	(*AddResult)(nil),          // 3: magnetar.bookie.v1.AddResult
-	(*AddEntryResponse)(nil),   // 4: magnetar.bookie.v1.AddEntryResponse
-	(*ReadEntryRequest)(nil),   // 5: magnetar.bookie.v1.ReadEntryRequest
-	(*ReadEntryResponse)(nil),  // 6: magnetar.bookie.v1.ReadEntryResponse
-	(*ReadLACRequest)(nil),     // 7: magnetar.bookie.v1.ReadLACRequest
-	(*ReadLACResponse)(nil),    // 8: magnetar.bookie.v1.ReadLACResponse
-	(*WriteLACRequest)(nil),    // 9: magnetar.bookie.v1.WriteLACRequest
-	(*WriteLACResponse)(nil),   // 10: magnetar.bookie.v1.WriteLACResponse
-	(*FenceRequest)(nil),       // 11: magnetar.bookie.v1.FenceRequest
-	(*FenceResponse)(nil),      // 12: magnetar.bookie.v1.FenceResponse
+	(*ListEntriesRequest)(nil),  // 0: magnetar.bookie.v1.ListEntriesRequest
+	(*ListEntriesResponse)(nil), // 1: magnetar.bookie.v1.ListEntriesResponse
+	(*AddEntryRequest)(nil),     // 2: magnetar.bookie.v1.AddEntryRequest
+	(*AddEntriesRequest)(nil),   // 3: magnetar.bookie.v1.AddEntriesRequest
+	(*AddEntriesResponse)(nil),  // 4: magnetar.bookie.v1.AddEntriesResponse
+	(*AddResult)(nil),           // 5: magnetar.bookie.v1.AddResult
+	(*AddEntryResponse)(nil),    // 6: magnetar.bookie.v1.AddEntryResponse
+	(*ReadEntryRequest)(nil),    // 7: magnetar.bookie.v1.ReadEntryRequest
+	(*ReadEntryResponse)(nil),   // 8: magnetar.bookie.v1.ReadEntryResponse
+	(*ReadLACRequest)(nil),      // 9: magnetar.bookie.v1.ReadLACRequest
+	(*ReadLACResponse)(nil),     // 10: magnetar.bookie.v1.ReadLACResponse
+	(*WriteLACRequest)(nil),     // 11: magnetar.bookie.v1.WriteLACRequest
+	(*WriteLACResponse)(nil),    // 12: magnetar.bookie.v1.WriteLACResponse
+	(*FenceRequest)(nil),        // 13: magnetar.bookie.v1.FenceRequest
+	(*FenceResponse)(nil),       // 14: magnetar.bookie.v1.FenceResponse
 }
 var file_bookiepb_bookie_proto_depIdxs = []int32{
-	0,  // 0: magnetar.bookie.v1.AddEntriesRequest.entries:type_name -> magnetar.bookie.v1.AddEntryRequest
-	3,  // 1: magnetar.bookie.v1.AddEntriesResponse.results:type_name -> magnetar.bookie.v1.AddResult
-	0,  // 2: magnetar.bookie.v1.Bookie.AddEntry:input_type -> magnetar.bookie.v1.AddEntryRequest
-	1,  // 3: magnetar.bookie.v1.Bookie.AddEntries:input_type -> magnetar.bookie.v1.AddEntriesRequest
-	5,  // 4: magnetar.bookie.v1.Bookie.ReadEntry:input_type -> magnetar.bookie.v1.ReadEntryRequest
-	7,  // 5: magnetar.bookie.v1.Bookie.ReadLAC:input_type -> magnetar.bookie.v1.ReadLACRequest
-	9,  // 6: magnetar.bookie.v1.Bookie.WriteLAC:input_type -> magnetar.bookie.v1.WriteLACRequest
-	11, // 7: magnetar.bookie.v1.Bookie.Fence:input_type -> magnetar.bookie.v1.FenceRequest
-	4,  // 8: magnetar.bookie.v1.Bookie.AddEntry:output_type -> magnetar.bookie.v1.AddEntryResponse
-	2,  // 9: magnetar.bookie.v1.Bookie.AddEntries:output_type -> magnetar.bookie.v1.AddEntriesResponse
-	6,  // 10: magnetar.bookie.v1.Bookie.ReadEntry:output_type -> magnetar.bookie.v1.ReadEntryResponse
-	8,  // 11: magnetar.bookie.v1.Bookie.ReadLAC:output_type -> magnetar.bookie.v1.ReadLACResponse
-	10, // 12: magnetar.bookie.v1.Bookie.WriteLAC:output_type -> magnetar.bookie.v1.WriteLACResponse
-	12, // 13: magnetar.bookie.v1.Bookie.Fence:output_type -> magnetar.bookie.v1.FenceResponse
-	8,  // [8:14] is the sub-list for method output_type
-	2,  // [2:8] is the sub-list for method input_type
+	2,  // 0: magnetar.bookie.v1.AddEntriesRequest.entries:type_name -> magnetar.bookie.v1.AddEntryRequest
+	5,  // 1: magnetar.bookie.v1.AddEntriesResponse.results:type_name -> magnetar.bookie.v1.AddResult
+	2,  // 2: magnetar.bookie.v1.Bookie.AddEntry:input_type -> magnetar.bookie.v1.AddEntryRequest
+	3,  // 3: magnetar.bookie.v1.Bookie.AddEntries:input_type -> magnetar.bookie.v1.AddEntriesRequest
+	7,  // 4: magnetar.bookie.v1.Bookie.ReadEntry:input_type -> magnetar.bookie.v1.ReadEntryRequest
+	9,  // 5: magnetar.bookie.v1.Bookie.ReadLAC:input_type -> magnetar.bookie.v1.ReadLACRequest
+	11, // 6: magnetar.bookie.v1.Bookie.WriteLAC:input_type -> magnetar.bookie.v1.WriteLACRequest
+	13, // 7: magnetar.bookie.v1.Bookie.Fence:input_type -> magnetar.bookie.v1.FenceRequest
+	0,  // 8: magnetar.bookie.v1.Bookie.ListEntries:input_type -> magnetar.bookie.v1.ListEntriesRequest
+	6,  // 9: magnetar.bookie.v1.Bookie.AddEntry:output_type -> magnetar.bookie.v1.AddEntryResponse
+	4,  // 10: magnetar.bookie.v1.Bookie.AddEntries:output_type -> magnetar.bookie.v1.AddEntriesResponse
+	8,  // 11: magnetar.bookie.v1.Bookie.ReadEntry:output_type -> magnetar.bookie.v1.ReadEntryResponse
+	10, // 12: magnetar.bookie.v1.Bookie.ReadLAC:output_type -> magnetar.bookie.v1.ReadLACResponse
+	12, // 13: magnetar.bookie.v1.Bookie.WriteLAC:output_type -> magnetar.bookie.v1.WriteLACResponse
+	14, // 14: magnetar.bookie.v1.Bookie.Fence:output_type -> magnetar.bookie.v1.FenceResponse
+	1,  // 15: magnetar.bookie.v1.Bookie.ListEntries:output_type -> magnetar.bookie.v1.ListEntriesResponse
+	9,  // [9:16] is the sub-list for method output_type
+	2,  // [2:9] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -954,7 +1080,7 @@ func file_bookiepb_bookie_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bookiepb_bookie_proto_rawDesc), len(file_bookiepb_bookie_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,12 +22,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Bookie_AddEntry_FullMethodName   = "/magnetar.bookie.v1.Bookie/AddEntry"
-	Bookie_AddEntries_FullMethodName = "/magnetar.bookie.v1.Bookie/AddEntries"
-	Bookie_ReadEntry_FullMethodName  = "/magnetar.bookie.v1.Bookie/ReadEntry"
-	Bookie_ReadLAC_FullMethodName    = "/magnetar.bookie.v1.Bookie/ReadLAC"
-	Bookie_WriteLAC_FullMethodName   = "/magnetar.bookie.v1.Bookie/WriteLAC"
-	Bookie_Fence_FullMethodName      = "/magnetar.bookie.v1.Bookie/Fence"
+	Bookie_AddEntry_FullMethodName    = "/magnetar.bookie.v1.Bookie/AddEntry"
+	Bookie_AddEntries_FullMethodName  = "/magnetar.bookie.v1.Bookie/AddEntries"
+	Bookie_ReadEntry_FullMethodName   = "/magnetar.bookie.v1.Bookie/ReadEntry"
+	Bookie_ReadLAC_FullMethodName     = "/magnetar.bookie.v1.Bookie/ReadLAC"
+	Bookie_WriteLAC_FullMethodName    = "/magnetar.bookie.v1.Bookie/WriteLAC"
+	Bookie_Fence_FullMethodName       = "/magnetar.bookie.v1.Bookie/Fence"
+	Bookie_ListEntries_FullMethodName = "/magnetar.bookie.v1.Bookie/ListEntries"
 )
 
 // BookieClient is the client API for Bookie service.
@@ -59,6 +60,10 @@ type BookieClient interface {
 	// Fence makes the ledger reject normal adds from now on. The fence is
 	// durable before the reply.
 	Fence(ctx context.Context, in *FenceRequest, opts ...grpc.CallOption) (*FenceResponse, error)
+	// ListEntries returns the ids of the entries of a ledger this bookie
+	// holds, in increasing order, from start_entry on, at most limit of them
+	// (capped by the bookie). Autorecovery compares them with the metadata.
+	ListEntries(ctx context.Context, in *ListEntriesRequest, opts ...grpc.CallOption) (*ListEntriesResponse, error)
 }
 
 type bookieClient struct {
@@ -132,6 +137,16 @@ func (c *bookieClient) Fence(ctx context.Context, in *FenceRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *bookieClient) ListEntries(ctx context.Context, in *ListEntriesRequest, opts ...grpc.CallOption) (*ListEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEntriesResponse)
+	err := c.cc.Invoke(ctx, Bookie_ListEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BookieServer is the server API for Bookie service.
 // All implementations must embed UnimplementedBookieServer
 // for forward compatibility.
@@ -161,6 +176,10 @@ type BookieServer interface {
 	// Fence makes the ledger reject normal adds from now on. The fence is
 	// durable before the reply.
 	Fence(context.Context, *FenceRequest) (*FenceResponse, error)
+	// ListEntries returns the ids of the entries of a ledger this bookie
+	// holds, in increasing order, from start_entry on, at most limit of them
+	// (capped by the bookie). Autorecovery compares them with the metadata.
+	ListEntries(context.Context, *ListEntriesRequest) (*ListEntriesResponse, error)
 	mustEmbedUnimplementedBookieServer()
 }
 
@@ -188,6 +207,9 @@ func (UnimplementedBookieServer) WriteLAC(context.Context, *WriteLACRequest) (*W
 }
 func (UnimplementedBookieServer) Fence(context.Context, *FenceRequest) (*FenceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fence not implemented")
+}
+func (UnimplementedBookieServer) ListEntries(context.Context, *ListEntriesRequest) (*ListEntriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEntries not implemented")
 }
 func (UnimplementedBookieServer) mustEmbedUnimplementedBookieServer() {}
 func (UnimplementedBookieServer) testEmbeddedByValue()                {}
@@ -307,6 +329,24 @@ func _Bookie_Fence_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Bookie_ListEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BookieServer).ListEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bookie_ListEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BookieServer).ListEntries(ctx, req.(*ListEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Bookie_ServiceDesc is the grpc.ServiceDesc for Bookie service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -333,6 +373,10 @@ var Bookie_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fence",
 			Handler:    _Bookie_Fence_Handler,
+		},
+		{
+			MethodName: "ListEntries",
+			Handler:    _Bookie_ListEntries_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -76,6 +76,65 @@ func (LedgerState) EnumDescriptor() ([]byte, []int) {
 	return file_metapb_meta_proto_rawDescGZIP(), []int{0}
 }
 
+type UnderReplicated_Reason int32
+
+const (
+	UnderReplicated_REASON_UNSPECIFIED UnderReplicated_Reason = 0
+	// The bookie is gone for good (its registration stayed away longer
+	// than the lost-bookie delay): its copies move to other bookies.
+	UnderReplicated_REASON_LOST UnderReplicated_Reason = 1
+	// The bookie may lack some of its entries (a writer went on without
+	// its acknowledgement, a recovery could not reach it, or the periodic
+	// check found entries missing): while it is live they are copied back
+	// to it; if it is lost they move with REASON_LOST.
+	UnderReplicated_REASON_MISSING UnderReplicated_Reason = 2
+	// The bookie is being decommissioned: its copies move elsewhere.
+	UnderReplicated_REASON_DRAINING UnderReplicated_Reason = 3
+)
+
+// Enum value maps for UnderReplicated_Reason.
+var (
+	UnderReplicated_Reason_name = map[int32]string{
+		0: "REASON_UNSPECIFIED",
+		1: "REASON_LOST",
+		2: "REASON_MISSING",
+		3: "REASON_DRAINING",
+	}
+	UnderReplicated_Reason_value = map[string]int32{
+		"REASON_UNSPECIFIED": 0,
+		"REASON_LOST":        1,
+		"REASON_MISSING":     2,
+		"REASON_DRAINING":    3,
+	}
+)
+
+func (x UnderReplicated_Reason) Enum() *UnderReplicated_Reason {
+	p := new(UnderReplicated_Reason)
+	*p = x
+	return p
+}
+
+func (x UnderReplicated_Reason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UnderReplicated_Reason) Descriptor() protoreflect.EnumDescriptor {
+	return file_metapb_meta_proto_enumTypes[1].Descriptor()
+}
+
+func (UnderReplicated_Reason) Type() protoreflect.EnumType {
+	return &file_metapb_meta_proto_enumTypes[1]
+}
+
+func (x UnderReplicated_Reason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UnderReplicated_Reason.Descriptor instead.
+func (UnderReplicated_Reason) EnumDescriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{4, 0}
+}
+
 // BookieInfo is a bookie's registration, kept under its session lease at
 // bookies/available/<bookie id> and refreshed periodically.
 type BookieInfo struct {
@@ -329,8 +388,12 @@ type LedgerMetadata struct {
 	MasterKey       []byte            `protobuf:"bytes,8,opt,name=master_key,json=masterKey,proto3" json:"master_key,omitempty"`
 	CreatedAtUnixMs int64             `protobuf:"varint,9,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
 	Custom          map[string][]byte `protobuf:"bytes,10,rep,name=custom,proto3" json:"custom,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The etcd lease of the writer's session (0: unknown). Autorecovery
+	// leaves the last segment of an open ledger to a writer whose lease is
+	// alive, and recovers (closes) the ledger first when it is gone.
+	WriterLease   int64 `protobuf:"varint,11,opt,name=writer_lease,json=writerLease,proto3" json:"writer_lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LedgerMetadata) Reset() {
@@ -433,6 +496,139 @@ func (x *LedgerMetadata) GetCustom() map[string][]byte {
 	return nil
 }
 
+func (x *LedgerMetadata) GetWriterLease() int64 {
+	if x != nil {
+		return x.WriterLease
+	}
+	return 0
+}
+
+// UnderReplicated marks one bookie's copies of one ledger as needing
+// repair, at underreplicated/<ledger id>/<bookie id>. Autorecovery workers
+// repair them and delete the mark.
+type UnderReplicated struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Reason         UnderReplicated_Reason `protobuf:"varint,1,opt,name=reason,proto3,enum=magnetar.meta.v1.UnderReplicated_Reason" json:"reason,omitempty"`
+	MarkedAtUnixMs int64                  `protobuf:"varint,2,opt,name=marked_at_unix_ms,json=markedAtUnixMs,proto3" json:"marked_at_unix_ms,omitempty"`
+	// Who marked it: "auditor", "writer", "recovery", "check", "decommission".
+	MarkedBy      string `protobuf:"bytes,3,opt,name=marked_by,json=markedBy,proto3" json:"marked_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnderReplicated) Reset() {
+	*x = UnderReplicated{}
+	mi := &file_metapb_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnderReplicated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnderReplicated) ProtoMessage() {}
+
+func (x *UnderReplicated) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnderReplicated.ProtoReflect.Descriptor instead.
+func (*UnderReplicated) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UnderReplicated) GetReason() UnderReplicated_Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return UnderReplicated_REASON_UNSPECIFIED
+}
+
+func (x *UnderReplicated) GetMarkedAtUnixMs() int64 {
+	if x != nil {
+		return x.MarkedAtUnixMs
+	}
+	return 0
+}
+
+func (x *UnderReplicated) GetMarkedBy() string {
+	if x != nil {
+		return x.MarkedBy
+	}
+	return ""
+}
+
+// BookieDrain is kept at bookies/drain/<bookie id> while a bookie is being
+// decommissioned, and after it is done.
+type BookieDrain struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Done            bool                   `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	StartedAtUnixMs int64                  `protobuf:"varint,2,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"`
+	DoneAtUnixMs    int64                  `protobuf:"varint,3,opt,name=done_at_unix_ms,json=doneAtUnixMs,proto3" json:"done_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BookieDrain) Reset() {
+	*x = BookieDrain{}
+	mi := &file_metapb_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BookieDrain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BookieDrain) ProtoMessage() {}
+
+func (x *BookieDrain) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BookieDrain.ProtoReflect.Descriptor instead.
+func (*BookieDrain) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BookieDrain) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *BookieDrain) GetStartedAtUnixMs() int64 {
+	if x != nil {
+		return x.StartedAtUnixMs
+	}
+	return 0
+}
+
+func (x *BookieDrain) GetDoneAtUnixMs() int64 {
+	if x != nil {
+		return x.DoneAtUnixMs
+	}
+	return 0
+}
+
 // ManagedLedgerInfo is a topic partition's chain of ledgers, kept at
 // topics/<tenant>/<namespace>/<topic>/ledgers. Only the partition's owner
 // changes it, in transactions guarded by its ownership token.
@@ -446,7 +642,7 @@ type ManagedLedgerInfo struct {
 
 func (x *ManagedLedgerInfo) Reset() {
 	*x = ManagedLedgerInfo{}
-	mi := &file_metapb_meta_proto_msgTypes[4]
+	mi := &file_metapb_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +654,7 @@ func (x *ManagedLedgerInfo) String() string {
 func (*ManagedLedgerInfo) ProtoMessage() {}
 
 func (x *ManagedLedgerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[4]
+	mi := &file_metapb_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +667,7 @@ func (x *ManagedLedgerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ManagedLedgerInfo.ProtoReflect.Descriptor instead.
 func (*ManagedLedgerInfo) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{4}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ManagedLedgerInfo) GetLedgers() []*LedgerRef {
@@ -496,7 +692,7 @@ type LedgerRef struct {
 
 func (x *LedgerRef) Reset() {
 	*x = LedgerRef{}
-	mi := &file_metapb_meta_proto_msgTypes[5]
+	mi := &file_metapb_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +704,7 @@ func (x *LedgerRef) String() string {
 func (*LedgerRef) ProtoMessage() {}
 
 func (x *LedgerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[5]
+	mi := &file_metapb_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +717,7 @@ func (x *LedgerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerRef.ProtoReflect.Descriptor instead.
 func (*LedgerRef) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{5}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LedgerRef) GetLedgerId() int64 {
@@ -583,7 +779,7 @@ type CursorInfo struct {
 
 func (x *CursorInfo) Reset() {
 	*x = CursorInfo{}
-	mi := &file_metapb_meta_proto_msgTypes[6]
+	mi := &file_metapb_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +791,7 @@ func (x *CursorInfo) String() string {
 func (*CursorInfo) ProtoMessage() {}
 
 func (x *CursorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[6]
+	mi := &file_metapb_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +804,7 @@ func (x *CursorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorInfo.ProtoReflect.Descriptor instead.
 func (*CursorInfo) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{6}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CursorInfo) GetCursorLedgerId() int64 {
@@ -661,7 +857,7 @@ type CursorSnapshot struct {
 
 func (x *CursorSnapshot) Reset() {
 	*x = CursorSnapshot{}
-	mi := &file_metapb_meta_proto_msgTypes[7]
+	mi := &file_metapb_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +869,7 @@ func (x *CursorSnapshot) String() string {
 func (*CursorSnapshot) ProtoMessage() {}
 
 func (x *CursorSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[7]
+	mi := &file_metapb_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +882,7 @@ func (x *CursorSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorSnapshot.ProtoReflect.Descriptor instead.
 func (*CursorSnapshot) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{7}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CursorSnapshot) GetMarkDeleteLedger() int64 {
@@ -730,7 +926,7 @@ type AckedRanges struct {
 
 func (x *AckedRanges) Reset() {
 	*x = AckedRanges{}
-	mi := &file_metapb_meta_proto_msgTypes[8]
+	mi := &file_metapb_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +938,7 @@ func (x *AckedRanges) String() string {
 func (*AckedRanges) ProtoMessage() {}
 
 func (x *AckedRanges) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[8]
+	mi := &file_metapb_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +951,7 @@ func (x *AckedRanges) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckedRanges.ProtoReflect.Descriptor instead.
 func (*AckedRanges) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{8}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AckedRanges) GetLedgerId() int64 {
@@ -786,7 +982,7 @@ type BatchAck struct {
 
 func (x *BatchAck) Reset() {
 	*x = BatchAck{}
-	mi := &file_metapb_meta_proto_msgTypes[9]
+	mi := &file_metapb_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +994,7 @@ func (x *BatchAck) String() string {
 func (*BatchAck) ProtoMessage() {}
 
 func (x *BatchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[9]
+	mi := &file_metapb_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1007,7 @@ func (x *BatchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchAck.ProtoReflect.Descriptor instead.
 func (*BatchAck) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{9}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchAck) GetLedgerId() int64 {
@@ -855,7 +1051,7 @@ type CursorChunk struct {
 
 func (x *CursorChunk) Reset() {
 	*x = CursorChunk{}
-	mi := &file_metapb_meta_proto_msgTypes[10]
+	mi := &file_metapb_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1063,7 @@ func (x *CursorChunk) String() string {
 func (*CursorChunk) ProtoMessage() {}
 
 func (x *CursorChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[10]
+	mi := &file_metapb_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1076,7 @@ func (x *CursorChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorChunk.ProtoReflect.Descriptor instead.
 func (*CursorChunk) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{10}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CursorChunk) GetSnapshot() int64 {
@@ -922,7 +1118,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_metapb_meta_proto_msgTypes[11]
+	mi := &file_metapb_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1130,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[11]
+	mi := &file_metapb_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1143,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{11}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TenantInfo) GetAdminRoles() []string {
@@ -986,7 +1182,7 @@ type NamespacePolicies struct {
 
 func (x *NamespacePolicies) Reset() {
 	*x = NamespacePolicies{}
-	mi := &file_metapb_meta_proto_msgTypes[12]
+	mi := &file_metapb_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1194,7 @@ func (x *NamespacePolicies) String() string {
 func (*NamespacePolicies) ProtoMessage() {}
 
 func (x *NamespacePolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[12]
+	mi := &file_metapb_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1207,7 @@ func (x *NamespacePolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePolicies.ProtoReflect.Descriptor instead.
 func (*NamespacePolicies) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{12}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NamespacePolicies) GetHasPersistence() bool {
@@ -1101,7 +1297,7 @@ type PartitionedTopic struct {
 
 func (x *PartitionedTopic) Reset() {
 	*x = PartitionedTopic{}
-	mi := &file_metapb_meta_proto_msgTypes[13]
+	mi := &file_metapb_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1309,7 @@ func (x *PartitionedTopic) String() string {
 func (*PartitionedTopic) ProtoMessage() {}
 
 func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[13]
+	mi := &file_metapb_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1322,7 @@ func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionedTopic.ProtoReflect.Descriptor instead.
 func (*PartitionedTopic) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{13}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PartitionedTopic) GetPartitions() int32 {
@@ -1150,7 +1346,7 @@ type DedupSnapshot struct {
 
 func (x *DedupSnapshot) Reset() {
 	*x = DedupSnapshot{}
-	mi := &file_metapb_meta_proto_msgTypes[14]
+	mi := &file_metapb_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1358,7 @@ func (x *DedupSnapshot) String() string {
 func (*DedupSnapshot) ProtoMessage() {}
 
 func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[14]
+	mi := &file_metapb_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1371,7 @@ func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupSnapshot.ProtoReflect.Descriptor instead.
 func (*DedupSnapshot) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{14}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DedupSnapshot) GetLedgerId() int64 {
@@ -1226,7 +1422,7 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\x12created_at_unix_ms\x18\x03 \x01(\x03R\x0fcreatedAtUnixMs\"I\n" +
 	"\aSegment\x12$\n" +
 	"\x0efirst_entry_id\x18\x01 \x01(\x03R\ffirstEntryId\x12\x18\n" +
-	"\abookies\x18\x02 \x03(\tR\abookies\"\xec\x03\n" +
+	"\abookies\x18\x02 \x03(\tR\abookies\"\x8f\x04\n" +
 	"\x0eLedgerMetadata\x12#\n" +
 	"\rensemble_size\x18\x01 \x01(\x05R\fensembleSize\x12!\n" +
 	"\fwrite_quorum\x18\x02 \x01(\x05R\vwriteQuorum\x12\x1d\n" +
@@ -1240,10 +1436,24 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"master_key\x18\b \x01(\fR\tmasterKey\x12+\n" +
 	"\x12created_at_unix_ms\x18\t \x01(\x03R\x0fcreatedAtUnixMs\x12D\n" +
 	"\x06custom\x18\n" +
-	" \x03(\v2,.magnetar.meta.v1.LedgerMetadata.CustomEntryR\x06custom\x1a9\n" +
+	" \x03(\v2,.magnetar.meta.v1.LedgerMetadata.CustomEntryR\x06custom\x12!\n" +
+	"\fwriter_lease\x18\v \x01(\x03R\vwriterLease\x1a9\n" +
 	"\vCustomEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"J\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xf7\x01\n" +
+	"\x0fUnderReplicated\x12@\n" +
+	"\x06reason\x18\x01 \x01(\x0e2(.magnetar.meta.v1.UnderReplicated.ReasonR\x06reason\x12)\n" +
+	"\x11marked_at_unix_ms\x18\x02 \x01(\x03R\x0emarkedAtUnixMs\x12\x1b\n" +
+	"\tmarked_by\x18\x03 \x01(\tR\bmarkedBy\"Z\n" +
+	"\x06Reason\x12\x16\n" +
+	"\x12REASON_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vREASON_LOST\x10\x01\x12\x12\n" +
+	"\x0eREASON_MISSING\x10\x02\x12\x13\n" +
+	"\x0fREASON_DRAINING\x10\x03\"u\n" +
+	"\vBookieDrain\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\x12+\n" +
+	"\x12started_at_unix_ms\x18\x02 \x01(\x03R\x0fstartedAtUnixMs\x12%\n" +
+	"\x0fdone_at_unix_ms\x18\x03 \x01(\x03R\fdoneAtUnixMs\"J\n" +
 	"\x11ManagedLedgerInfo\x125\n" +
 	"\aledgers\x18\x01 \x03(\v2\x1b.magnetar.meta.v1.LedgerRefR\aledgers\"\xc6\x01\n" +
 	"\tLedgerRef\x12\x1b\n" +
@@ -1333,43 +1543,47 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 	return file_metapb_meta_proto_rawDescData
 }
 
-var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_metapb_meta_proto_goTypes = []any{
-	(LedgerState)(0),          // 0: magnetar.meta.v1.LedgerState
-	(*BookieInfo)(nil),        // 1: magnetar.meta.v1.BookieInfo
-	(*Cookie)(nil),            // 2: magnetar.meta.v1.Cookie
-	(*Segment)(nil),           // 3: magnetar.meta.v1.Segment
-	(*LedgerMetadata)(nil),    // 4: magnetar.meta.v1.LedgerMetadata
-	(*ManagedLedgerInfo)(nil), // 5: magnetar.meta.v1.ManagedLedgerInfo
-	(*LedgerRef)(nil),         // 6: magnetar.meta.v1.LedgerRef
-	(*CursorInfo)(nil),        // 7: magnetar.meta.v1.CursorInfo
-	(*CursorSnapshot)(nil),    // 8: magnetar.meta.v1.CursorSnapshot
-	(*AckedRanges)(nil),       // 9: magnetar.meta.v1.AckedRanges
-	(*BatchAck)(nil),          // 10: magnetar.meta.v1.BatchAck
-	(*CursorChunk)(nil),       // 11: magnetar.meta.v1.CursorChunk
-	(*TenantInfo)(nil),        // 12: magnetar.meta.v1.TenantInfo
-	(*NamespacePolicies)(nil), // 13: magnetar.meta.v1.NamespacePolicies
-	(*PartitionedTopic)(nil),  // 14: magnetar.meta.v1.PartitionedTopic
-	(*DedupSnapshot)(nil),     // 15: magnetar.meta.v1.DedupSnapshot
-	nil,                       // 16: magnetar.meta.v1.LedgerMetadata.CustomEntry
-	nil,                       // 17: magnetar.meta.v1.CursorInfo.PropertiesEntry
-	nil,                       // 18: magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	(LedgerState)(0),            // 0: magnetar.meta.v1.LedgerState
+	(UnderReplicated_Reason)(0), // 1: magnetar.meta.v1.UnderReplicated.Reason
+	(*BookieInfo)(nil),          // 2: magnetar.meta.v1.BookieInfo
+	(*Cookie)(nil),              // 3: magnetar.meta.v1.Cookie
+	(*Segment)(nil),             // 4: magnetar.meta.v1.Segment
+	(*LedgerMetadata)(nil),      // 5: magnetar.meta.v1.LedgerMetadata
+	(*UnderReplicated)(nil),     // 6: magnetar.meta.v1.UnderReplicated
+	(*BookieDrain)(nil),         // 7: magnetar.meta.v1.BookieDrain
+	(*ManagedLedgerInfo)(nil),   // 8: magnetar.meta.v1.ManagedLedgerInfo
+	(*LedgerRef)(nil),           // 9: magnetar.meta.v1.LedgerRef
+	(*CursorInfo)(nil),          // 10: magnetar.meta.v1.CursorInfo
+	(*CursorSnapshot)(nil),      // 11: magnetar.meta.v1.CursorSnapshot
+	(*AckedRanges)(nil),         // 12: magnetar.meta.v1.AckedRanges
+	(*BatchAck)(nil),            // 13: magnetar.meta.v1.BatchAck
+	(*CursorChunk)(nil),         // 14: magnetar.meta.v1.CursorChunk
+	(*TenantInfo)(nil),          // 15: magnetar.meta.v1.TenantInfo
+	(*NamespacePolicies)(nil),   // 16: magnetar.meta.v1.NamespacePolicies
+	(*PartitionedTopic)(nil),    // 17: magnetar.meta.v1.PartitionedTopic
+	(*DedupSnapshot)(nil),       // 18: magnetar.meta.v1.DedupSnapshot
+	nil,                         // 19: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	nil,                         // 20: magnetar.meta.v1.CursorInfo.PropertiesEntry
+	nil,                         // 21: magnetar.meta.v1.DedupSnapshot.SequencesEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
-	3,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	16, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
-	6,  // 3: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
-	17, // 4: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
-	9,  // 5: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
-	10, // 6: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
-	18, // 7: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	4,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
+	19, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	1,  // 3: magnetar.meta.v1.UnderReplicated.reason:type_name -> magnetar.meta.v1.UnderReplicated.Reason
+	9,  // 4: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
+	20, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
+	12, // 6: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
+	13, // 7: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
+	21, // 8: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_metapb_meta_proto_init() }
@@ -1382,8 +1596,8 @@ func file_metapb_meta_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   18,
+			NumEnums:      2,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
