@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 )
@@ -57,6 +58,26 @@ type Config struct {
 	// RereplicationMaxBytesPerSec throttles this bookie's re-replication
 	// worker. Default 0: unlimited.
 	RereplicationMaxBytesPerSec int64 `mapstructure:"rereplication-max-bytes-per-sec" yaml:"rereplication-max-bytes-per-sec"`
+	// DiskUsageThreshold: above this share of its filesystem in use (as df
+	// counts it: used / (used + available)) the bookie turns read-only:
+	// it refuses normal adds and registers read_only, so that placement
+	// skips it; reads and recovery adds go on. Default 0.90; in (0, 1].
+	DiskUsageThreshold float64 `mapstructure:"disk-usage-threshold" yaml:"disk-usage-threshold"`
+	// DiskUsageLowThreshold: a bookie read-only for disk usage becomes
+	// writable again below this share. Default 0.85; in (0, 1] and below
+	// DiskUsageThreshold, so that it does not flap.
+	DiskUsageLowThreshold float64 `mapstructure:"disk-usage-low-threshold" yaml:"disk-usage-low-threshold"`
+	// DiskCheckInterval is how often disk usage is checked. Default 1s.
+	DiskCheckInterval time.Duration `mapstructure:"disk-check-interval" yaml:"disk-check-interval"`
+	// Rack names the rack or zone the bookie runs in, for placement: each
+	// write quorum is spread over as many racks as there are. Default
+	// empty (no rack).
+	Rack string `mapstructure:"rack" yaml:"rack"`
+	// HostLabel identifies the machine (or failure domain smaller than a
+	// rack) the bookie runs on: placement never puts two bookies with the
+	// same host label in one write quorum. Set it when several bookies
+	// share a machine. Default empty (unknown: no constraint).
+	HostLabel string `mapstructure:"host-label" yaml:"host-label"`
 }
 
 // DefaultConfig returns the defaults.
@@ -74,11 +95,31 @@ func DefaultConfig() Config {
 		Autorecovery:              true,
 		LostBookieRecoveryDelay:   30 * time.Second,
 		AutorecoveryCheckInterval: 24 * time.Hour,
+		DiskUsageThreshold:        0.90,
+		DiskUsageLowThreshold:     0.85,
+		DiskCheckInterval:         time.Second,
 	}
 }
 
 // MaxEntrySizeLimit is the largest MaxEntrySize accepted.
 const MaxEntrySizeLimit = 64 << 20
+
+// maxLabelLen bounds a rack or host label.
+const maxLabelLen = 255
+
+// checkLabel accepts a placement label: printable, without spaces, at most
+// maxLabelLen bytes (empty: not set).
+func checkLabel(l string) error {
+	if len(l) > maxLabelLen {
+		return fmt.Errorf("longer than %d bytes", maxLabelLen)
+	}
+	for _, r := range l {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("contains %q: labels are printable, without spaces", r)
+		}
+	}
+	return nil
+}
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -128,6 +169,24 @@ func (c *Config) Validate() error {
 	}
 	if c.RereplicationMaxBytesPerSec < 0 {
 		errs = append(errs, fmt.Errorf("re-replication rate %d is negative (0: unlimited)", c.RereplicationMaxBytesPerSec))
+	}
+	// NaN fails every comparison: written so that it is refused too.
+	if !(c.DiskUsageThreshold > 0 && c.DiskUsageThreshold <= 1) {
+		errs = append(errs, fmt.Errorf("--disk-usage-threshold %v must be in (0, 1]", c.DiskUsageThreshold))
+	}
+	if !(c.DiskUsageLowThreshold > 0 && c.DiskUsageLowThreshold <= 1) {
+		errs = append(errs, fmt.Errorf("--disk-usage-low-threshold %v must be in (0, 1]", c.DiskUsageLowThreshold))
+	} else if !(c.DiskUsageLowThreshold < c.DiskUsageThreshold) {
+		errs = append(errs, fmt.Errorf("--disk-usage-low-threshold %v must be below --disk-usage-threshold %v", c.DiskUsageLowThreshold, c.DiskUsageThreshold))
+	}
+	if c.DiskCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--disk-check-interval %v must be positive", c.DiskCheckInterval))
+	}
+	if err := checkLabel(c.Rack); err != nil {
+		errs = append(errs, fmt.Errorf("--rack %q: %w", c.Rack, err))
+	}
+	if err := checkLabel(c.HostLabel); err != nil {
+		errs = append(errs, fmt.Errorf("--host-label %q: %w", c.HostLabel, err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bookie config: %w", err)

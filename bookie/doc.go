@@ -15,6 +15,11 @@
 // session lease, refreshed periodically and revoked on a clean stop. In
 // the background it deletes the ledgers that the metadata no longer lists.
 //
+// A bookie turns read-only above a disk usage threshold, when a write
+// fails for lack of space, or when told to (SetReadOnly): it then refuses
+// normal adds, which makes writers move to other bookies, and keeps
+// serving reads and recovery adds (readonly.go).
+//
 // Errors leave the bookie as gRPC statuses with a reason (package
 // bookie/wire).
 package bookie

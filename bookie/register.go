@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -49,16 +48,19 @@ func (s *Server) publish(ctx context.Context, r *registration) error {
 		UpdatedAtUnixMs: now.UnixMilli(),
 		InstanceId:      s.instanceID,
 		Version:         Version,
+		Rack:            s.cfg.Rack,
+		HostLabel:       s.cfg.HostLabel,
+		ReadOnlyReasons: s.ReadOnly(),
 	}
+	info.ReadOnly = len(info.ReadOnlyReasons) > 0
 	if secs > 0 {
 		info.WriteBytesPerSec = float64(st.AddBytes-r.lastBytes) / secs
 		info.AddsPerSec = float64(st.Adds-r.lastAdds) / secs
 	}
 	r.lastAdds, r.lastBytes, r.lastAt = st.Adds, st.AddBytes, now
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(s.cfg.DataDir, &fs); err == nil {
-		info.FreeDiskBytes = fs.Bavail * uint64(fs.Bsize)
-		info.TotalDiskBytes = fs.Blocks * uint64(fs.Bsize)
+	if u := s.lastUsage.Load(); u != nil {
+		info.FreeDiskBytes = u.Avail
+		info.TotalDiskBytes = u.Total
 	}
 	raw, err := proto.Marshal(info)
 	if err != nil {
@@ -70,8 +72,11 @@ func (s *Server) publish(ctx context.Context, r *registration) error {
 	return nil
 }
 
-// registrationLoop refreshes the load report, registers again after a lost
-// session, and unregisters when the storage fails or the server stops.
+// registrationLoop refreshes the load report (at once when the read-only
+// state changed), registers again after a lost session, and unregisters
+// when the storage fails or the server stops. A storage that ran out of
+// space has not failed: the bookie stays registered, read-only, and serves
+// reads.
 func (s *Server) registrationLoop(r *registration) {
 	defer s.wg.Done()
 	defer func() {
@@ -104,6 +109,7 @@ func (s *Server) registrationLoop(r *registration) {
 			r = nil
 			continue
 		case <-tick.C:
+		case <-s.republish:
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.SessionTTL)
 		var err error

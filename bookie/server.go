@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -40,9 +41,10 @@ var Version = "dev"
 type Option func(*options)
 
 type options struct {
-	store  *metastore.Store
-	logger *zap.Logger
-	fs     vfs.FS
+	store     *metastore.Store
+	logger    *zap.Logger
+	fs        vfs.FS
+	diskUsage DiskUsageFunc
 }
 
 // WithStore shares an open metastore (standalone mode, tests); the server
@@ -69,18 +71,30 @@ type Server struct {
 	addr       string // advertised address
 	instanceID string
 
-	ledgers  *ledger.Client         // autorecovery's; nil when it is off
+	budget    *semaphore.Weighted // payload bytes of adds in progress
+	diskUsage DiskUsageFunc
+	lastUsage atomic.Pointer[DiskUsage] // the disk check's last measure, for the registration
+	republish chan struct{}             // (1) wakes the registration loop to publish at once
+	stop      chan struct{}             // closed by Close: background loops and add streams end
+	ctx       context.Context           // cancelled by Close: background work in progress ends
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	served    chan error // the gRPC server's exit
+	closeMu   sync.Mutex
+	closed    bool
+	closeErr  error
+
+	ledgers  *ledger.Client        // autorecovery's; nil when it is off
 	recovery *autorecovery.Service // nil when off
 
-	budget   *semaphore.Weighted // payload bytes of adds in progress
-	stop     chan struct{}       // closed by Close: background loops and add streams end
-	ctx      context.Context     // cancelled by Close: background work in progress ends
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	served   chan error // the gRPC server's exit
-	closeMu  sync.Mutex
-	closed   bool
-	closeErr error
+	// ro is the read-only state (readonly.go).
+	ro struct {
+		sync.Mutex
+		reasons []string // sorted, distinct; empty: writable
+		// refusal is what normal adds get (nil: writable). Written under
+		// the mutex, read without it on the add path.
+		refusal atomic.Pointer[error]
+	}
 }
 
 // Start opens the storage, checks the cookie, binds the listener,
@@ -96,7 +110,14 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	if o.logger == nil {
 		o.logger = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), served: make(chan error, 1), budget: semaphore.NewWeighted(cfg.MaxInflightBytes)}
+	if o.diskUsage == nil {
+		o.diskUsage = StatfsDiskUsage
+	}
+	s := &Server{
+		cfg: cfg, log: o.logger, diskUsage: o.diskUsage,
+		stop: make(chan struct{}), served: make(chan error, 1), republish: make(chan struct{}, 1),
+		budget: semaphore.NewWeighted(cfg.MaxInflightBytes),
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Undo what was started if a later step fails.
 	undo := []func(){s.cancel}
@@ -156,6 +177,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	if err := s.checkCookie(ctx); err != nil {
 		return nil, err
 	}
+	// A bookie starting on a full disk registers read-only from the start.
+	s.checkDisk()
 
 	// An entry of the maximum size, or a batch of smaller ones (clients cap
 	// batches at 1 MiB of payload), plus framing.
@@ -187,9 +210,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		s.grpc.Stop()
 		return nil, err
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.registrationLoop(reg)
 	go s.gcLoop()
+	go s.diskLoop()
 	if cfg.Autorecovery {
 		if err := s.startAutorecovery(); err != nil {
 			close(s.stop)

@@ -387,6 +387,14 @@ func TestConfigValidate(t *testing.T) {
 		"short session":         {func(c *bookie.Config) { c.SessionTTL = time.Millisecond }, "session TTL"},
 		"zero registration":     {func(c *bookie.Config) { c.RegistrationInterval = 0 }, "registration interval"},
 		"negative gc period":    {func(c *bookie.Config) { c.GCInterval = -time.Second }, "gc interval"},
+		"zero disk threshold":   {func(c *bookie.Config) { c.DiskUsageThreshold = 0 }, "--disk-usage-threshold 0 must be in (0, 1]"},
+		"disk threshold over 1": {func(c *bookie.Config) { c.DiskUsageThreshold = 1.5 }, "--disk-usage-threshold 1.5 must be in (0, 1]"},
+		"negative low":          {func(c *bookie.Config) { c.DiskUsageLowThreshold = -0.1 }, "--disk-usage-low-threshold -0.1 must be in (0, 1]"},
+		"low not below high": {func(c *bookie.Config) { c.DiskUsageThreshold, c.DiskUsageLowThreshold = 0.8, 0.8 },
+			"--disk-usage-low-threshold 0.8 must be below --disk-usage-threshold 0.8"},
+		"zero disk check":   {func(c *bookie.Config) { c.DiskCheckInterval = 0 }, "--disk-check-interval 0s must be positive"},
+		"rack with a space": {func(c *bookie.Config) { c.Rack = "rack 1" }, `--rack "rack 1": contains ' '`},
+		"long host label":   {func(c *bookie.Config) { c.HostLabel = strings.Repeat("h", 256) }, "--host-label"},
 	} {
 		c := good
 		tc.mod(&c)

@@ -39,7 +39,9 @@ func checkEntry(ledger, entry int64) error {
 	return nil
 }
 
-// toEntry checks an add request and converts it.
+// toEntry checks an add request and converts it. A read-only bookie
+// refuses normal adds (after the checks every bookie would make, so that a
+// bad request is told so); recovery adds go on.
 func (v *service) toEntry(req *bookiepb.AddEntryRequest) (storage.Entry, error) {
 	if err := checkEntry(req.LedgerId, req.EntryId); err != nil {
 		return storage.Entry{}, err
@@ -49,6 +51,11 @@ func (v *service) toEntry(req *bookiepb.AddEntryRequest) (storage.Entry, error) 
 	}
 	if sum := wire.Checksum(req.LedgerId, req.EntryId, req.LastAddConfirmed, req.Length, req.Payload); sum != req.Crc32C {
 		return storage.Entry{}, fmt.Errorf("%w: entry %d of ledger %d: checksum %08x, computed %08x", wire.ErrBadChecksum, req.EntryId, req.LedgerId, req.Crc32C, sum)
+	}
+	if !req.Recovery {
+		if err := v.s.refuseNormalAdd(); err != nil {
+			return storage.Entry{}, err
+		}
 	}
 	return storage.Entry{
 		LedgerID: req.LedgerId,

@@ -208,11 +208,10 @@ func (s *Service) repairOnce(ctx context.Context, guard *metastore.Guard, id int
 		nm = m.Clone()
 		for _, f := range p.replaces {
 			seg := &nm.Segments[f.Segment]
-			picked, err := s.lc.Pick(ctx, 1, seg.Bookies)
+			dest, err := s.lc.PickReplacement(ctx, nm, f.Segment, f.Pos)
 			if err != nil {
 				return fmt.Errorf("replace bookie %s in ledger %d: %w", f.Bookie, id, err)
 			}
-			dest := picked[0]
 			if err := s.copyFragment(ctx, m, f, dest, nil); err != nil {
 				return err
 			}

@@ -271,7 +271,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error
 	if err := checkQuorums(opts.Ensemble, opts.WriteQuorum, opts.AckQuorum); err != nil {
 		return nil, err
 	}
-	bookies, err := c.pick(ctx, opts.Ensemble, nil)
+	bookies, err := c.pick(ctx, make([]string, opts.Ensemble), opts.WriteQuorum, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -303,8 +303,10 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Writer, error
 	return newWriter(c, m), nil
 }
 
-// pick chooses n live bookies outside exclude.
-func (c *Client) pick(ctx context.Context, n int, exclude []string) ([]string, error) {
+// pick fills the empty positions of ensemble with live, writable bookies
+// outside exclude, following the placement rules (see pickBookies), and
+// returns the whole ensemble.
+func (c *Client) pick(ctx context.Context, ensemble []string, writeQuorum int, exclude []string) ([]string, error) {
 	live, err := liveBookies(ctx, c.store)
 	if err != nil {
 		return nil, err
@@ -316,7 +318,7 @@ func (c *Client) pick(ctx context.Context, n int, exclude []string) ([]string, e
 			c.mu.addrs[b.ID] = c.addressOf(b.ID, b.Info.Address)
 		}
 	}
-	return pickBookies(live, n, exclude, c.mu.rng)
+	return pickBookies(live, ensemble, writeQuorum, exclude, c.mu.rng)
 }
 
 // Bookies lists the live bookies.

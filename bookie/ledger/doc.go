@@ -9,13 +9,16 @@
 // bookies, master key) lives in the metastore and changes only by
 // compare-and-swap.
 //
-//   - Client.Create picks E live bookies from the registry (favouring free
-//     disk and low load) and returns a Writer.
+//   - Client.Create picks E live, writable bookies from the registry
+//     (never two of one host label in a write set, write sets spread over
+//     racks, then favouring free disk and low load: placement.go) and
+//     returns a Writer.
 //   - Writer.Append/AppendAsync keep many entries in flight and report
 //     completions in entry order; the last add confirmed (LAC) rides on
 //     later adds and is sent explicitly when the writer is idle. A failed
-//     or slow bookie is replaced (ensemble change) and pending entries are
-//     resent to its replacement: no gap, no duplicate id. A fenced writer
+//     or slow bookie, or one that turned read-only, is replaced (ensemble
+//     change) and pending entries are resent to its replacement: no gap,
+//     no duplicate id. A fenced writer
 //     fails with ErrFenced and stops.
 //   - Client.OpenRecover fences the ledger, finds the last entry that may
 //     have been acknowledged, re-replicates the tail and closes the ledger.

@@ -158,13 +158,13 @@ func (c *Client) recover(ctx context.Context, m *Metadata) (*Metadata, error) {
 			}
 		}
 		if len(dead) > 0 {
-			repl, err := c.pick(ctx, len(dead), seg.Bookies)
+			next := slices.Clone(seg.Bookies)
+			for _, p := range dead {
+				next[p] = ""
+			}
+			next, err := c.pick(ctx, next, m.WriteQuorum, seg.Bookies)
 			if err != nil {
 				return nil, fmt.Errorf("%w: ledger %d: replacing unreachable bookies: %w", ErrRecoveryIncomplete, m.ID, err)
-			}
-			next := slices.Clone(seg.Bookies)
-			for i, p := range dead {
-				next[p] = repl[i]
 			}
 			if l := &closed.Segments[len(closed.Segments)-1]; l.First == maxLAC+1 {
 				l.Bookies = next

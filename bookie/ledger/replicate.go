@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -19,10 +20,17 @@ func WriteSet(entry int64, ensemble, writeQuorum int) []int {
 	return writeSet(entry, ensemble, writeQuorum)
 }
 
-// Pick chooses n live writable bookies outside exclude, by the placement
-// policy.
-func (c *Client) Pick(ctx context.Context, n int, exclude []string) ([]string, error) {
-	return c.pick(ctx, n, exclude)
+// PickReplacement chooses a live writable bookie to take position pos of
+// segment seg of m, by the placement rules (with the segment's other
+// positions) and outside the segment's current bookies.
+func (c *Client) PickReplacement(ctx context.Context, m *Metadata, seg, pos int) (string, error) {
+	ensemble := slices.Clone(m.Segments[seg].Bookies)
+	ensemble[pos] = ""
+	next, err := c.pick(ctx, ensemble, m.WriteQuorum, m.Segments[seg].Bookies)
+	if err != nil {
+		return "", err
+	}
+	return next[pos], nil
 }
 
 // ReadFrom reads an entry of ledger m from one bookie and verifies it

@@ -271,11 +271,18 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 		w.abortLocked(fmt.Errorf("%w: ledger %d (bookie %s refused entry %d)", ErrFenced, w.id, addr, id))
 		return
 	}
-	w.log.Warn("bookie failed an add; replacing it", zap.String("bookie", addr), zap.Int64("entry", id), zap.Error(err))
+	// Anything else is this bookie's trouble, which another bookie can
+	// take over: unreachable, too slow, its storage failed, or it is
+	// read-only (wire.ErrReadOnly: its disk is nearly full, or it is
+	// being drained). Replace it.
 	if w.mu.troubleSince.IsZero() {
 		w.mu.troubleSince = time.Now()
 	}
-	if w.mu.st.fail(pos) && !w.mu.changing {
+	if !w.mu.st.fail(pos) {
+		return // already being replaced: the other adds it had fail too
+	}
+	w.log.Warn("bookie failed an add; replacing it", zap.String("bookie", addr), zap.Int64("entry", id), zap.String("reason", wire.Reason(err)), zap.Error(err))
+	if !w.mu.changing {
 		w.mu.changing = true
 		w.wg.Add(1)
 		go w.changeEnsemble()
@@ -439,13 +446,15 @@ func (w *Writer) changeEnsemble() {
 func (w *Writer) replaceBookies(meta *Metadata, ensemble []string, failed []int, segStart int64) (*Metadata, error) {
 	ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
 	defer cancel()
-	repl, err := w.c.pick(ctx, len(failed), ensemble)
+	// The replacements must keep the placement rules with the positions
+	// that stay, which share write sets with them.
+	next := slices.Clone(ensemble)
+	for _, p := range failed {
+		next[p] = ""
+	}
+	next, err := w.c.pick(ctx, next, meta.WriteQuorum, ensemble)
 	if err != nil {
 		return nil, err
-	}
-	next := slices.Clone(ensemble)
-	for i, p := range failed {
-		next[p] = repl[i]
 	}
 	for {
 		m := meta.clone()

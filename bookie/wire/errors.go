@@ -44,6 +44,11 @@ var (
 	ErrStorage = errors.New("bookie storage failed")
 	// ErrUnavailable: the bookie is shutting down or cannot be reached.
 	ErrUnavailable = errors.New("bookie unavailable")
+	// ErrReadOnly: the bookie is read-only (its disk is nearly full, it
+	// ran out of space, or it is being drained) and refuses normal adds;
+	// it still serves reads, and recovery adds while it has space. A
+	// writer replaces it like a failed bookie.
+	ErrReadOnly = errors.New("bookie is read-only")
 )
 
 // The wire table: one row per sentinel.
@@ -61,6 +66,7 @@ var table = []struct {
 	{ErrBadChecksum, codes.DataLoss, "BAD_CHECKSUM"},
 	{ErrStorage, codes.Unavailable, "STORAGE_FAILED"},
 	{ErrUnavailable, codes.Unavailable, "BOOKIE_UNAVAILABLE"},
+	{ErrReadOnly, codes.FailedPrecondition, "BOOKIE_READ_ONLY"},
 }
 
 // Reason returns the wire reason of err's sentinel, or "" if it has none.

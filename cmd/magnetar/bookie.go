@@ -8,12 +8,23 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/powerloss"
 )
+
+// loadBookieConfig fills a bookie's configuration from its flags, MAGNETAR_*
+// environment variables and the YAML file at path, and validates it.
+func loadBookieConfig(flags *pflag.FlagSet, path string) (bookie.Config, error) {
+	cfg := bookie.DefaultConfig()
+	if err := config.Load(flags, path, &cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
 
 func newBookieCmd(g *globals) *cobra.Command {
 	def := bookie.DefaultConfig()
@@ -26,11 +37,8 @@ itself in the metastore (etcd). Every flag can also be set with a MAGNETAR_*
 environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := bookie.DefaultConfig()
-			if err := config.Load(cmd.Flags(), g.config, &cfg); err != nil {
-				return err
-			}
-			if err := cfg.Validate(); err != nil {
+			cfg, err := loadBookieConfig(cmd.Flags(), g.config)
+			if err != nil {
 				return err
 			}
 			log, err := g.logger()
@@ -84,6 +92,12 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	f.Duration("registration-interval", def.RegistrationInterval, "how often the load report is refreshed")
 	f.Duration("gc-interval", def.GCInterval, "how often ledgers deleted from metadata are removed")
 	f.Bool("value-separation", def.ValueSeparation, "keep payloads of 1 KiB and more in Pebble blob files")
+	f.Int64("max-inflight-bytes", def.MaxInflightBytes, "payload bytes of adds held at once, all clients together; past it the bookie stops reading requests")
+	f.Float64("disk-usage-threshold", def.DiskUsageThreshold, "share of the data directory's filesystem in use (as df counts it) above which the bookie turns read-only: it refuses new writes and serves reads; in (0, 1]")
+	f.Float64("disk-usage-low-threshold", def.DiskUsageLowThreshold, "share in use below which a bookie read-only for disk usage is writable again; below --disk-usage-threshold")
+	f.Duration("disk-check-interval", def.DiskCheckInterval, "how often disk usage is checked")
+	f.String("rack", def.Rack, "rack or zone of this bookie: placement spreads each write quorum over racks")
+	f.String("host-label", def.HostLabel, "identity of the machine this bookie runs on: placement never puts two bookies with the same host label in one write quorum (default: unknown)")
 	f.BoolVar(&simulatePowerLoss, "simulate-power-loss", false, "for fault tests only: keep the data directory in memory; SIGUSR1 writes only synced data back and exits (a power loss), a clean stop writes everything back")
 	return cmd
 }

@@ -35,6 +35,7 @@ type Bookie struct {
 	Dir   string
 	Proxy *testutil.Proxy
 	cfg   bookie.Config
+	opts  []bookie.Option
 
 	mu     sync.Mutex
 	server *bookie.Server // nil while stopped
@@ -44,6 +45,9 @@ type Bookie struct {
 type Options struct {
 	// Configure changes each bookie's config before it starts.
 	Configure func(*bookie.Config)
+	// BookieOptions are passed to every bookie's Start (after the store
+	// and the logger), such as bookie.WithDiskUsage.
+	BookieOptions []bookie.Option
 }
 
 // Start runs etcd and n bookies, all stopped when the test ends.
@@ -71,7 +75,7 @@ func (c *Cluster) AddBookie(opts Options) *Bookie {
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
-	b := &Bookie{ID: p.Addr(), Dir: cfg.DataDir, Proxy: p, cfg: cfg}
+	b := &Bookie{ID: p.Addr(), Dir: cfg.DataDir, Proxy: p, cfg: cfg, opts: opts.BookieOptions}
 	if err := b.start(c); err != nil {
 		c.t.Fatalf("start bookie: %v", err)
 	}
@@ -85,7 +89,8 @@ func (c *Cluster) AddBookie(opts Options) *Bookie {
 func (b *Bookie) start(c *Cluster) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := bookie.Start(ctx, b.cfg, bookie.WithStore(c.Store), bookie.WithLogger(zaptest.NewLogger(c.t).Named(b.ID)))
+	opts := append([]bookie.Option{bookie.WithStore(c.Store), bookie.WithLogger(zaptest.NewLogger(c.t).Named(b.ID))}, b.opts...)
+	s, err := bookie.Start(ctx, b.cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -98,6 +103,13 @@ func (b *Bookie) start(c *Cluster) error {
 
 // Config is the bookie's configuration.
 func (b *Bookie) Config() bookie.Config { return b.cfg }
+
+// Server is the running bookie, nil while it is stopped.
+func (b *Bookie) Server() *bookie.Server {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.server
+}
 
 // Restart starts a stopped bookie again on its data directory.
 func (c *Cluster) Restart(b *Bookie) {

@@ -150,9 +150,19 @@ type BookieInfo struct {
 	InstanceId       string  `protobuf:"bytes,8,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	Version          string  `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
 	// A read-only bookie serves reads but must not be picked for new ensembles.
-	ReadOnly      bool `protobuf:"varint,10,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReadOnly bool `protobuf:"varint,10,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// The rack (or zone) the bookie runs in; empty if not set. Placement
+	// spreads each write quorum over as many racks as it can.
+	Rack string `protobuf:"bytes,11,opt,name=rack,proto3" json:"rack,omitempty"`
+	// Identifies the machine the bookie runs on; empty if unknown. Placement
+	// never puts two bookies with the same host label in one write quorum.
+	HostLabel string `protobuf:"bytes,12,opt,name=host_label,json=hostLabel,proto3" json:"host_label,omitempty"`
+	// Why the bookie is read-only (e.g. "disk", "no-space", "draining");
+	// empty when it is writable. read_only is set exactly when this is not
+	// empty.
+	ReadOnlyReasons []string `protobuf:"bytes,13,rep,name=read_only_reasons,json=readOnlyReasons,proto3" json:"read_only_reasons,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BookieInfo) Reset() {
@@ -253,6 +263,27 @@ func (x *BookieInfo) GetReadOnly() bool {
 		return x.ReadOnly
 	}
 	return false
+}
+
+func (x *BookieInfo) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *BookieInfo) GetHostLabel() string {
+	if x != nil {
+		return x.HostLabel
+	}
+	return ""
+}
+
+func (x *BookieInfo) GetReadOnlyReasons() []string {
+	if x != nil {
+		return x.ReadOnlyReasons
+	}
+	return nil
 }
 
 // Cookie ties a bookie id to the data directory it was first started on, so
@@ -1399,7 +1430,7 @@ var File_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_metapb_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x11metapb/meta.proto\x12\x10magnetar.meta.v1\"\xf1\x02\n" +
+	"\x11metapb/meta.proto\x12\x10magnetar.meta.v1\"\xd0\x03\n" +
 	"\n" +
 	"BookieInfo\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12&\n" +
@@ -1414,7 +1445,11 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"instanceId\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12\x1b\n" +
 	"\tread_only\x18\n" +
-	" \x01(\bR\breadOnly\"s\n" +
+	" \x01(\bR\breadOnly\x12\x12\n" +
+	"\x04rack\x18\v \x01(\tR\x04rack\x12\x1d\n" +
+	"\n" +
+	"host_label\x18\f \x01(\tR\thostLabel\x12*\n" +
+	"\x11read_only_reasons\x18\r \x03(\tR\x0freadOnlyReasons\"s\n" +
 	"\x06Cookie\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,4 +212,72 @@ func kindName(k errorfs.OpKind) string {
 		return "write"
 	}
 	return "op"
+}
+
+// A WAL write or sync that fails for lack of space (ENOSPC) stops the
+// writes only: the add is refused with ErrNoSpace (a wire.ErrReadOnly, so
+// that writers go to another bookie), NoSpace is closed, Failed is not,
+// reads go on, and every later write is refused the same way, recovery
+// adds and fences included, even once space is back (the WAL cannot be
+// written again by this process). After a restart everything
+// acknowledged is there and writes work again.
+func TestNoSpaceStopsWritesNotReads(t *testing.T) {
+	for _, kind := range []errorfs.OpKind{errorfs.OpFileSyncData, errorfs.OpFileWrite} {
+		t.Run(kindName(kind), func(t *testing.T) {
+			mem := vfs.NewCrashableMem()
+			toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if strings.HasSuffix(op.Path, ".log") && op.Kind == kind {
+					return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+				}
+				return nil
+			})}
+			d := open(t, Options{}, errorfs.Wrap(mem, toggle))
+			ctx := ctxT(t)
+			for e := int64(0); e < 10; e++ {
+				mustAdd(t, d, mkEntry(1, e, 100))
+			}
+			toggle.On()
+			err := d.AddEntry(ctx, mkEntry(1, 10, 100), key, false)
+			if !errors.Is(err, ErrNoSpace) || !errors.Is(err, wire.ErrReadOnly) || errors.Is(err, wire.ErrStorage) {
+				t.Fatalf("add on a full disk (%s): got %v, want ErrNoSpace", kindName(kind), err)
+			}
+			select {
+			case <-d.NoSpace():
+			default:
+				t.Fatal("NoSpace() not closed after a write failed for lack of space")
+			}
+			select {
+			case <-d.Failed():
+				t.Fatal("Failed() closed: a full disk is not a failed one")
+			default:
+			}
+			if err := d.Err(); err != nil {
+				t.Fatalf("Err() = %v on a full disk", err)
+			}
+			toggle.Off()
+			if err := d.AddEntry(ctx, mkEntry(1, 11, 100), key, false); !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("add after running out of space: %v", err)
+			}
+			if err := d.AddEntry(ctx, mkEntry(2, 0, 100), key, true); !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("recovery add after running out of space: %v", err)
+			}
+			if _, err := d.Fence(ctx, 1, key); !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("fence after running out of space: %v", err)
+			}
+			for e := int64(0); e < 10; e++ {
+				checkEntry(t, d, mkEntry(1, e, 100))
+			}
+			if info, err := d.Info(1); err != nil || info.LAC < 8 {
+				t.Fatalf("info after running out of space: %+v %v", info, err)
+			}
+			crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+			d.Close()
+			d2 := open(t, Options{}, crashed)
+			defer d2.Close()
+			for e := int64(0); e < 10; e++ {
+				checkEntry(t, d2, mkEntry(1, e, 100))
+			}
+			mustAdd(t, d2, mkEntry(1, 10, 100))
+		})
+	}
 }

@@ -15,6 +15,10 @@
 //     and every add after it is refused (BookKeeper pull 4701);
 //   - a failed write or sync stops the engine (ErrStorage from then on): it
 //     never acknowledges anything after an I/O error; restart to recover.
+//     A write that failed for lack of space (ENOSPC) stops only the writes
+//     (ErrNoSpace from then on): reads go on, since the disk is sound; the
+//     write-ahead log cannot be written again by this process, so writes
+//     come back only with a restart, once space was freed.
 //
 // Reads go straight to Pebble. A read may see an entry whose sync is still
 // running; that is harmless because readers only trust entries up to the
@@ -29,6 +33,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -162,6 +167,7 @@ type DB struct {
 	sendMu     sync.RWMutex // held (read) while enqueueing; Close takes it to stop enqueues
 	sendClosed bool
 	failed     chan struct{} // closed on the first storage failure
+	noSpace    chan struct{} // closed on the first write that failed for lack of space
 
 	// Counters of acknowledged adds, for the bookie's load report.
 	adds     atomic.Int64
@@ -177,13 +183,22 @@ type DB struct {
 		created chan struct{}
 		// err is sticky: the first storage failure, or ErrClosed-like
 		// unavailability after Close.
-		err    error
-		closed bool
+		err error
+		// noSpace is sticky too: set (wrapping ErrNoSpace) when a write
+		// failed for lack of space. Writes are refused, reads go on.
+		noSpace error
+		closed  bool
 	}
 }
 
-// ErrClosed is returned after Close.
-var ErrClosed = fmt.Errorf("%w: storage closed", wire.ErrUnavailable)
+var (
+	// ErrClosed is returned after Close.
+	ErrClosed = fmt.Errorf("%w: storage closed", wire.ErrUnavailable)
+	// ErrNoSpace: a write failed because the disk is full. Every write is
+	// refused from then on, until the bookie is restarted; reads go on.
+	// It is a wire.ErrReadOnly: clients go to another bookie.
+	ErrNoSpace = fmt.Errorf("%w: out of disk space", wire.ErrReadOnly)
+)
 
 // Open opens (or creates) the database and loads every ledger's state.
 func Open(opts Options) (*DB, error) {
@@ -209,13 +224,14 @@ func Open(opts Options) (*DB, error) {
 		opts.ValueSeparationMinSize = 1024
 	}
 	d := &DB{
-		opts:   opts,
-		log:    opts.Logger,
-		reqs:   make(chan *request, 1024),
-		syncs:  make(chan inflight, 4),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
-		failed: make(chan struct{}),
+		opts:    opts,
+		log:     opts.Logger,
+		reqs:    make(chan *request, 1024),
+		syncs:   make(chan inflight, 4),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+		failed:  make(chan struct{}),
+		noSpace: make(chan struct{}),
 	}
 	d.mu.ledgers = make(map[int64]*ledgerState)
 	d.mu.created = make(chan struct{})
@@ -353,11 +369,40 @@ func (d *DB) Err() error {
 	return d.mu.err
 }
 
-// fail makes err sticky: every later request fails.
+// NoSpace is closed when a write failed for lack of space: writes are
+// refused with ErrNoSpace from then on, reads still work.
+func (d *DB) NoSpace() <-chan struct{} { return d.noSpace }
+
+// writeErrLocked is why writes are refused, nil if they are not.
+func (d *DB) writeErrLocked() error {
+	if d.mu.err != nil {
+		return d.mu.err
+	}
+	return d.mu.noSpace
+}
+
+// writeErr is writeErrLocked taking the lock.
+func (d *DB) writeErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.writeErrLocked()
+}
+
+// isNoSpace reports whether a write failed because the disk is full.
+func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
+
+// fail makes err sticky: every later request fails. An error for lack of
+// space stops only the writes.
 func (d *DB) fail(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mu.err != nil {
+	if d.mu.err != nil || d.mu.noSpace != nil {
+		return
+	}
+	if isNoSpace(err) {
+		d.mu.noSpace = fmt.Errorf("%w: %v", ErrNoSpace, err)
+		d.log.Error("disk full: refusing writes until restarted; reads go on", zap.Error(err))
+		close(d.noSpace)
 		return
 	}
 	d.mu.err = fmt.Errorf("%w: %v", wire.ErrStorage, err)
@@ -379,7 +424,7 @@ func (d *DB) enqueue(ctx context.Context, r *request) error {
 	if d.sendClosed {
 		return ErrClosed
 	}
-	if err := d.Err(); err != nil {
+	if err := d.writeErr(); err != nil {
 		return err
 	}
 	select {
@@ -689,7 +734,7 @@ func (d *DB) commit(reqs []*request) {
 	b := d.db.NewBatch()
 	accepted := make([]*request, 0, len(reqs))
 	d.mu.Lock()
-	failed := d.mu.err
+	failed := d.writeErrLocked()
 	var refused []*request
 	for _, r := range reqs {
 		err := failed
@@ -714,7 +759,7 @@ func (d *DB) commit(reqs []*request) {
 	}
 	if err := d.applyNoSyncWait(b); err != nil {
 		d.fail(err)
-		err = d.Err()
+		err = d.writeErr()
 		for _, r := range accepted {
 			r.finish(err)
 		}
@@ -748,7 +793,7 @@ func (d *DB) syncLoop() {
 		err := f.batch.SyncWait()
 		if err != nil {
 			d.fail(err)
-			err = d.Err()
+			err = d.writeErr()
 		}
 		for _, r := range f.reqs {
 			if err == nil && r.kind == reqAdd {
@@ -864,10 +909,15 @@ func (d *DB) deleteLocked(b *pebble.Batch, ids []int64) {
 	}
 }
 
-// fatalError is what pebbleLogger.Fatalf panics with.
-type fatalError struct{ msg string }
+// fatalError is what pebbleLogger.Fatalf panics with. err is the first
+// error among Fatalf's arguments, so that its cause (ENOSPC) can be told.
+type fatalError struct {
+	msg string
+	err error
+}
 
 func (e fatalError) Error() string { return e.msg }
+func (e fatalError) Unwrap() error { return e.err }
 
 // pebbleLogger routes Pebble's logs to zap. Fatalf panics instead of
 // exiting: on the commit path the panic is recovered and the storage fails
@@ -879,5 +929,12 @@ func (l pebbleLogger) Errorf(format string, args ...any) { l.s.Errorf(format, ar
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.s.Error(msg)
-	panic(fatalError{msg: msg})
+	fe := fatalError{msg: msg}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			fe.err = err
+			break
+		}
+	}
+	panic(fe)
 }

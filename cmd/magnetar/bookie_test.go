@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/magnetar-io/magnetar/bookie"
+)
+
+// Every field of bookie.Config has a flag named by its mapstructure tag,
+// so that flags, MAGNETAR_* variables and the YAML file can all set it.
+func TestBookieFlagsCoverConfig(t *testing.T) {
+	flags := newBookieCmd(&globals{}).Flags()
+	typ := reflect.TypeOf(bookie.Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		name := typ.Field(i).Tag.Get("mapstructure")
+		if name == "" {
+			t.Errorf("bookie.Config.%s has no mapstructure tag", typ.Field(i).Name)
+			continue
+		}
+		if flags.Lookup(name) == nil {
+			t.Errorf("bookie.Config.%s has no --%s flag", typ.Field(i).Name, name)
+		}
+	}
+}
+
+// The disk and placement settings are read from flags, the environment
+// and the YAML file alike.
+func TestBookieDiskAndPlacementSettings(t *testing.T) {
+	const etcd = "127.0.0.1:1"
+	load := func(t *testing.T, path string, args ...string) bookie.Config {
+		t.Helper()
+		cmd := newBookieCmd(&globals{})
+		if err := cmd.Flags().Parse(append([]string{"--metastore", etcd}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := loadBookieConfig(cmd.Flags(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if cfg := load(t, ""); cfg.DiskUsageThreshold != 0.90 || cfg.DiskUsageLowThreshold != 0.85 || cfg.DiskCheckInterval != time.Second || cfg.Rack != "" || cfg.HostLabel != "" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	t.Run("flags", func(t *testing.T) {
+		cfg := load(t, "", "--disk-usage-threshold", "0.95", "--disk-usage-low-threshold", "0.9", "--disk-check-interval", "3s", "--rack", "zone-a", "--host-label", "node-1", "--max-inflight-bytes", "67108864")
+		if cfg.DiskUsageThreshold != 0.95 || cfg.DiskUsageLowThreshold != 0.9 || cfg.DiskCheckInterval != 3*time.Second || cfg.Rack != "zone-a" || cfg.HostLabel != "node-1" || cfg.MaxInflightBytes != 64<<20 {
+			t.Fatalf("%+v", cfg)
+		}
+	})
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("MAGNETAR_DISK_USAGE_THRESHOLD", "0.8")
+		t.Setenv("MAGNETAR_DISK_USAGE_LOW_THRESHOLD", "0.7")
+		t.Setenv("MAGNETAR_RACK", "zone-b")
+		t.Setenv("MAGNETAR_HOST_LABEL", "node-2")
+		cfg := load(t, "")
+		if cfg.DiskUsageThreshold != 0.8 || cfg.DiskUsageLowThreshold != 0.7 || cfg.Rack != "zone-b" || cfg.HostLabel != "node-2" {
+			t.Fatalf("%+v", cfg)
+		}
+	})
+	t.Run("yaml", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "bookie.yaml")
+		body := "disk-usage-threshold: 0.97\ndisk-usage-low-threshold: 0.5\nrack: zone-c\nhost-label: node-3\n"
+		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg := load(t, file)
+		if cfg.DiskUsageThreshold != 0.97 || cfg.DiskUsageLowThreshold != 0.5 || cfg.Rack != "zone-c" || cfg.HostLabel != "node-3" {
+			t.Fatalf("%+v", cfg)
+		}
+	})
+}
+
+// A bad disk threshold or label, from a flag, the environment or the YAML
+// file, is an error that names the setting, before anything starts.
+func TestBadDiskSettingsAreClearErrors(t *testing.T) {
+	const etcd = "127.0.0.1:1" // not dialed: the checks come first
+	dir := t.TempDir()
+	base := []string{"bookie", "--metastore", etcd, "--data-dir", dir}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--disk-usage-threshold", "1.5"}, "--disk-usage-threshold 1.5 must be in (0, 1]"},
+		{[]string{"--disk-usage-threshold", "0"}, "--disk-usage-threshold 0 must be in (0, 1]"},
+		{[]string{"--disk-usage-threshold", "NaN"}, "--disk-usage-threshold NaN must be in (0, 1]"},
+		{[]string{"--disk-usage-low-threshold", "-0.5"}, "--disk-usage-low-threshold -0.5 must be in (0, 1]"},
+		{[]string{"--disk-usage-low-threshold", "0.95"}, "--disk-usage-low-threshold 0.95 must be below --disk-usage-threshold 0.9"},
+		{[]string{"--disk-usage-threshold", "0.8", "--disk-usage-low-threshold", "0.8"}, "--disk-usage-low-threshold 0.8 must be below --disk-usage-threshold 0.8"},
+		{[]string{"--disk-usage-threshold", "lots"}, `invalid argument "lots" for "--disk-usage-threshold"`},
+		{[]string{"--disk-check-interval", "0s"}, "--disk-check-interval 0s must be positive"},
+		{[]string{"--rack", "rack 1"}, `--rack "rack 1": contains ' '`},
+		{[]string{"--host-label", "a\tb"}, `--host-label "a\tb": contains '\t'`},
+	} {
+		err := run(context.Background(), io.Discard, append(base, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("MAGNETAR_DISK_USAGE_LOW_THRESHOLD", "0.99")
+		err := run(context.Background(), io.Discard, base...)
+		if err == nil || !strings.Contains(err.Error(), "--disk-usage-low-threshold 0.99 must be below --disk-usage-threshold 0.9") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("yaml", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "bookie.yaml")
+		if err := os.WriteFile(file, []byte("disk-usage-threshold: 2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := run(context.Background(), io.Discard, append(base, "--config", file)...)
+		if err == nil || !strings.Contains(err.Error(), "--disk-usage-threshold 2 must be in (0, 1]") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
