@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/cursor"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -60,6 +61,10 @@ var errorTable = []struct {
 	{mledger.ErrClosed, brokerpb.ErrorReason_TOPIC_CLOSED, codes.Unavailable, http.StatusServiceUnavailable},
 	{ErrServiceNotReady, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
 	{mledger.ErrUnavailable, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
+	// Too few writable bookies: mledger.ErrNotEnoughBookies (appends
+	// refused while no ledger can be created) wraps it, as do cursor
+	// ledger creations and a writer that found no replacement bookie.
+	{ledger.ErrNotEnoughBookies, brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES, codes.Unavailable, http.StatusServiceUnavailable},
 }
 
 // Errors of the admin REST API alone; they never reach the client

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
 )
 
 func TestMain(m *testing.M) {
@@ -303,5 +304,68 @@ func TestBusyAfterATimedOutFirstAttempt(t *testing.T) {
 	f.mu.Unlock()
 	if _, err := c.CreateProducer(ProducerOptions{Topic: "t", Name: "fixed"}); !errors.Is(err, ErrProducerBusy) {
 		t.Fatalf("busy name: %v, want ErrProducerBusy at once", err)
+	}
+}
+
+// A send the broker refuses because too few bookies are writable is
+// resent (the refusal is retriable), with backoff, and succeeds once the
+// broker takes it, stored once.
+func TestSendRetriedWhileNotEnoughBookies(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{})
+	f.refuseSends(brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES)
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	done := make(chan error, 1)
+	p.SendAsync(ctxT(t), &ProducerMessage{Payload: []byte("x")}, func(_ MessageID, _ *ProducerMessage, err error) { done <- err })
+	testutil.Eventually(t, 20*time.Second, "the refused send to be resent", func() bool { return f.sends() >= 3 })
+	select {
+	case err := <-done:
+		t.Fatalf("send completed while refused: %v", err)
+	default:
+	}
+	f.refuseSends(brokerpb.ErrorReason_UNKNOWN)
+	if err := <-done; err != nil {
+		t.Fatalf("send once the broker takes it: %v", err)
+	}
+	if got := f.stored(); len(got) != 1 || string(got[0]) != "x" {
+		t.Fatalf("stored %q", got)
+	}
+}
+
+// Refused until its SendTimeout ends, a send fails with ErrSendTimeout
+// naming the cause: ErrNotEnoughBookies (also an ErrUnavailable), with
+// the broker's reason and message.
+func TestSendTimeoutNamesNotEnoughBookies(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{})
+	f.refuseSends(brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES)
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", SendTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = p.Send(ctxT(t), &ProducerMessage{Payload: []byte("x")})
+	var be *Error
+	if !errors.Is(err, ErrSendTimeout) || !errors.Is(err, ErrNotEnoughBookies) || !errors.Is(err, ErrUnavailable) ||
+		!errors.As(err, &be) || be.Reason != brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES || !strings.Contains(err.Error(), "NOT_ENOUGH_BOOKIES") {
+		t.Fatalf("send refused until its timeout: %v", err)
+	}
+	if n := f.sends(); n < 2 {
+		t.Fatalf("the send was tried %d times within its timeout", n)
+	}
+}
+
+// A reason this client does not know (a newer broker's) is retriable:
+// resent until the send timeout rather than failed at once.
+func TestUnknownReasonIsRetriable(t *testing.T) {
+	if err := reasonError(brokerpb.ErrorReason(1000), "new"); !retriable(err) {
+		t.Fatalf("unknown reason: %v not retriable", err)
+	}
+	if err := reasonError(brokerpb.ErrorReason_INVALID_MESSAGE, "bad"); retriable(err) {
+		t.Fatalf("INVALID_MESSAGE retriable")
 	}
 }

@@ -36,7 +36,20 @@ var (
 	// ErrUnavailable: no broker could be reached, or it is not ready; the
 	// client retries by itself where it can.
 	ErrUnavailable = errors.New("client: broker unavailable")
+	// ErrNotEnoughBookies: the cluster has fewer writable bookies than the
+	// topic's ensemble size, so nothing can be stored for now; what is
+	// stored stays readable. It is retriable, an ErrUnavailable too: a
+	// producer keeps resending within its SendTimeout, and a send that
+	// times out meanwhile fails with an ErrSendTimeout that wraps it.
+	ErrNotEnoughBookies error = retriableError("client: not enough bookies to store messages")
 )
+
+// retriableError is a package error that a retry may cure: it is also an
+// ErrUnavailable.
+type retriableError string
+
+func (e retriableError) Error() string        { return string(e) }
+func (e retriableError) Is(target error) bool { return target == ErrUnavailable }
 
 // Error is an error reported by a broker.
 type Error struct {
@@ -61,10 +74,19 @@ var reasonErrors = map[brokerpb.ErrorReason]error{
 	brokerpb.ErrorReason_NOT_OWNER:          ErrUnavailable,
 	brokerpb.ErrorReason_TOPIC_CLOSED:       ErrUnavailable,
 	brokerpb.ErrorReason_PERSISTENCE_ERROR:  ErrUnavailable,
+	brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES: ErrNotEnoughBookies,
 }
 
+// reasonError is the client error of a broker's reason. A reason this
+// client does not know (a newer broker's) is taken as retriable: a send
+// refused for it is resent until SendTimeout, rather than failed at once
+// for what may be a passing condition.
 func reasonError(reason brokerpb.ErrorReason, msg string) error {
-	return &Error{Reason: reason, Message: msg, err: reasonErrors[reason]}
+	err := reasonErrors[reason]
+	if _, known := brokerpb.ErrorReason_name[int32(reason)]; !known {
+		err = ErrUnavailable
+	}
+	return &Error{Reason: reason, Message: msg, err: err}
 }
 
 // fromStatus turns a gRPC error from a broker into a client error.

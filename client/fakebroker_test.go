@@ -41,6 +41,9 @@ type fakeBroker struct {
 		stall      bool     // the next producer open is not answered
 		busy       bool     // the next producer open after the stalled one is refused
 		stored     [][]byte // payloads of the accepted sends
+		// refuse, if set, is the reason every send is refused with (as a
+		// broker that cannot store anything for now).
+		refuse brokerpb.ErrorReason
 	}
 }
 
@@ -102,6 +105,14 @@ func (f *fakeBroker) sends() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.mu.sends
+}
+
+// refuseSends makes the broker refuse every send with reason (UNKNOWN:
+// accept them again).
+func (f *fakeBroker) refuseSends(reason brokerpb.ErrorReason) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.refuse = reason
 }
 
 func (f *fakeBroker) stored() [][]byte {
@@ -178,10 +189,14 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 		send := req.GetSend()
 		f.mu.Lock()
 		f.mu.sends++
+		refuse := f.mu.refuse
 		f.mu.Unlock()
 		var resp *brokerpb.ProduceResponse
 		// The broker's limit is on the stored entry: metadata and payload.
-		if proto.Size(send.Metadata)+len(send.Payload) > int(f.maxMessage) {
+		if refuse != brokerpb.ErrorReason_UNKNOWN {
+			resp = &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Error{Error: &brokerpb.SendError{
+				SequenceId: send.SequenceId, Reason: refuse, Message: "refused: " + refuse.String()}}}
+		} else if proto.Size(send.Metadata)+len(send.Payload) > int(f.maxMessage) {
 			resp = &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Error{Error: &brokerpb.SendError{
 				SequenceId: send.SequenceId, Reason: brokerpb.ErrorReason_MESSAGE_TOO_LARGE, Message: "too large"}}}
 		} else {

@@ -61,6 +61,10 @@ type partitionProducer struct {
 		lastSeq    int64 // highest sequence id acknowledged
 		stream     brokerpb.Broker_ProduceClient
 		closed     bool
+		// cause is why the last attempt failed (a refused send, a broken
+		// stream, a failed reconnection), nil since a receipt came: a
+		// send that times out is told it.
+		cause error
 	}
 }
 
@@ -412,11 +416,20 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 	timeout := time.NewTicker(max(pp.opts.SendTimeout/10, 10*time.Millisecond))
 	defer timeout.Stop()
 	for {
-		err := pp.receive(stream, timeout.C)
+		progressed, err := pp.receive(stream, timeout.C)
+		if progressed {
+			// Backoff grows only while nothing gets through: a send refused
+			// at once after each reconnection (not enough bookies, say)
+			// is not resent in a tight loop.
+			bo.reset()
+		}
 		pp.mu.Lock()
 		pp.mu.stream = nil
 		pp.mu.outbox = nil
 		closed := pp.mu.closed
+		if retriable(err) {
+			pp.mu.cause = err
+		}
 		pp.mu.Unlock()
 		pp.sendMu.Lock()
 		stream.CloseSend()
@@ -444,6 +457,11 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			s, a, opened, err := pp.connect(ctx)
 			cancel()
 			if err != nil {
+				if retriable(err) {
+					pp.mu.Lock()
+					pp.mu.cause = err
+					pp.mu.Unlock()
+				}
 				// Busy is at first most likely the broker not having let
 				// go of this producer's previous stream yet; after
 				// busyGiveUp the name is taken.
@@ -472,7 +490,6 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			case pp.signal <- struct{}{}:
 			default:
 			}
-			bo.reset()
 			break
 		}
 	}
@@ -483,8 +500,9 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 // is taken to be still letting go of this producer's previous stream.
 const busyGiveUp = 30 * time.Second
 
-// receive handles receipts until the stream breaks or a send fails.
-func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time) error {
+// receive handles receipts until the stream breaks or a send fails;
+// progressed reports whether a receipt came.
+func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time) (progressed bool, _ error) {
 	type res struct {
 		r   *brokerpb.ProduceResponse
 		err error
@@ -512,18 +530,18 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 		select {
 		case <-pp.stop:
 			drain()
-			return ErrClosed
+			return progressed, ErrClosed
 		case <-timeouts:
 			if pp.expire() > 0 {
 				// No receipt in time: the broker may be stalled (paused,
 				// cut off). Look the partition up again on a new stream.
-				return fmt.Errorf("%w: sends timed out on %s", ErrUnavailable, pp.topic)
+				return progressed, fmt.Errorf("%w: sends timed out on %s", ErrUnavailable, pp.topic)
 			}
 			continue
 		case r := <-ch:
 			if r.err != nil {
 				if r.err == io.EOF {
-					return ErrUnavailable
+					return progressed, ErrUnavailable
 				}
 				err := fromStatus(r.err)
 				if errors.Is(err, ErrMessageTooLarge) {
@@ -532,11 +550,12 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 					// largest pending batch is over the limit if any is.
 					pp.failLargest(fmt.Errorf("%w: %v", ErrMessageTooLarge, err))
 				}
-				return err
+				return progressed, err
 			}
 			switch resp := r.r.Response.(type) {
 			case *brokerpb.ProduceResponse_Receipt:
 				pp.receipt(resp.Receipt)
+				progressed = true
 			case *brokerpb.ProduceResponse_Error:
 				err := reasonError(resp.Error.Reason, resp.Error.Message)
 				if !retriable(err) {
@@ -545,7 +564,7 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 					pp.failBatch(resp.Error.SequenceId, err)
 				}
 				drain()
-				return err
+				return progressed, err
 			}
 		}
 	}
@@ -561,6 +580,7 @@ func (pp *partitionProducer) receipt(r *brokerpb.SendReceipt) {
 	b := pp.mu.pending[0]
 	pp.mu.pending = pp.mu.pending[1:]
 	pp.mu.lastSeq = max(pp.mu.lastSeq, b.msgs[len(b.msgs)-1].seq)
+	pp.mu.cause = nil
 	if len(pp.mu.pending) == 0 && len(pp.mu.batch) == 0 {
 		pp.idle.Broadcast()
 	}
@@ -628,11 +648,21 @@ func (pp *partitionProducer) expire() int {
 	if n > 0 {
 		pp.idle.Broadcast()
 	}
+	cause := pp.mu.cause
 	pp.mu.Unlock()
+	if n == 0 {
+		return 0
+	}
+	err := fmt.Errorf("%w: no receipt within %v", ErrSendTimeout, pp.opts.SendTimeout)
+	if cause != nil {
+		// Name why: the send was refused (not enough bookies, say) or
+		// the broker could not be reached, as often as it was tried.
+		err = fmt.Errorf("%w: no receipt within %v; last failure: %w", ErrSendTimeout, pp.opts.SendTimeout, cause)
+	}
 	for _, b := range expired {
 		for _, m := range b.msgs {
 			<-pp.sem
-			m.cb(nil, m.msg, fmt.Errorf("%w: no receipt within %v", ErrSendTimeout, pp.opts.SendTimeout))
+			m.cb(nil, m.msg, err)
 		}
 	}
 	return n

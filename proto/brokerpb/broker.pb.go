@@ -44,6 +44,10 @@ const (
 	ErrorReason_INVALID_ARGUMENT       ErrorReason = 11
 	ErrorReason_NOT_ALLOWED            ErrorReason = 12
 	ErrorReason_TOPIC_CLOSED           ErrorReason = 13
+	// Fewer bookies are writable than the topic's ensemble size: nothing
+	// can be stored for now (what is stored stays readable). Retriable,
+	// with the gRPC code UNAVAILABLE.
+	ErrorReason_NOT_ENOUGH_BOOKIES ErrorReason = 14
 )
 
 // Enum value maps for ErrorReason.
@@ -63,6 +67,7 @@ var (
 		11: "INVALID_ARGUMENT",
 		12: "NOT_ALLOWED",
 		13: "TOPIC_CLOSED",
+		14: "NOT_ENOUGH_BOOKIES",
 	}
 	ErrorReason_value = map[string]int32{
 		"UNKNOWN":                0,
@@ -79,6 +84,7 @@ var (
 		"INVALID_ARGUMENT":       11,
 		"NOT_ALLOWED":            12,
 		"TOPIC_CLOSED":           13,
+		"NOT_ENOUGH_BOOKIES":     14,
 	}
 )
 
@@ -2300,7 +2306,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"X\n" +
 	"\x18GetLastMessageIdResponse\x12<\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xab\x02\n" +
+	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xc3\x02\n" +
 	"\vErrorReason\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x16\n" +
 	"\x12INVALID_TOPIC_NAME\x10\x01\x12\x13\n" +
@@ -2316,7 +2322,8 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\v\x12\x0f\n" +
 	"\vNOT_ALLOWED\x10\f\x12\x10\n" +
-	"\fTOPIC_CLOSED\x10\r*K\n" +
+	"\fTOPIC_CLOSED\x10\r\x12\x16\n" +
+	"\x12NOT_ENOUGH_BOOKIES\x10\x0e*K\n" +
 	"\x10SubscriptionType\x12\r\n" +
 	"\tEXCLUSIVE\x10\x00\x12\n" +
 	"\n" +

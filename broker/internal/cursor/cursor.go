@@ -63,6 +63,10 @@ type Cursor struct {
 	infoRev   int64          // revision of the cursor's metastore key
 	snapSeq   int64
 	written   int64 // bytes written to the cursor ledger
+	// withoutLedger, if set, is the mark-delete position the metadata
+	// holds with no cursor ledger (none could be created: not enough
+	// bookies); nil while the metadata names a cursor ledger.
+	withoutLedger *Position
 
 	ephemeral bool // a reader's cursor: never persisted
 
@@ -112,11 +116,37 @@ func Open(ctx context.Context, ml *mledger.ManagedLedger, name string, initial P
 			return nil, false, err
 		}
 		c.mu.st = st
+		if info.CursorLedgerId == 0 {
+			md := Position{Ledger: info.MarkDeleteLedger, Entry: info.MarkDeleteEntry}
+			c.withoutLedger = &md
+		}
 	}
 	c.mu.readPos = ml.Next(c.mu.st.MarkDelete())
 	c.mu.dirty = true
 	// Start a cursor ledger of our own with the current state in it.
-	if err := c.newLedger(ctx); err != nil {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	err = c.newLedgerLocked(ctx)
+	if errors.Is(err, ledger.ErrNotEnoughBookies) {
+		// Too few bookies are writable for a cursor ledger: the cursor
+		// goes on without one, so that its subscription can read.
+		if created {
+			c.mu.Lock()
+			snap := c.mu.st.Snapshot()
+			c.mu.dirty = false
+			c.mu.Unlock()
+			err = c.persistWithoutLedgerLocked(ctx, snap, err)
+		} else {
+			// What is stored (the metadata and the previous cursor
+			// ledger it names) is this state: kept until it changes.
+			c.log.Warn("no cursor ledger can be created; the stored state is kept until it changes", zap.Error(err))
+			c.mu.Lock()
+			c.mu.dirty = false
+			c.mu.Unlock()
+			err = nil
+		}
+	}
+	if err != nil {
 		return nil, false, err
 	}
 	return c, created, nil
@@ -356,17 +386,78 @@ func (c *Cursor) Persist(ctx context.Context) error {
 	snap := c.mu.st.Snapshot()
 	c.mu.dirty = false
 	c.mu.Unlock()
-	err := c.writeSnapshotLocked(ctx, snap)
-	if err == nil && c.written < maxCursorLedgerBytes {
+	var err error
+	if c.writer != nil {
+		err = c.writeSnapshotLocked(ctx, snap)
+		if err == nil && c.written < maxCursorLedgerBytes {
+			return nil
+		}
+		if err != nil {
+			c.log.Warn("cursor snapshot failed; moving to a new cursor ledger", zap.Error(err))
+		}
+	}
+	nerr := c.newLedgerLocked(ctx)
+	switch {
+	case nerr == nil:
+		return nil
+	case !errors.Is(nerr, ledger.ErrNotEnoughBookies):
+		c.markDirty()
+		return nerr
+	case c.writer != nil && err == nil:
+		// The snapshot is in the full cursor ledger, which takes the next
+		// ones until a new ledger can be created.
 		return nil
 	}
-	if err != nil {
-		c.log.Warn("cursor snapshot failed; moving to a new cursor ledger", zap.Error(err))
-	}
+	return c.persistWithoutLedgerLocked(ctx, snap, nerr)
+}
+
+func (c *Cursor) markDirty() {
 	c.mu.Lock()
 	c.mu.dirty = true
 	c.mu.Unlock()
-	return c.newLedgerLocked(ctx)
+}
+
+// persistWithoutLedgerLocked persists snap while no cursor ledger can be
+// created (cause: fewer bookies are writable than its ensemble), as
+// Pulsar does when its cursor ledger cannot be written: the metadata
+// records the mark-delete position and no cursor ledger, and the cursor
+// ledger it named before (if any) is dropped. Acknowledgements after the
+// mark-delete position are not persisted meanwhile: a broker that loads
+// the cursor before a cursor ledger is written again delivers those
+// messages again. While there are any, every Persist tries again to
+// create a cursor ledger.
+func (c *Cursor) persistWithoutLedgerLocked(ctx context.Context, snap *metapb.CursorSnapshot, cause error) error {
+	md := Position{Ledger: snap.MarkDeleteLedger, Entry: snap.MarkDeleteEntry}
+	if c.withoutLedger == nil || *c.withoutLedger != md {
+		info := &metapb.CursorInfo{MarkDeleteLedger: md.Ledger, MarkDeleteEntry: md.Entry, CreatedAtUnixMs: time.Now().UnixMilli()}
+		raw, _ := proto.Marshal(info)
+		rev, err := c.d.Store.Commit(ctx, c.d.Guard, metastore.PutOp(metastore.CursorKey(c.topic, c.name), raw, c.infoRev))
+		if err != nil {
+			c.markDirty()
+			if errors.Is(err, metastore.ErrNotOwner) {
+				return fmt.Errorf("%w: %v", ErrFenced, err)
+			}
+			return fmt.Errorf("cursor %s/%s: store cursor metadata: %w", c.topic, c.name, err)
+		}
+		if c.withoutLedger == nil {
+			c.log.Warn("no cursor ledger can be created; persisting the mark-delete position alone", zap.Error(cause))
+		}
+		c.infoRev = rev
+		c.withoutLedger = &md
+		if old := c.writer; old != nil {
+			c.writer, c.written = nil, 0
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			old.Close(cctx)
+			if err := c.d.Ledgers.Delete(cctx, old.ID()); err != nil {
+				c.log.Warn("old cursor ledger not deleted; the sweeper will", zap.Int64("ledger", old.ID()), zap.Error(err))
+			}
+			cancel()
+		}
+	}
+	if len(snap.Acked) > 0 || len(snap.BatchAcks) > 0 {
+		c.markDirty() // not all persisted: try a cursor ledger again next time
+	}
+	return nil
 }
 
 // writeSnapshotLocked appends snap, in chunks, to the cursor ledger.
@@ -392,12 +483,6 @@ func (c *Cursor) writeSnapshotLocked(ctx context.Context, snap *metapb.CursorSna
 		c.written += int64(len(raw))
 	}
 	return nil
-}
-
-func (c *Cursor) newLedger(ctx context.Context) error {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
-	return c.newLedgerLocked(ctx)
 }
 
 // newLedgerLocked starts a new cursor ledger holding the current state,
@@ -441,6 +526,10 @@ func (c *Cursor) newLedgerLocked(ctx context.Context) error {
 		return undo(fmt.Errorf("cursor %s/%s: store cursor metadata: %w", c.topic, c.name, err))
 	}
 	c.infoRev = rev
+	if c.withoutLedger != nil {
+		c.log.Info("cursor ledger created again", zap.Int64("ledger", w.ID()))
+		c.withoutLedger = nil
+	}
 	if old != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		old.Close(cctx)

@@ -263,3 +263,90 @@ func TestPersistAfterCloseIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Fewer bookies are writable than a cursor ledger's ensemble: an existing
+// subscription and a new one still open, so that they can be read. The
+// existing one keeps its stored state (metadata and previous cursor
+// ledger) until it changes; a changed state is persisted as its
+// mark-delete position alone, in the metadata; once a cursor ledger can
+// be created again, the whole state goes into it again.
+func TestCursorWithoutLedger(t *testing.T) {
+	e := newEnv(t)
+	ml, d := e.owner()
+	ctx := ctxT(t)
+	var ps []Position
+	for i := 0; i < 20; i++ {
+		p, err := ml.Append(ctx, []byte{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	old, _ := open(t, ml, d, "old")
+	old.Ack(ps[0], ps[3])
+	if err := old.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	few := d // cursor ledgers of 2 on the cluster's one bookie
+	few.Ensemble, few.WriteQuorum, few.AckQuorum = 2, 2, 2
+	info := func(name string) *metapb.CursorInfo {
+		t.Helper()
+		kv, err := e.c.Store.Get(ctx, metastore.CursorKey(e.topic, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var i metapb.CursorInfo
+		if err := proto.Unmarshal(kv.Value, &i); err != nil {
+			t.Fatal(err)
+		}
+		return &i
+	}
+
+	c, created := open(t, ml, few, "old")
+	if created || c.MarkDelete() != ps[0] || !c.IsAcked(ps[3]) || c.Stats().CursorLedger != 0 {
+		t.Fatalf("existing subscription without a cursor ledger: created %v, %+v", created, c.Stats())
+	}
+	kept := info("old").CursorLedgerId
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := info("old").CursorLedgerId; got != kept || got == 0 {
+		t.Fatalf("unchanged state: the metadata names cursor ledger %d, want %d kept", got, kept)
+	}
+
+	c, created = open(t, ml, few, "new")
+	if !created {
+		t.Fatal("new subscription not created")
+	}
+	c.Ack(ps[0], ps[1], ps[4])
+	if err := c.Persist(ctx); err != nil {
+		t.Fatalf("persist without a cursor ledger: %v", err)
+	}
+	if i := info("new"); i.CursorLedgerId != 0 || (Position{Ledger: i.MarkDeleteLedger, Entry: i.MarkDeleteEntry}) != ps[1] {
+		t.Fatalf("metadata without a cursor ledger: %v, want mark-delete %v", i, ps[1])
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = open(t, ml, few, "new")
+	if c.MarkDelete() != ps[1] || c.IsAcked(ps[4]) {
+		t.Fatalf("reloaded from the metadata alone: %+v", c.Stats())
+	}
+
+	e.c.AddBookie(testcluster.Options{}) // cursor ledgers of 2 fit again
+	c.Ack(ps[4])
+	if err := c.Persist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.Stats().CursorLedger == 0 || info("new").CursorLedgerId != c.Stats().CursorLedger {
+		t.Fatalf("once bookies are back: cursor ledger %d, metadata %v", c.Stats().CursorLedger, info("new"))
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = open(t, ml, few, "new")
+	defer c.Close(ctx)
+	if c.MarkDelete() != ps[1] || !c.IsAcked(ps[4]) {
+		t.Fatalf("reloaded from the new cursor ledger: %+v", c.Stats())
+	}
+}

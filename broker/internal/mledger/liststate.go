@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	ledgerpkg "github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
@@ -19,8 +20,16 @@ import (
 //	writing ─roll─► closing ─ok─────────────────► creating ─ok─► storing ─ok─► writing
 //	   │               └─failed─► recovering ─ok─┘    ↺ failed     ↺ unknown outcome: same list again
 //	   └─trim─► trimming ─stored─► writing
+//	Open when no ledger can be created (not enough bookies) ─► creating
 //	close: after the last ledger is closed, storingClosed ─ok─► done
 //	fenced (a write found another owner): done
+//
+// A managed ledger opened while no ledger could be created for want of
+// bookies starts in creating, with every ledger of its list closed (the
+// list may be empty) and nothing to record (closedLast nil): it serves
+// reads of what is stored, refuses appends with ErrNotEnoughBookies, and
+// tries again to create a ledger, as a rollover whose creation failed
+// does.
 //
 // Invariants:
 //   - L1. Every list stored, and every list whose store was attempted (an
@@ -45,7 +54,9 @@ type listState struct {
 	// ledger is the current one (open unless the managed ledger closed).
 	stored []*metapb.LedgerRef
 	rev    int64 // revision of stored
-	// closedLast is the last ledger once closed, before a list records it.
+	// closedLast is the last ledger once closed, before a list records it;
+	// nil in creating when the stored list has every ledger closed already
+	// (opened without a ledger).
 	closedLast *metapb.LedgerRef
 	// next is a ledger created and not yet in stored (-1: none).
 	next int64
@@ -59,9 +70,11 @@ type listState struct {
 	trimmed []int64
 	// Asked while another step ran.
 	rollWanted, closeWanted bool
-	// refusing: a step failed (or the rollover replaces a ledger whose
-	// append failed); appends are refused until a new ledger is in place.
-	refusing bool
+	// refusing, if not nil, is why appends are refused until a new ledger
+	// is in place: ErrUnavailable (a step failed, or the rollover replaces
+	// a ledger whose append failed) or ErrNotEnoughBookies (no ledger can
+	// be created for want of writable bookies).
+	refusing error
 	// err, once done: nil after a clean close, ErrFenced or errAbandoned.
 	err error
 }
@@ -128,6 +141,10 @@ func (a action) String() string {
 // it. Handled as fencing.
 var errStoreConflict = errors.New("mledger: the ledger list was changed by someone else")
 
+// errCloseWanted: a ledger creation not attempted, the managed ledger
+// closing (fed to created as a failure).
+var errCloseWanted = errors.New("mledger: closing: no new ledger needed")
+
 // errAbandoned: Close gave up before the list was stored closed.
 var errAbandoned = errors.New("mledger: close abandoned")
 
@@ -145,8 +162,22 @@ func newListState(stored []*metapb.LedgerRef, rev int64) *listState {
 	return &listState{phase: phaseWriting, stored: stored, rev: rev, next: -1}
 }
 
+// newListStateWithoutLedger starts in the creating phase with stored (every
+// ledger closed; it may be empty) at revision rev: Open could not create a
+// ledger because too few bookies are writable. Appends are refused
+// with ErrNotEnoughBookies until a ledger is created; the actions returned
+// start trying again.
+func newListStateWithoutLedger(stored []*metapb.LedgerRef, rev int64) (*listState, []action) {
+	s := &listState{phase: phaseCreating, stored: stored, rev: rev, next: -1, refusing: ErrNotEnoughBookies}
+	return s, []action{{kind: actCreate, retry: true}}
+}
+
 // current is the last ledger of the stored list.
 func (s *listState) current() *metapb.LedgerRef { return s.stored[len(s.stored)-1] }
+
+// hasCurrent reports whether the stored list has a ledger (it is empty
+// only when opened without a ledger on a new partition).
+func (s *listState) hasCurrent() bool { return len(s.stored) > 0 }
 
 // takesAppends reports whether appends go to the current ledger's writer
 // now (otherwise they queue, or are refused while refusing).
@@ -164,7 +195,7 @@ func (s *listState) roll(failed bool) []action {
 	}
 	var acts []action
 	if failed {
-		acts = s.refuse()
+		acts = s.refuse(ErrUnavailable)
 	}
 	switch s.phase {
 	case phaseWriting:
@@ -179,7 +210,7 @@ func (s *listState) roll(failed bool) []action {
 // appendFailed: an append to ledger failed (not fenced). A rollover
 // replaces the ledger; appends are refused until it is done.
 func (s *listState) appendFailed(ledger int64) []action {
-	if s.phase == phaseDone || s.current().LedgerId != ledger {
+	if s.phase == phaseDone || !s.hasCurrent() || s.current().LedgerId != ledger {
 		return nil // an earlier ledger, already replaced
 	}
 	return s.roll(true)
@@ -268,7 +299,7 @@ func (s *listState) writerClosed(entries, size, nowMs int64, err error) []action
 		// whose reply was lost): recovery closes it at its last entry
 		// that may have been acknowledged, whatever happened.
 		s.phase = phaseRecovering
-		return append(s.refuse(), action{kind: actRecover, ledger: s.current().LedgerId})
+		return append(s.refuse(ErrUnavailable), action{kind: actRecover, ledger: s.current().LedgerId})
 	}
 	return s.lastClosed(entries, size, nowMs)
 }
@@ -290,17 +321,30 @@ func (s *listState) lastClosed(entries, size, nowMs int64) []action {
 	ref.Entries, ref.Size, ref.Closed, ref.ClosedAtUnixMs = entries, size, true, nowMs
 	s.closedLast = ref
 	if s.closeWanted {
-		s.phase = phaseStoringClosed
-		s.storing = s.withClosedLast()
-		return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+		return s.storeClosed()
 	}
 	s.phase = phaseCreating
 	return []action{{kind: actCreate}}
 }
 
+// storeClosed ends a close once no ledger is open: the list is stored
+// with the last ledger closed, or, if it is stored so already (opened
+// without a ledger), the protocol is done.
+func (s *listState) storeClosed() []action {
+	if s.closedLast == nil {
+		return s.finish(nil)
+	}
+	s.phase = phaseStoringClosed
+	s.storing = s.withClosedLast()
+	return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+}
+
+// withClosedLast is the stored list with its last ledger recorded closed.
 func (s *listState) withClosedLast() []*metapb.LedgerRef {
 	l := slices.Clone(s.stored)
-	l[len(l)-1] = s.closedLast
+	if s.closedLast != nil {
+		l[len(l)-1] = s.closedLast
+	}
 	return l
 }
 
@@ -316,16 +360,23 @@ func (s *listState) created(ledger, nowMs int64, err error) []action {
 	if err != nil {
 		if s.closeWanted {
 			// No new ledger is needed any more: record the closed one.
-			s.phase = phaseStoringClosed
-			s.storing = s.withClosedLast()
-			return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+			return s.storeClosed()
 		}
-		return append(s.refuse(), action{kind: actCreate, retry: true})
+		why := ErrUnavailable
+		if errors.Is(err, ledgerpkg.ErrNotEnoughBookies) {
+			why = ErrNotEnoughBookies
+		}
+		acts := s.refuse(why)
+		s.refusing = why
+		return append(acts, action{kind: actCreate, retry: true})
+	}
+	if errors.Is(s.refusing, ErrNotEnoughBookies) {
+		// There were bookies enough for this one: appends wait for it to be
+		// put in place.
+		s.refusing = ErrUnavailable
 	}
 	if s.closeWanted {
-		s.phase = phaseStoringClosed
-		s.storing = s.withClosedLast()
-		return []action{{kind: actDiscard, ledger: ledger, del: true}, {kind: actStore, list: s.storing, rev: s.rev}}
+		return append([]action{{kind: actDiscard, ledger: ledger, del: true}}, s.storeClosed()...)
 	}
 	s.next, s.nextMaybeStored = ledger, false
 	s.phase = phaseStoring
@@ -349,12 +400,12 @@ func (s *listState) storeDone(rev int64, err error) []action {
 		var acts []action
 		if s.phase == phaseStoring {
 			s.nextMaybeStored = true
-			acts = s.refuse()
+			acts = s.refuse(ErrUnavailable)
 		}
 		if s.phase == phaseTrimming && s.rollWanted {
 			// Appends queue for the rollover, which waits for this store:
 			// refuse them meanwhile rather than let them pile up.
-			acts = s.refuse()
+			acts = s.refuse(ErrUnavailable)
 		}
 		return append(acts, action{kind: actStore, list: s.storing, rev: s.rev, retry: true})
 	}
@@ -379,7 +430,7 @@ func (s *listState) storeDone(rev int64, err error) []action {
 			s.phase = phaseClosing
 			return []action{{kind: actCloseWriter, ledger: s.current().LedgerId}}
 		}
-		s.phase, s.refusing, s.rollWanted = phaseWriting, false, false
+		s.phase, s.refusing, s.rollWanted = phaseWriting, nil, false
 		return []action{{kind: actInstall, ledger: s.current().LedgerId}}
 	default: // phaseStoringClosed
 		s.closedLast = nil
@@ -387,11 +438,16 @@ func (s *listState) storeDone(rev int64, err error) []action {
 	}
 }
 
-// refuse starts refusing appends (a step failed), once.
-func (s *listState) refuse() []action {
-	if s.refusing || s.closeWanted {
+// refuse starts refusing appends (a step failed) for the reason why
+// (ErrUnavailable or ErrNotEnoughBookies); the queued appends fail once,
+// when refusing starts (none queue while refusing). Refusing already, the
+// reason stays: only creation changes it (created), so that appends are
+// refused with ErrNotEnoughBookies exactly while the last attempt to
+// create a ledger failed for want of bookies.
+func (s *listState) refuse(why error) []action {
+	if s.refusing != nil || s.closeWanted {
 		return nil
 	}
-	s.refusing = true
+	s.refusing = why
 	return []action{{kind: actFailQueue}}
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
@@ -30,6 +31,9 @@ type listWorld struct {
 	// current is the ledger whose writer takes appends.
 	current int64
 	trimmed map[int64]bool
+	// lastCreate is the outcome of the last ledger creation: "" (none
+	// yet), "ok", "not-enough-bookies" or "failed".
+	lastCreate string
 }
 
 type modelLedger struct {
@@ -39,20 +43,55 @@ type modelLedger struct {
 	writerOpen bool
 }
 
-func newListWorld(t *testing.T, seed uint64) (*listWorld, *listState) {
-	w := &listWorld{t: t, seed: seed, rng: mathrand.New(mathrand.NewPCG(seed, 3)), ledgers: map[int64]*modelLedger{}, nextID: 10, trimmed: map[int64]bool{}}
-	// Two closed ledgers and an open one, as after Open.
-	for i := int64(0); i < 3; i++ {
+// newListWorld starts as after Open: two closed ledgers and an open one;
+// or, one seed in four, as after an Open that could create no ledger (not
+// enough bookies), with the two closed ledgers only, or (one in eight)
+// none, in which case acts are the state's first actions.
+func newListWorld(t *testing.T, seed uint64) (w *listWorld, st *listState, acts []action) {
+	w = &listWorld{t: t, seed: seed, rng: mathrand.New(mathrand.NewPCG(seed, 3)), ledgers: map[int64]*modelLedger{}, nextID: 10, trimmed: map[int64]bool{}}
+	withoutLedger, closed := seed%4 == 1, int64(2)
+	if seed%8 == 5 {
+		closed = 0
+	}
+	for i := int64(0); i < closed+1; i++ {
+		if i == closed && withoutLedger {
+			break
+		}
 		id := w.newLedger()
 		l := w.ledgers[id]
-		if i < 2 {
+		if i < closed {
 			l.closed, l.entries, l.writerOpen = true, 5, false
 		}
-		w.list = append(w.list, &metapb.LedgerRef{LedgerId: id, Entries: map[bool]int64{true: 5}[i < 2], Closed: i < 2})
+		w.list = append(w.list, &metapb.LedgerRef{LedgerId: id, Entries: map[bool]int64{true: 5}[i < closed], Closed: i < closed})
 	}
 	w.rev = 1
-	w.current = w.list[2].LedgerId
-	return w, newListState(slices.Clone(w.list), w.rev)
+	if withoutLedger {
+		w.current, w.lastCreate = -1, "not-enough-bookies"
+		st, acts = newListStateWithoutLedger(slices.Clone(w.list), w.rev)
+		return w, st, acts
+	}
+	w.current = w.list[len(w.list)-1].LedgerId
+	return w, newListState(slices.Clone(w.list), w.rev), nil
+}
+
+// checkRefusal checks why appends are refused: ErrNotEnoughBookies only
+// while the last creation failed for want of bookies, and always then
+// while a ledger is being created.
+func (w *listWorld) checkRefusal(st *listState) {
+	w.t.Helper()
+	if st.phase == phaseDone || st.closeWanted {
+		return
+	}
+	notEnough := w.lastCreate == "not-enough-bookies"
+	if errors.Is(st.refusing, ErrNotEnoughBookies) != (notEnough && st.refusing != nil) {
+		w.fatalf("appends refused with %v after a creation that ended %q", st.refusing, w.lastCreate)
+	}
+	if notEnough && st.phase == phaseCreating && !errors.Is(st.refusing, ErrNotEnoughBookies) {
+		w.fatalf("no ledger could be created for want of bookies, yet appends are refused with %v", st.refusing)
+	}
+	if st.takesAppends() && st.refusing != nil {
+		w.fatalf("appends taken and refused (%v) at once", st.refusing)
+	}
 }
 
 func (w *listWorld) newLedger() int64 {
@@ -112,6 +151,7 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 			w.current = -1
 		}
 		l.writerOpen = false
+		w.lastCreate = "" // a rollover (or close) starts
 		switch r := w.rng.IntN(100); {
 		case fail(15) && r < 50: // the close's CAS failed
 			return st.writerClosed(0, 0, now, errors.New("etcd unavailable")), false
@@ -135,8 +175,14 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 		return st.recovered(l.entries, l.entries*10, now, nil), false
 	case actCreate:
 		if fail(20) {
-			return st.created(0, now, errors.New("not enough bookies")), false
+			if w.rng.IntN(2) == 0 {
+				w.lastCreate = "not-enough-bookies"
+				return st.created(0, now, fmt.Errorf("create ledger: %w: need 3, 2 available", ledger.ErrNotEnoughBookies)), false
+			}
+			w.lastCreate = "failed"
+			return st.created(0, now, errors.New("etcd unavailable")), false
 		}
+		w.lastCreate = "ok"
 		return st.created(w.newLedger(), now, nil), false
 	case actStore:
 		if w.unknown != nil && !slices.EqualFunc(w.unknown, a.list, func(x, y *metapb.LedgerRef) bool { return proto.Equal(x, y) }) {
@@ -222,9 +268,14 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 // unchanged (L2); at most one I/O action runs at a time (L3); nothing
 // referenced is deleted and no created ledger is left open (L4); no
 // acknowledged entry is lost; a close completes once I/O works again.
+//
+// One run in four starts as after an Open that could create no ledger
+// (not enough bookies): every ledger of the list closed, or none at all;
+// appends are refused, with ErrNotEnoughBookies exactly while the last
+// creation failed for want of bookies, until a ledger is created.
 func TestListStateModel(t *testing.T) {
 	for seed := uint64(0); seed < 10000; seed++ {
-		w, st := newListWorld(t, seed)
+		w, st, initial := newListWorld(t, seed)
 		var queue []action
 		ioInFlight := func() bool {
 			return slices.ContainsFunc(queue, func(a action) bool { return a.kind <= actStore })
@@ -243,8 +294,10 @@ func TestListStateModel(t *testing.T) {
 				queue = append(queue, a)
 			}
 		}
+		push(initial)
 		finished, closing, abandoned := false, false, false
 		for step := 0; step < 400 && !(finished && len(queue) == 0); step++ {
+			w.checkRefusal(st)
 			faults := !closing || step < 300
 			if !finished && (len(queue) == 0 || w.rng.IntN(100) < 30) {
 				switch r := w.rng.IntN(100); {
@@ -258,7 +311,9 @@ func TestListStateModel(t *testing.T) {
 				case r < 55:
 					push(st.roll(false))
 				case r < 60:
-					push(st.appendFailed(st.current().LedgerId))
+					if st.hasCurrent() {
+						push(st.appendFailed(st.current().LedgerId))
+					}
 				case r < 72:
 					if n := len(st.stored); n > 1 {
 						acts, _ := st.trim(1 + w.rng.IntN(n-1))
@@ -283,6 +338,7 @@ func TestListStateModel(t *testing.T) {
 			push(more)
 			finished = finished || done
 			w.checkList("the stored list", w.list)
+			w.checkRefusal(st)
 		}
 		if !finished {
 			// I/O works again: a close completes.
@@ -338,7 +394,7 @@ func TestListStateFailedCloseRecoversFirst(t *testing.T) {
 	if len(acts) != 2 || acts[0].kind != actFailQueue || acts[1].kind != actRecover || acts[1].ledger != 5 {
 		t.Fatalf("after a failed close: %v, want fail-queue and recover 5", acts)
 	}
-	if st.takesAppends() || !st.refusing {
+	if st.takesAppends() || st.refusing == nil {
 		t.Fatal("appends must be refused while the ledger is recovered")
 	}
 	acts = st.recovered(0, 0, 0, errors.New("bookies unreachable"))
@@ -357,7 +413,7 @@ func TestListStateFailedCloseRecoversFirst(t *testing.T) {
 		t.Fatalf("stored list %v, want [5 closed with 5 entries, 9 open]", l)
 	}
 	acts = st.storeDone(2, nil)
-	if len(acts) != 1 || acts[0].kind != actInstall || acts[0].ledger != 9 || !st.takesAppends() || st.refusing {
+	if len(acts) != 1 || acts[0].kind != actInstall || acts[0].ledger != 9 || !st.takesAppends() || st.refusing != nil {
 		t.Fatalf("after store: %v, takes appends %v", acts, st.takesAppends())
 	}
 }
@@ -450,7 +506,7 @@ func TestListStateRolloverWaitingForATrimRefusesAppends(t *testing.T) {
 		t.Fatalf("roll during a trim: %v, takes appends %v", acts, st.takesAppends())
 	}
 	acts := st.storeDone(0, errors.New("etcd unavailable"))
-	if len(acts) != 2 || acts[0].kind != actFailQueue || acts[1].kind != actStore || !acts[1].retry || !st.refusing {
+	if len(acts) != 2 || acts[0].kind != actFailQueue || acts[1].kind != actStore || !acts[1].retry || st.refusing == nil {
 		t.Fatalf("trim store failed with a rollover waiting: %v, refusing %v", acts, st.refusing)
 	}
 	acts = st.storeDone(2, nil)
@@ -467,5 +523,65 @@ func TestListStateTrimOverAnOpenLedger(t *testing.T) {
 	}
 	if len(st.trimmed) != 0 || st.phase != phaseWriting {
 		t.Fatalf("a refused trim left %v, phase %v", st.trimmed, st.phase)
+	}
+}
+
+// Opened without a ledger (not enough bookies): appends are refused, with
+// ErrNotEnoughBookies while creation fails for want of bookies; the first
+// ledger created goes after the closed ones and takes appends. A close
+// before then stores nothing (the list is stored closed already) and
+// leaves no ledger it created behind.
+func TestListStateOpenWithoutLedger(t *testing.T) {
+	notEnough := fmt.Errorf("create ledger: %w: need 2, 1 available", ledger.ErrNotEnoughBookies)
+	for _, stored := range [][]*metapb.LedgerRef{nil, {{LedgerId: 4, Closed: true, Entries: 3}}} {
+		st, acts := newListStateWithoutLedger(stored, 1)
+		if len(acts) != 1 || acts[0].kind != actCreate || !acts[0].retry || st.takesAppends() || !errors.Is(st.refusing, ErrNotEnoughBookies) {
+			t.Fatalf("opened without a ledger: %v, takes appends %v, refusing %v", acts, st.takesAppends(), st.refusing)
+		}
+		if acts := append(st.roll(false), st.appendFailed(4)...); acts != nil {
+			t.Fatalf("roll or a late append failure without a ledger: %v", acts)
+		}
+		if _, ok := st.trim(1); ok {
+			t.Fatal("trim accepted without a ledger")
+		}
+		for _, c := range []struct {
+			err  error
+			want error
+		}{{notEnough, ErrNotEnoughBookies}, {errors.New("etcd unavailable"), ErrUnavailable}, {notEnough, ErrNotEnoughBookies}} {
+			acts = st.created(0, 0, c.err)
+			if len(acts) != 1 || acts[0].kind != actCreate || !acts[0].retry || st.refusing != c.want {
+				t.Fatalf("creation failed with %v: %v, refusing %v", c.err, acts, st.refusing)
+			}
+		}
+		acts = st.created(9, 5, nil)
+		if len(acts) != 1 || acts[0].kind != actStore || st.takesAppends() || st.refusing != ErrUnavailable {
+			t.Fatalf("created: %v, refusing %v", acts, st.refusing)
+		}
+		if l := acts[0].list; len(l) != len(stored)+1 || l[len(l)-1].LedgerId != 9 || l[len(l)-1].Closed || (len(stored) > 0 && !proto.Equal(l[0], stored[0])) {
+			t.Fatalf("stored list %v, want %v and 9 open", l, stored)
+		}
+		acts = st.storeDone(2, nil)
+		if len(acts) != 1 || acts[0].kind != actInstall || acts[0].ledger != 9 || !st.takesAppends() || st.refusing != nil {
+			t.Fatalf("stored: %v, takes appends %v, refusing %v", acts, st.takesAppends(), st.refusing)
+		}
+	}
+	for _, created := range []int64{0, 9} {
+		st, _ := newListStateWithoutLedger([]*metapb.LedgerRef{{LedgerId: 4, Closed: true, Entries: 3}}, 1)
+		if acts := st.close(); acts != nil {
+			t.Fatalf("close while creating started %v", acts)
+		}
+		var acts []action
+		if created == 0 {
+			acts = st.created(0, 0, errCloseWanted)
+		} else {
+			acts = st.created(created, 0, nil)
+			if len(acts) == 0 || acts[0].kind != actDiscard || acts[0].ledger != created || !acts[0].del {
+				t.Fatalf("ledger created after close: %v, want it discarded and deleted", acts)
+			}
+			acts = acts[1:]
+		}
+		if len(acts) != 1 || acts[0].kind != actDone || acts[0].err != nil || st.phase != phaseDone {
+			t.Fatalf("close without a ledger: %v, want done at once", acts)
+		}
 	}
 }

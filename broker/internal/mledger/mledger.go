@@ -53,6 +53,12 @@ var (
 	ErrClosed = errors.New("mledger: closed")
 	// ErrUnavailable: the append was refused for now; retry it.
 	ErrUnavailable = errors.New("mledger: temporarily unavailable")
+	// ErrNotEnoughBookies: the append was refused because no ledger can be
+	// created: fewer bookies are writable than the ensemble size. What is
+	// stored stays readable; retry the append once bookies are back (the
+	// managed ledger keeps trying to create a ledger). It wraps
+	// ledger.ErrNotEnoughBookies.
+	ErrNotEnoughBookies = fmt.Errorf("mledger: no ledger can be created: %w", ledger.ErrNotEnoughBookies)
 )
 
 // Config holds the rollover and replication settings.
@@ -134,8 +140,12 @@ type ManagedLedger struct {
 		actions  []action
 		running  bool
 		trimWait chan trimResult // the Trim waiting for its outcome
+		// createFailing: ledger creation failed and has not succeeded
+		// since (its failures are logged once, not at every retry).
+		createFailing bool
 	}
 	wg        sync.WaitGroup     // run goroutines
+	wake      chan struct{}      // cuts run's backoff short (Close: no need to wait)
 	runCtx    context.Context    // cancelled when Close gives up: run abandons
 	runCancel context.CancelFunc //
 	done      chan struct{}      // closed when the list's protocol is done
@@ -166,11 +176,18 @@ const (
 // open (the last one, whose writer was the previous owner's, and any other:
 // an older broker version could leave one), which fences the previous
 // owner's writer, and starts a new ledger.
+//
+// When no ledger can be created because fewer bookies are writable than
+// the ensemble size, Open still succeeds: it stores the list with every
+// ledger closed, serves reads of what is stored, refuses appends with
+// ErrNotEnoughBookies, and keeps trying to create a ledger in the
+// background (with backoff, until Close); once one is created, appends
+// are taken again.
 func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger, error) {
 	if d.Log == nil {
 		d.Log = zap.NewNop()
 	}
-	ml := &ManagedLedger{name: name, d: d, log: d.Log.With(zap.String("topic", name)), done: make(chan struct{})}
+	ml := &ManagedLedger{name: name, d: d, log: d.Log.With(zap.String("topic", name)), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	ml.runCtx, ml.runCancel = context.WithCancel(context.Background())
 	ml.mu.cfg = cfg
 	ml.mu.moved = make(chan struct{})
@@ -226,7 +243,10 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	w, err := ml.createLedger(cctx)
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, ledger.ErrNotEnoughBookies):
+		return ml.openWithoutLedger(ctx, ledgers, rev, err)
+	case err != nil:
 		return fail(err)
 	}
 	ledgers = append(ledgers, &metapb.LedgerRef{LedgerId: w.ID(), CreatedAtUnixMs: time.Now().UnixMilli()})
@@ -246,6 +266,26 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 	ml.mu.writers[w.ID()] = w
 	ml.mu.writer = w
 	ml.log.Debug("ledger added", zap.Int64("ledger", w.ID()))
+	return ml, nil
+}
+
+// openWithoutLedger ends Open when no ledger could be created for want of
+// bookies (cerr): the list, every ledger of it closed, is stored as it is
+// (recovery may have closed ledgers; the write also checks ownership), and
+// the list's protocol starts in creating, refusing appends, trying again.
+func (ml *ManagedLedger) openWithoutLedger(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64, cerr error) (*ManagedLedger, error) {
+	newRev, err := ml.storeList(ctx, ledgers, rev)
+	if err != nil {
+		ml.runCancel()
+		return nil, err
+	}
+	ml.log.Warn("no ledger can be created: serving reads, refusing appends until enough bookies are writable", zap.Error(cerr))
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	st, acts := newListStateWithoutLedger(ledgers, newRev)
+	ml.mu.st = st
+	ml.mu.createFailing = true
+	ml.feedLocked(acts)
 	return ml, nil
 }
 
@@ -325,7 +365,7 @@ func (ml *ManagedLedger) feedLocked(acts []action) {
 		case actInstall:
 			ml.installLocked(a.ledger)
 		case actFailQueue:
-			ml.failQueueLocked(fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name))
+			ml.failQueueLocked(ml.refusalLocked())
 		default:
 			ml.mu.actions = append(ml.mu.actions, a)
 		}
@@ -361,10 +401,13 @@ func (ml *ManagedLedger) run() {
 		}
 		if a.retry {
 			backoff = min(max(2*backoff, 100*time.Millisecond), maxStepBackoff)
+			t := time.NewTimer(backoff)
 			select {
-			case <-time.After(backoff):
+			case <-t.C:
+			case <-ml.wake:
 			case <-ml.runCtx.Done():
 			}
+			t.Stop()
 		} else if io {
 			backoff = 0
 		}
@@ -422,16 +465,32 @@ func (ml *ManagedLedger) do(a action) {
 		ml.feedLocked(ml.mu.st.recovered(entries, size, now(), err))
 		ml.mu.Unlock()
 	case actCreate:
-		ctx, cancel := context.WithTimeout(ml.runCtx, createTimeout)
-		w, err := ml.createLedger(ctx)
-		cancel()
+		ml.mu.Lock()
+		closing := ml.mu.st.closeWanted
+		ml.mu.Unlock()
+		var w *ledger.Writer
+		err := errCloseWanted // no new ledger is needed any more
+		if !closing {
+			ctx, cancel := context.WithTimeout(ml.runCtx, createTimeout)
+			w, err = ml.createLedger(ctx)
+			cancel()
+		}
 		var id int64
 		ml.mu.Lock()
-		if err != nil {
-			ml.log.Warn("rollover: creating a ledger failed; retrying", zap.Error(err))
-		} else {
+		switch {
+		case err == nil:
 			id = w.ID()
 			ml.mu.writers[id] = w
+			if ml.mu.createFailing {
+				ml.log.Info("a ledger could be created again", zap.Int64("ledger", id))
+			}
+			ml.mu.createFailing = false
+		case closing:
+		case !ml.mu.createFailing:
+			ml.log.Warn("creating a ledger failed; retrying", zap.Error(err))
+			ml.mu.createFailing = true
+		default:
+			ml.log.Debug("creating a ledger failed again; retrying", zap.Error(err))
 		}
 		ml.feedLocked(ml.mu.st.created(id, now(), err))
 		ml.mu.Unlock()
@@ -608,13 +667,22 @@ func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(P
 		cb(Position{}, ml.mu.err)
 	case st.phase == phaseDone:
 		cb(Position{}, fmt.Errorf("%w: %s", ErrClosed, ml.name))
-	case st.refusing:
-		cb(Position{}, fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name))
+	case st.refusing != nil:
+		cb(Position{}, ml.refusalLocked())
 	case !st.takesAppends() || ml.mu.writer == nil:
 		ml.mu.queue = append(ml.mu.queue, &appendOp{ctx: ctx, data: data, cb: cb})
 	default:
 		ml.appendLocked(&appendOp{ctx: ctx, data: data, cb: cb})
 	}
+}
+
+// refusalLocked is the error of an append refused while the list's
+// protocol refuses appends.
+func (ml *ManagedLedger) refusalLocked() error {
+	if errors.Is(ml.mu.st.refusing, ErrNotEnoughBookies) {
+		return fmt.Errorf("%w: %s: appends are refused until %d bookies are writable", ErrNotEnoughBookies, ml.name, ml.mu.cfg.Ensemble)
+	}
+	return fmt.Errorf("%w: %s: a ledger failed and is being replaced", ErrUnavailable, ml.name)
 }
 
 // appendLocked hands op to the current writer. Holding the lock keeps the
@@ -975,6 +1043,10 @@ func (ml *ManagedLedger) Close(ctx context.Context) error {
 	ml.wakeLocked()
 	ml.feedLocked(ml.mu.st.close())
 	ml.mu.Unlock()
+	select { // a step waiting to be retried (a ledger creation) goes now
+	case ml.wake <- struct{}{}:
+	default:
+	}
 	var err error
 	select {
 	case <-ml.done:

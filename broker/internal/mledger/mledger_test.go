@@ -718,3 +718,127 @@ func TestNoAppendStoredAfterItsCallerGaveUp(t *testing.T) {
 		t.Fatalf("third append of the same caller stored at %v after the second failed", r.pos)
 	}
 }
+
+// Fewer bookies are writable than the ensemble size: a partition still
+// opens (an existing one and a new one), every stored entry is readable,
+// appends are refused at once with ErrNotEnoughBookies, and once a bookie
+// is back appends are taken again without reopening, in a ledger added
+// after the closed ones. Before, Open failed: nothing stored was readable.
+func TestOpenWithNotEnoughBookiesServesReads(t *testing.T) {
+	e := newEnv(t, 2)
+	const topic, fresh = "public/default/few-bookies", "public/default/few-bookies-new"
+	cfg := smallLedgers(8)
+	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 2, 2, 2
+	ml := e.open(topic, cfg, e.own(topic))
+	appendN(t, ml, 0, 20)
+	if err := ml.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.c.Bookies()[1].Kill() // its registration goes: one bookie left for ensembles of 2
+
+	ml = e.open(topic, cfg, e.own(topic))
+	defer ml.Close(ctxT(t))
+	empty := e.open(fresh, cfg, e.own(fresh))
+	defer empty.Close(ctxT(t))
+	e.cache.Drop(topic) // reads go to the surviving bookie
+	checkData(t, readAll(t, ml), 20)
+	if got := readAll(t, empty); len(got) != 0 {
+		t.Fatalf("a new partition reads %d entries", len(got))
+	}
+	refs, all := e.storedList(topic)
+	if !all {
+		t.Fatalf("opened without a ledger, the list %v has an open ledger", refs)
+	}
+	for _, m := range []*ManagedLedger{ml, empty} {
+		// Refused at once: an append must not wait for bookies.
+		short, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+		_, err := m.Append(short, data(20))
+		cancel()
+		if !errors.Is(err, ErrNotEnoughBookies) || !errors.Is(err, ledger.ErrNotEnoughBookies) {
+			t.Fatalf("append to %s with one bookie of 2: %v, want ErrNotEnoughBookies", m.Name(), err)
+		}
+	}
+
+	e.c.AddBookie(testcluster.Options{})
+	for _, m := range []*ManagedLedger{ml, empty} {
+		testutil.Eventually(t, 30*time.Second, "appends to be taken again", func() bool {
+			_, err := m.Append(ctxT(t), data(20))
+			if err != nil && !errors.Is(err, ErrNotEnoughBookies) && !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("append once a bookie is back: %v", err)
+			}
+			return err == nil
+		})
+	}
+	e.cache.Drop(topic)
+	checkData(t, readAll(t, ml), 21)
+	if got := readAll(t, empty); len(got) != 1 || !bytes.Equal(got[0], data(20)) {
+		t.Fatalf("new partition after a bookie came back: %q", got)
+	}
+	refs2, _ := e.storedList(topic)
+	if len(refs2) != len(refs)+1 || !proto.Equal(refs2[len(refs)-1], refs[len(refs)-1]) {
+		t.Fatalf("list after a bookie came back: %v, want %v and a new ledger", refs2, refs)
+	}
+}
+
+// Closing a partition opened without a ledger does not wait for the
+// creation's backoff, leaves its list closed, and a later owner opens it.
+func TestCloseWithoutLedger(t *testing.T) {
+	e := newEnv(t, 1)
+	const topic = "public/default/close-few-bookies"
+	cfg := smallLedgers(8)
+	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 2, 2, 2
+	ml := e.open(topic, cfg, e.own(topic))
+	if _, err := ml.Append(ctxT(t), data(0)); !errors.Is(err, ErrNotEnoughBookies) {
+		t.Fatalf("append: %v", err)
+	}
+	if err := ml.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ml.Append(ctxT(t), data(0)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	if refs, all := e.storedList(topic); !all || len(refs) != 0 {
+		t.Fatalf("list after close: %v", refs)
+	}
+	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 1, 1, 1
+	ml = e.open(topic, cfg, e.own(topic))
+	defer ml.Close(ctxT(t))
+	appendN(t, ml, 0, 3)
+	checkData(t, readAll(t, ml), 3)
+}
+
+// A rollover that cannot create a ledger for want of bookies (here the
+// ensemble grew past the bookies there are) refuses appends with
+// ErrNotEnoughBookies, what is stored stays readable, and appends go on
+// in a new ledger once a bookie joins.
+func TestRolloverWithNotEnoughBookies(t *testing.T) {
+	e := newEnv(t, 1)
+	const topic = "public/default/roll-few-bookies"
+	ml := e.open(topic, smallLedgers(5), e.own(topic))
+	defer ml.Close(ctxT(t))
+	cfg := smallLedgers(5)
+	cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 2, 2, 2
+	ml.SetConfig(cfg)
+	appendN(t, ml, 0, 5) // the last fills the ledger: the rollover needs a ledger of 2
+	testutil.Eventually(t, 30*time.Second, "appends to be refused for want of bookies", func() bool {
+		_, err := ml.Append(ctxT(t), data(5))
+		if err == nil {
+			t.Fatal("an append was stored with no ledger to take it")
+		}
+		return errors.Is(err, ErrNotEnoughBookies)
+	})
+	e.cache.Drop(topic)
+	checkData(t, readAll(t, ml), 5)
+	e.c.AddBookie(testcluster.Options{})
+	testutil.Eventually(t, 30*time.Second, "appends to be taken again", func() bool {
+		_, err := ml.Append(ctxT(t), data(5))
+		if err != nil && !errors.Is(err, ErrNotEnoughBookies) && !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("append once a bookie is back: %v", err)
+		}
+		return err == nil
+	})
+	checkData(t, readAll(t, ml), 6)
+	if refs, _ := e.storedList(topic); len(refs) != 2 || refs[0].Entries != 5 {
+		t.Fatalf("list %v, want the full ledger closed and a new one", refs)
+	}
+}

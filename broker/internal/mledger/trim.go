@@ -31,6 +31,10 @@ func (ml *ManagedLedger) Trim(ctx context.Context, firstUnconsumed Position, r R
 		return nil, nil // try again later
 	}
 	ledgers := ml.mu.st.stored
+	if len(ledgers) == 0 { // opened without a ledger on a new partition
+		ml.mu.Unlock()
+		return nil, nil
+	}
 	now := time.Now()
 	// The consumed prefix: closed ledgers entirely before firstUnconsumed.
 	n := 0
