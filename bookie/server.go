@@ -205,6 +205,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	bookiepb.RegisterBookieServer(s.grpc, &service{s: s})
 	go func() { s.served <- s.grpc.Serve(ln) }()
 
+	if err := s.drainState(ctx); err != nil {
+		s.grpc.Stop()
+		return nil, err
+	}
 	reg, err := s.register(ctx)
 	if err != nil {
 		s.grpc.Stop()
@@ -213,6 +217,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	s.wg.Add(3)
 	go s.registrationLoop(reg)
 	go s.gcLoop()
+	s.wg.Add(1)
+	go s.drainLoop()
 	go s.diskLoop()
 	if cfg.Autorecovery {
 		if err := s.startAutorecovery(); err != nil {

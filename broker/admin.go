@@ -330,18 +330,7 @@ func (s *Server) adminHandler() http.Handler {
 		return map[string]any{"sizeBytes": size, "hits": hits, "misses": misses,
 			"entriesReadFromBookies": s.storageReads.Load()}, nil
 	})
-	h("GET /admin/v2/bookies/all", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		bs, err := s.ledgers.Bookies(r.Context())
-		if err != nil {
-			return nil, err
-		}
-		out := []map[string]any{}
-		for _, b := range bs {
-			out = append(out, map[string]any{"id": b.ID, "address": b.Info.Address, "freeDiskBytes": b.Info.FreeDiskBytes,
-				"ledgers": b.Info.LedgerCount, "writeBytesPerSec": b.Info.WriteBytesPerSec, "readOnly": b.Info.ReadOnly})
-		}
-		return out, nil
-	})
+	s.bookieRoutes(h)
 	return jsonRoutingErrors(mux)
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/magnetar-io/magnetar/bookie/autorecovery"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/cursor"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
@@ -84,6 +85,9 @@ var restErrorTable = []struct {
 }{
 	{ErrUnknownPath, "UNKNOWN_PATH", http.StatusNotFound},
 	{ErrMethodNotAllowed, "METHOD_NOT_ALLOWED", http.StatusMethodNotAllowed},
+	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
+	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
+	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},
 }
 
 // restCodeOf returns the JSON code and HTTP status of an admin API error:

@@ -371,7 +371,21 @@ func newAdminCmd(g *globals) *cobra.Command {
 	sub(brokers, "owners", "Show which broker owns each loaded topic partition", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/owners", nil) })
 	sub(brokers, "load", "Show each live broker's partitions, message rates and CPU", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/brokers/load", nil) })
 	bookies := &cobra.Command{Use: "bookies", Short: "Bookies"}
-	sub(bookies, "list", "List live bookies", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/bookies/all", nil) })
+	sub(bookies, "list", "List every bookie: state (writable, read-only, draining, decommissioned, down, lost), disk, ledgers, under-replicated ledgers", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "GET", "/admin/v2/bookies/all", nil)
+	})
+	sub(bookies, "get", "Show one bookie (decommission progress: its ledgers count down to 0)", 1, func(ctx context.Context, args []string) error {
+		return a.call(ctx, "GET", "/admin/v2/bookies/"+url.PathEscape(args[0]), nil)
+	})
+	sub(bookies, "under-replicated", "List the ledgers whose copies on a bookie are to be repaired or moved", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "GET", "/admin/v2/bookies/under-replicated", nil)
+	})
+	sub(bookies, "decommission", "Drain a bookie: it turns read-only, its copies move to other bookies, then it may be removed", 1, func(ctx context.Context, args []string) error {
+		return a.call(ctx, "POST", "/admin/v2/bookies/"+url.PathEscape(args[0])+"/decommission", nil)
+	})
+	sub(bookies, "recommission", "Stop a drain: the bookie turns writable again", 1, func(ctx context.Context, args []string) error {
+		return a.call(ctx, "POST", "/admin/v2/bookies/"+url.PathEscape(args[0])+"/recommission", nil)
+	})
 
 	cmd.AddCommand(tenants, namespaces, topics, brokers, bookies)
 	return cmd

@@ -98,6 +98,10 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	f.Duration("disk-check-interval", def.DiskCheckInterval, "how often disk usage is checked")
 	f.String("rack", def.Rack, "rack or zone of this bookie: placement spreads each write quorum over racks")
 	f.String("host-label", def.HostLabel, "identity of the machine this bookie runs on: placement never puts two bookies with the same host label in one write quorum (default: unknown)")
+	f.Bool("autorecovery", def.Autorecovery, "run autorecovery (auditor candidate and re-replication worker) inside this bookie")
+	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "how long a bookie must stay unregistered before its ledgers are re-replicated (0: at once)")
+	f.Duration("autorecovery-check-interval", def.AutorecoveryCheckInterval, "how often the auditor compares every ledger's metadata with what each bookie holds (0: never)")
+	f.Int64("rereplication-max-bytes-per-sec", def.RereplicationMaxBytesPerSec, "throttle of this bookie's re-replication worker in bytes per second (0: unlimited)")
 	f.BoolVar(&simulatePowerLoss, "simulate-power-loss", false, "for fault tests only: keep the data directory in memory; SIGUSR1 writes only synced data back and exits (a power loss), a clean stop writes everything back")
 	return cmd
 }

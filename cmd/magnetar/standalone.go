@@ -60,5 +60,6 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Int("max-entry-size", def.MaxEntrySize, "largest entry (message or batch) accepted, in bytes")
 	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
 	f.String("http", def.HTTPListen, "admin REST address of the broker")
+	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "with several bookies: how long one must be gone before its copies are re-replicated to the others")
 	return cmd
 }

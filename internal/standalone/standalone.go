@@ -10,6 +10,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -37,6 +38,9 @@ type Config struct {
 	BrokerListen string `mapstructure:"broker-listen"`
 	// HTTPListen is the admin REST address. Default 127.0.0.1:8080.
 	HTTPListen string `mapstructure:"http"`
+	// LostBookieRecoveryDelay: with several bookies, how long one must be
+	// gone before its copies are re-replicated. Default 30s.
+	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
 }
 
 // DefaultConfig returns the defaults.
@@ -49,6 +53,8 @@ func DefaultConfig() Config {
 		MaxEntrySize:    bookie.DefaultConfig().MaxEntrySize,
 		BrokerListen:    "127.0.0.1:6650",
 		HTTPListen:      "127.0.0.1:8080",
+
+		LostBookieRecoveryDelay: bookie.DefaultConfig().LostBookieRecoveryDelay,
 	}
 }
 
@@ -60,6 +66,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data directory is empty"))
+	}
+	if c.LostBookieRecoveryDelay < 0 {
+		errs = append(errs, fmt.Errorf("--lost-bookie-recovery-delay %v is negative", c.LostBookieRecoveryDelay))
 	}
 	if c.Bookies < 1 || c.Bookies > MaxBookies {
 		errs = append(errs, fmt.Errorf("bookies %d must be in 1..%d", c.Bookies, MaxBookies))
@@ -142,6 +151,10 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		bc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("bookie-%d", i))
 		bc.Metastore = s.Etcd.Endpoints()
 		bc.MaxEntrySize = cfg.MaxEntrySize
+		// With several bookies, each runs autorecovery: a lost bookie's
+		// copies move to the others.
+		bc.Autorecovery = cfg.Bookies > 1
+		bc.LostBookieRecoveryDelay = cfg.LostBookieRecoveryDelay
 		b, err := bookie.Start(ctx, bc, bookie.WithStore(s.Store), bookie.WithLogger(log.Named(bc.ID)))
 		if err != nil {
 			return nil, err

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"github.com/magnetar-io/magnetar/bookie/autorecovery"
+	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/internal/config"
+	"github.com/magnetar-io/magnetar/internal/netaddr"
+	"github.com/magnetar-io/magnetar/metastore"
+)
+
+// autorecoveryConfig is the configuration of `magnetar autorecovery`, a
+// process that runs an autorecovery instance apart from the bookies.
+type autorecoveryConfig struct {
+	// ID names the instance in the auditor key and ledger locks. Default
+	// autorecovery-<hostname>-<pid>.
+	ID string `mapstructure:"id"`
+	// Metastore lists the etcd endpoints.
+	Metastore []string `mapstructure:"metastore"`
+	// MetastoreRoot is the key prefix of the cluster. Default /magnetar.
+	MetastoreRoot string `mapstructure:"metastore-root"`
+	// LostBookieRecoveryDelay: see bookie.Config. Default 30s; 0 allowed.
+	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
+	// CheckInterval: see bookie.Config.AutorecoveryCheckInterval. Default
+	// 24h; 0 disables.
+	CheckInterval time.Duration `mapstructure:"check-interval"`
+	// RereplicationMaxBytesPerSec throttles the worker; 0: unlimited.
+	RereplicationMaxBytesPerSec int64 `mapstructure:"rereplication-max-bytes-per-sec"`
+	// SessionTTL of the lease holding the auditor role and ledger locks.
+	// Default 10s.
+	SessionTTL time.Duration `mapstructure:"session-ttl"`
+	// MaxEntrySize: the largest entry copied. Default 5 MiB.
+	MaxEntrySize int `mapstructure:"max-entry-size"`
+}
+
+func defaultAutorecoveryConfig() autorecoveryConfig {
+	host, _ := os.Hostname()
+	return autorecoveryConfig{
+		ID:                      fmt.Sprintf("autorecovery-%s-%d", host, os.Getpid()),
+		MetastoreRoot:           "/magnetar",
+		LostBookieRecoveryDelay: 30 * time.Second,
+		CheckInterval:           24 * time.Hour,
+		SessionTTL:              10 * time.Second,
+		MaxEntrySize:            5 << 20,
+	}
+}
+
+func (c *autorecoveryConfig) validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("--id is empty"))
+	}
+	if len(c.Metastore) == 0 {
+		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))
+	}
+	for _, e := range c.Metastore {
+		if err := netaddr.Endpoint(e); err != nil {
+			errs = append(errs, fmt.Errorf("--metastore %q: %w", e, err))
+		}
+	}
+	if c.LostBookieRecoveryDelay < 0 {
+		errs = append(errs, fmt.Errorf("--lost-bookie-recovery-delay %v is negative", c.LostBookieRecoveryDelay))
+	}
+	if c.CheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("--check-interval %v is negative (0 disables the check)", c.CheckInterval))
+	}
+	if c.RereplicationMaxBytesPerSec < 0 {
+		errs = append(errs, fmt.Errorf("--rereplication-max-bytes-per-sec %d is negative (0: unlimited)", c.RereplicationMaxBytesPerSec))
+	}
+	if c.SessionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("--session-ttl %v is below 1s", c.SessionTTL))
+	}
+	if c.MaxEntrySize <= 0 {
+		errs = append(errs, fmt.Errorf("--max-entry-size %d must be positive", c.MaxEntrySize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("autorecovery config: %w", err)
+	}
+	return nil
+}
+
+func loadAutorecoveryConfig(flags *pflag.FlagSet, path string) (autorecoveryConfig, error) {
+	cfg := defaultAutorecoveryConfig()
+	if err := config.Load(flags, path, &cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.validate()
+}
+
+func newAutorecoveryCmd(g *globals) *cobra.Command {
+	def := defaultAutorecoveryConfig()
+	cmd := &cobra.Command{
+		Use:   "autorecovery",
+		Short: "Run autorecovery apart from the bookies (auditor candidate and re-replication worker)",
+		Long: `Run an autorecovery instance in its own process. Every bookie runs one by
+default (bookie --autorecovery=false turns it off); this command is for
+deployments that keep it apart. Instances elect one auditor through etcd: it
+notices bookies that are gone for longer than --lost-bookie-recovery-delay,
+and marks their ledgers under-replicated; every instance re-replicates marked
+ledgers, one worker per ledger. Every flag can also be set with a MAGNETAR_*
+environment variable or in the --config file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadAutorecoveryConfig(cmd.Flags(), g.config)
+			if err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			store, err := metastore.Open(cmd.Context(), metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot}, log)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			lc, err := ledger.New(store, ledger.Config{MaxEntrySize: cfg.MaxEntrySize, Logger: log.Named("ledger")})
+			if err != nil {
+				return err
+			}
+			defer lc.Close()
+			check := cfg.CheckInterval
+			if check == 0 {
+				check = -1
+			}
+			s, err := autorecovery.Start(store, lc, autorecovery.Config{
+				ID:              cfg.ID,
+				LostBookieDelay: cfg.LostBookieRecoveryDelay,
+				CheckInterval:   check,
+				SessionTTL:      cfg.SessionTTL,
+				MaxBytesPerSec:  cfg.RereplicationMaxBytesPerSec,
+				Logger:          log,
+			})
+			if err != nil {
+				return err
+			}
+			log.Info("autorecovery running", zap.String("id", cfg.ID), zap.Duration("lost-bookie-recovery-delay", cfg.LostBookieRecoveryDelay))
+			<-cmd.Context().Done()
+			log.Info("stopping")
+			return s.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.String("id", def.ID, "instance name in the auditor key and ledger locks")
+	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
+	f.String("metastore-root", def.MetastoreRoot, "key prefix of the cluster in etcd")
+	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "how long a bookie must stay unregistered before its ledgers are re-replicated (0: at once)")
+	f.Duration("check-interval", def.CheckInterval, "how often the auditor compares every ledger's metadata with what each bookie holds (0: never)")
+	f.Int64("rereplication-max-bytes-per-sec", def.RereplicationMaxBytesPerSec, "throttle of the re-replication worker in bytes per second (0: unlimited)")
+	f.Duration("session-ttl", def.SessionTTL, "TTL of the lease holding the auditor role and ledger locks")
+	f.Int("max-entry-size", def.MaxEntrySize, "largest entry copied, in bytes")
+	return cmd
+}
