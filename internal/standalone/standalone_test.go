@@ -2,6 +2,7 @@ package standalone
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,67 @@ func TestReplication(t *testing.T) {
 		if e, qw, qa := replication(n); [3]int{e, qw, qa} != want {
 			t.Errorf("%d bookies: %d/%d/%d, want %v", n, e, qw, qa, want)
 		}
+	}
+}
+
+// With several bookies, standalone runs autorecovery in each: a bookie
+// that stops for good has its copies moved to the others. With one there
+// is nothing to move to, and none runs.
+func TestAutorecoveryWithSeveralBookies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Bookies = 4
+	cfg.LostBookieRecoveryDelay = 0
+	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cl, err := ledger.New(s.Store, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := w.Append(ctx, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gone := w.Metadata().Segments[0].Bookies[0]
+	for _, b := range s.Bookies {
+		if b.Autorecovery() == nil {
+			t.Fatalf("bookie %s runs no autorecovery", b.ID())
+		}
+		if b.ID() == gone {
+			b.Close()
+		}
+	}
+	testutil.Eventually(t, time.Minute, "the stopped bookie's copies move", func() bool {
+		m, err := cl.Metadata(ctx, w.ID())
+		return err == nil && !slices.Contains(m.Segments[0].Bookies, gone)
+	})
+
+	one := DefaultConfig()
+	one.DataDir = t.TempDir()
+	one.MetastoreListen, one.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
+	one.BrokerListen, one.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	s1, err := Start(ctx, one, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	if s1.Bookies[0].Autorecovery() != nil {
+		t.Fatal("a single bookie runs autorecovery")
 	}
 }
