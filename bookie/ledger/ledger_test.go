@@ -1008,3 +1008,72 @@ func TestDeadBookieWithoutSpareKeepsWriting(t *testing.T) {
 		}
 	}
 }
+
+// indexed lists the ledgers the bookie -> ledgers index gives bookie b.
+func indexed(t *testing.T, store *metastore.Store, b string) []int64 {
+	t.Helper()
+	var ids []int64
+	if err := store.ListAll(context.Background(), metastore.BookieLedgersOf(b), metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+		_, id, err := metastore.ParseBookieLedgerKey(kv.Key)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// The bookie -> ledgers index follows the metadata in the same
+// transactions: a ledger's bookies get a key at creation, a replacement
+// bookie at an ensemble change (the replaced one keeps its key while an
+// earlier segment names it, and gets an under-replication mark: entries
+// completed without it), and every key goes with the ledger.
+func TestBookieLedgerIndex(t *testing.T) {
+	c := testcluster.Start(t, 4, testcluster.Options{Configure: func(cfg *bookie.Config) { cfg.Autorecovery = false }})
+	ctx := ctxT(t)
+	cl := c.Client(ledger.Config{AddTimeout: time.Second})
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := w.Metadata().Segments[0].Bookies
+	for _, b := range c.Bookies() {
+		want := slices.Contains(first, b.ID)
+		if got := slices.Contains(indexed(t, c.Store, b.ID), w.ID()); got != want {
+			t.Fatalf("bookie %s indexed %v, in the ensemble %v", b.ID, got, want)
+		}
+	}
+	if _, err := w.Append(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	c.Bookie(first[0]).Kill()
+	if _, err := w.Append(ctx, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	m := w.Metadata()
+	if len(m.Segments) != 2 {
+		t.Fatalf("segments %+v", m.Segments)
+	}
+	for _, b := range m.Bookies() {
+		if !slices.Contains(indexed(t, c.Store, b), w.ID()) {
+			t.Fatalf("bookie %s of the ledger is not indexed", b)
+		}
+	}
+	if _, err := c.Store.Get(ctx, metastore.UnderReplicatedKey(w.ID(), first[0])); err != nil {
+		t.Fatalf("no mark for the bookie the writer went on without: %v", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Delete(ctx, w.ID()); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range c.Bookies() {
+		if slices.Contains(indexed(t, c.Store, b.ID), w.ID()) {
+			t.Fatalf("bookie %s still indexed for a deleted ledger", b.ID)
+		}
+	}
+}
