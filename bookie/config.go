@@ -58,6 +58,17 @@ type Config struct {
 	// RereplicationMaxBytesPerSec throttles this bookie's re-replication
 	// worker. Default 0: unlimited.
 	RereplicationMaxBytesPerSec int64 `mapstructure:"rereplication-max-bytes-per-sec" yaml:"rereplication-max-bytes-per-sec"`
+	// AutoRebalance: the auditor moves closed ledgers' copies from the
+	// fullest bookies to the emptiest by itself, every RebalanceInterval.
+	// Default false (rebalance on request: magnetar admin bookies
+	// rebalance).
+	AutoRebalance bool `mapstructure:"auto-rebalance" yaml:"auto-rebalance"`
+	// RebalanceInterval: how often an automatic rebalance may run.
+	// Default 5m.
+	RebalanceInterval time.Duration `mapstructure:"rebalance-interval" yaml:"rebalance-interval"`
+	// RebalanceTargetSpread: rebalancing stops when (max - min) / mean of
+	// the bookies' usage is at most this. Default 0.2.
+	RebalanceTargetSpread float64 `mapstructure:"rebalance-target-spread" yaml:"rebalance-target-spread"`
 	// DiskUsageThreshold: above this share of its filesystem in use (as df
 	// counts it: used / (used + available)) the bookie turns read-only:
 	// it refuses normal adds and registers read_only, so that placement
@@ -95,6 +106,8 @@ func DefaultConfig() Config {
 		Autorecovery:              true,
 		LostBookieRecoveryDelay:   30 * time.Second,
 		AutorecoveryCheckInterval: 24 * time.Hour,
+		RebalanceInterval:         5 * time.Minute,
+		RebalanceTargetSpread:     0.2,
 		DiskUsageThreshold:        0.90,
 		DiskUsageLowThreshold:     0.85,
 		DiskCheckInterval:         time.Second,
@@ -166,6 +179,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AutorecoveryCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("autorecovery check interval %v is negative (0 disables the check)", c.AutorecoveryCheckInterval))
+	}
+	if c.RebalanceInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--rebalance-interval %v must be positive", c.RebalanceInterval))
+	}
+	if !(c.RebalanceTargetSpread > 0 && c.RebalanceTargetSpread <= 10) {
+		errs = append(errs, fmt.Errorf("--rebalance-target-spread %v must be in (0, 10]", c.RebalanceTargetSpread))
 	}
 	if c.RereplicationMaxBytesPerSec < 0 {
 		errs = append(errs, fmt.Errorf("re-replication rate %d is negative (0: unlimited)", c.RereplicationMaxBytesPerSec))

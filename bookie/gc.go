@@ -2,11 +2,16 @@ package bookie
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
 // gcLoop deletes, every GCInterval, the ledgers this bookie holds that the
@@ -23,11 +28,17 @@ func (s *Server) gcLoop() {
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.GCInterval)
 		n, err := s.collectGarbage(ctx)
-		cancel()
 		if err != nil {
 			s.log.Warn("ledger garbage collection failed", zap.Error(err))
 		} else if n > 0 {
 			s.log.Info("deleted ledgers no longer in metadata", zap.Int("ledgers", n))
+		}
+		n, err = s.collectMoved(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("garbage collection of moved copies failed", zap.Error(err))
+		} else if n > 0 {
+			s.log.Info("deleted copies of ledgers whose metadata no longer names this bookie", zap.Int("ledgers", n))
 		}
 	}
 }
@@ -70,4 +81,91 @@ func (s *Server) collectGarbage(ctx context.Context) (int, error) {
 		}
 	}
 	return len(dead), nil
+}
+
+// maxMovedPerPass bounds the ledgers collectMoved examines in one pass.
+const maxMovedPerPass = 1000
+
+// collectMoved deletes the local copies of closed ledgers whose metadata
+// no longer names this bookie: moved away by a decommission or a
+// rebalance, or left by a re-replication that stopped before its swap. It
+// returns how many ledgers it deleted.
+//
+// Candidates are the local ledgers missing from this bookie's index
+// (bookies/ledgers/<id>/). Each is decided under the ledger's autorecovery
+// lock, on metadata read after taking it: a worker copies to a bookie only
+// under that lock and swaps it into the metadata before releasing it, and
+// writers and recoveries write only to bookies their metadata names or
+// (a recovery) of ledgers not closed yet, so a copy deleted here is one no
+// metadata will ever name.
+func (s *Server) collectMoved(ctx context.Context) (int, error) {
+	local := s.db.Ledgers()
+	if len(local) == 0 {
+		return 0, nil
+	}
+	mine := map[int64]bool{}
+	if err := s.store.ListAll(ctx, metastore.BookieLedgersOf(s.id), metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+		if _, id, err := metastore.ParseBookieLedgerKey(kv.Key); err == nil {
+			mine[id] = true
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	var cands []int64
+	for _, id := range local {
+		if !mine[id] && len(cands) < maxMovedPerPass {
+			cands = append(cands, id)
+		}
+	}
+	if len(cands) == 0 {
+		return 0, nil
+	}
+	sess, err := s.store.NewSession(ctx, s.cfg.SessionTTL)
+	if err != nil {
+		return 0, err
+	}
+	defer sess.Close()
+	n := 0
+	for _, id := range cands {
+		deleted, err := s.collectMovedOne(ctx, sess, id)
+		if err != nil {
+			return n, err
+		}
+		if deleted {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *Server) collectMovedOne(ctx context.Context, sess *metastore.Session, id int64) (bool, error) {
+	lockRev, err := s.store.Create(ctx, metastore.LedgerLockKey(id), []byte("gc "+s.id), metastore.WithLease(sess.Lease()))
+	if errors.Is(err, metastore.ErrBadVersion) {
+		return false, nil // a worker holds it: next pass
+	}
+	if err != nil {
+		return false, err
+	}
+	defer s.store.CompareAndDelete(context.WithoutCancel(ctx), metastore.LedgerLockKey(id), lockRev)
+	kv, err := s.store.Get(ctx, metastore.LedgerKey(id))
+	if errors.Is(err, metastore.ErrNotFound) {
+		return false, nil // deleted: collectGarbage's business
+	}
+	if err != nil {
+		return false, err
+	}
+	var m metapb.LedgerMetadata
+	if err := proto.Unmarshal(kv.Value, &m); err != nil || m.State != metapb.LedgerState_LEDGER_STATE_CLOSED {
+		return false, nil
+	}
+	for _, sg := range m.Segments {
+		if slices.Contains(sg.Bookies, s.id) {
+			return false, nil
+		}
+	}
+	if err := s.db.DeleteLedgers(ctx, []int64{id}); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -53,6 +53,7 @@ func (s *Server) publish(ctx context.Context, r *registration) error {
 		ReadOnlyReasons: s.ReadOnly(),
 	}
 	info.ReadOnly = len(info.ReadOnlyReasons) > 0
+	info.StoredBytes = s.db.DiskSpaceUsage()
 	if secs > 0 {
 		info.WriteBytesPerSec = float64(st.AddBytes-r.lastBytes) / secs
 		info.AddsPerSec = float64(st.Adds-r.lastAdds) / secs

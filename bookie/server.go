@@ -244,12 +244,15 @@ func (s *Server) startAutorecovery() error {
 		check = -1
 	}
 	rs, err := autorecovery.Start(s.store, lc, autorecovery.Config{
-		ID:              s.id,
-		LostBookieDelay: s.cfg.LostBookieRecoveryDelay,
-		CheckInterval:   check,
-		SessionTTL:      s.cfg.SessionTTL,
-		MaxBytesPerSec:  s.cfg.RereplicationMaxBytesPerSec,
-		Logger:          s.log.Named("autorecovery"),
+		ID:                s.id,
+		LostBookieDelay:   s.cfg.LostBookieRecoveryDelay,
+		CheckInterval:     check,
+		SessionTTL:        s.cfg.SessionTTL,
+		MaxBytesPerSec:    s.cfg.RereplicationMaxBytesPerSec,
+		AutoRebalance:     s.cfg.AutoRebalance,
+		RebalanceInterval: s.cfg.RebalanceInterval,
+		RebalanceSpread:   s.cfg.RebalanceTargetSpread,
+		Logger:            s.log.Named("autorecovery"),
 	})
 	if err != nil {
 		lc.Close()

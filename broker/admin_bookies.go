@@ -19,6 +19,18 @@ func (s *Server) bookieRoutes(h func(string, func(http.ResponseWriter, *http.Req
 		}
 		return map[string]any{"count": count, "marks": marks}, nil
 	})
+	h("GET /admin/v2/bookies/rebalance", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		return autorecovery.GetRebalance(r.Context(), s.store)
+	})
+	h("POST /admin/v2/bookies/rebalance", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		var body struct {
+			TargetSpread float64 `json:"targetSpread"`
+		}
+		if err := readJSON(r, &body, true); err != nil {
+			return nil, err
+		}
+		return nil, autorecovery.RequestRebalance(r.Context(), s.store, body.TargetSpread)
+	})
 	h("GET /admin/v2/bookies/{id}", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		all, err := autorecovery.Bookies(r.Context(), s.store)
 		if err != nil {

@@ -88,6 +88,7 @@ var restErrorTable = []struct {
 	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
 	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},
+	{autorecovery.ErrInvalidArgument, "INVALID_ARGUMENT", http.StatusBadRequest},
 }
 
 // restCodeOf returns the JSON code and HTTP status of an admin API error:

@@ -19,6 +19,7 @@ import (
 //	autorecovery/auditor            the elected auditor, under its session lease
 //	autorecovery/locks/<ledger id, 20 digits>   a worker's lock, under its lease
 //	autorecovery/index              empty: the bookie -> ledgers index is complete
+//	autorecovery/rebalance          metapb.Rebalance, while a rebalance runs
 //	ledgers/<ledger id, 20 digits>  metapb.LedgerMetadata
 //	idgen/<name>                    empty; its revision is the last id handed out
 //	topics/<tenant>/<ns>/<topic>/ledgers   metapb.ManagedLedgerInfo
@@ -39,6 +40,7 @@ const (
 	AuditorKey             = "autorecovery/auditor"
 	LedgerLocksPrefix      = "autorecovery/locks/"
 	IndexBuiltKey          = "autorecovery/index"
+	RebalanceKey           = "autorecovery/rebalance"
 	LedgersPrefix          = "ledgers/"
 	idgenPrefix            = "idgen/"
 	TopicsPrefix           = "topics/"

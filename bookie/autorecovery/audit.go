@@ -54,6 +54,7 @@ func (s *Service) audit(ctx context.Context) error {
 	lastRemark := time.Now()
 	drainSeen := map[string]int64{} // drain record revisions whose ledgers were marked this term
 	lastCheck := time.Now()
+	var lastRebalance time.Time
 	for {
 		if err := s.step("audit", 0); err != nil {
 			return err
@@ -96,6 +97,13 @@ func (s *Service) audit(ctx context.Context) error {
 			}
 		}
 		if err := s.drains(ctx, remark, drainSeen); err != nil {
+			return err
+		}
+		auto := s.cfg.AutoRebalance && now.Sub(lastRebalance) >= s.cfg.RebalanceInterval
+		if auto {
+			lastRebalance = now
+		}
+		if err := s.rebalanceRound(ctx, auto); err != nil {
 			return err
 		}
 		if s.cfg.CheckInterval > 0 && now.Sub(lastCheck) >= s.cfg.CheckInterval {

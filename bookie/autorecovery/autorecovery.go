@@ -43,6 +43,16 @@ type Config struct {
 	MaxBytesPerSec int64
 	// Copies in flight per fragment. Default 16.
 	CopyConcurrency int
+	// AutoRebalance: the auditor rebalances by itself every
+	// RebalanceInterval (default off: only on request, `magnetar admin
+	// bookies rebalance`).
+	AutoRebalance bool
+	// RebalanceInterval: how often an automatic rebalance round may run.
+	// Default 5m.
+	RebalanceInterval time.Duration
+	// RebalanceSpread: the target of automatic rebalancing and the
+	// default of requests: (max - min) / mean usage. Default 0.2.
+	RebalanceSpread float64
 	// Logger; nil discards.
 	Logger *zap.Logger
 }
@@ -63,6 +73,10 @@ func (c *Config) fill() error {
 	def(&c.AuditInterval, time.Second)
 	def(&c.PollInterval, 5*time.Second)
 	def(&c.SessionTTL, 10*time.Second)
+	def(&c.RebalanceInterval, 5*time.Minute)
+	if c.RebalanceSpread <= 0 {
+		c.RebalanceSpread = DefaultRebalanceSpread
+	}
 	if c.CopyConcurrency == 0 {
 		c.CopyConcurrency = 16
 	}

@@ -10,7 +10,8 @@ import (
 // mark is one under-replication mark of the ledger being repaired.
 type mark struct {
 	reason metapb.UnderReplicated_Reason
-	rev    int64 // mod revision: the mark is deleted only if unchanged
+	target string // REASON_MOVE: where to
+	rev    int64  // mod revision: the mark is deleted only if unchanged
 }
 
 // bookieView is what the worker knows of a bookie when it plans.
@@ -26,6 +27,7 @@ type fragment struct {
 	Segment, Pos int
 	Bookie       string
 	First, Last  int64
+	Target       string // a replace's preferred new bookie (rebalancing)
 }
 
 // plan is what a worker does for one ledger. It is computed from the
@@ -64,6 +66,8 @@ func planRepair(m *ledger.Metadata, marks map[string]mark, view func(string) boo
 		switch {
 		case v.draining:
 			act = func(f fragment) { p.replaces = append(p.replaces, f) }
+		case mk.reason == metapb.UnderReplicated_REASON_MOVE:
+			act = func(f fragment) { f.Target = mk.target; p.replaces = append(p.replaces, f) }
 		case v.live:
 			act = func(f fragment) { p.fills = append(p.fills, f) }
 		case v.lost || mk.reason == metapb.UnderReplicated_REASON_LOST:

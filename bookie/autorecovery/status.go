@@ -22,6 +22,8 @@ var (
 	// ErrTooFewBookies: a decommission would leave fewer writable
 	// bookies than the largest ensemble in use.
 	ErrTooFewBookies = errors.New("autorecovery: too few writable bookies would remain")
+	// ErrInvalidArgument: a bad request.
+	ErrInvalidArgument = errors.New("autorecovery: invalid argument")
 	// ErrNotDraining: recommission of a bookie that is not being
 	// decommissioned.
 	ErrNotDraining = errors.New("autorecovery: bookie is not being decommissioned")

@@ -102,7 +102,7 @@ func (s *Service) ledgerMarks(ctx context.Context, id int64) (map[string]mark, e
 		}
 		var u metapb.UnderReplicated
 		proto.Unmarshal(kv.Value, &u) // a corrupt mark counts as MISSING: checked, never trusted
-		out[b] = mark{reason: u.Reason, rev: kv.ModRevision}
+		out[b] = mark{reason: u.Reason, target: u.Target, rev: kv.ModRevision}
 		return nil
 	})
 	return out, err
@@ -208,9 +208,12 @@ func (s *Service) repairOnce(ctx context.Context, guard *metastore.Guard, id int
 		nm = m.Clone()
 		for _, f := range p.replaces {
 			seg := &nm.Segments[f.Segment]
-			dest, err := s.lc.PickReplacement(ctx, nm, f.Segment, f.Pos)
-			if err != nil {
-				return fmt.Errorf("replace bookie %s in ledger %d: %w", f.Bookie, id, err)
+			dest := f.Target
+			if dest == "" || !s.canTake(reg, nm, f.Segment, dest) {
+				dest, err = s.lc.PickReplacement(ctx, nm, f.Segment, f.Pos)
+				if err != nil {
+					return fmt.Errorf("replace bookie %s in ledger %d: %w", f.Bookie, id, err)
+				}
 			}
 			if err := s.copyFragment(ctx, m, f, dest, nil); err != nil {
 				return err
@@ -254,6 +257,25 @@ func (s *Service) clearMarks(ctx context.Context, guard *metastore.Guard, id int
 	}
 	_, err := s.store.Commit(ctx, guard, ops...)
 	return err
+}
+
+// canTake says whether bookie b may take a position of segment seg of m
+// as a rebalancing target: live, writable, not in the segment already and
+// not on a host (by host label) the segment uses.
+func (s *Service) canTake(reg map[string]*metapb.BookieInfo, m *ledger.Metadata, seg int, b string) bool {
+	info, ok := reg[b]
+	if !ok || info.ReadOnly || slices.Contains(m.Segments[seg].Bookies, b) {
+		return false
+	}
+	if info.HostLabel == "" {
+		return true
+	}
+	for _, o := range m.Segments[seg].Bookies {
+		if oi, ok := reg[o]; ok && oi.HostLabel == info.HostLabel {
+			return false
+		}
+	}
+	return true
 }
 
 // fill copies back to f.Bookie the entries of f it lacks.

@@ -374,16 +374,24 @@ func newAdminCmd(g *globals) *cobra.Command {
 	sub(bookies, "list", "List every bookie: state (writable, read-only, draining, decommissioned, down, lost), disk, ledgers, under-replicated ledgers", 0, func(ctx context.Context, _ []string) error {
 		return a.call(ctx, "GET", "/admin/v2/bookies/all", nil)
 	})
-	sub(bookies, "get", "Show one bookie (decommission progress: its ledgers count down to 0)", 1, func(ctx context.Context, args []string) error {
+	sub(bookies, "get ID", "Show one bookie (decommission progress: its ledgers count down to 0)", 1, func(ctx context.Context, args []string) error {
 		return a.call(ctx, "GET", "/admin/v2/bookies/"+url.PathEscape(args[0]), nil)
 	})
 	sub(bookies, "under-replicated", "List the ledgers whose copies on a bookie are to be repaired or moved", 0, func(ctx context.Context, _ []string) error {
 		return a.call(ctx, "GET", "/admin/v2/bookies/under-replicated", nil)
 	})
-	sub(bookies, "decommission", "Drain a bookie: it turns read-only, its copies move to other bookies, then it may be removed", 1, func(ctx context.Context, args []string) error {
+	sub(bookies, "decommission ID", "Drain a bookie: it turns read-only, its copies move to other bookies, then it may be removed", 1, func(ctx context.Context, args []string) error {
 		return a.call(ctx, "POST", "/admin/v2/bookies/"+url.PathEscape(args[0])+"/decommission", nil)
 	})
-	sub(bookies, "recommission", "Stop a drain: the bookie turns writable again", 1, func(ctx context.Context, args []string) error {
+	var spread float64
+	rb := sub(bookies, "rebalance", "Move closed ledgers' copies from the fullest bookies to the emptiest until their usage is within --target-spread of the mean", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "POST", "/admin/v2/bookies/rebalance", map[string]float64{"targetSpread": spread})
+	})
+	rb.Flags().Float64Var(&spread, "target-spread", 0, "(max - min) / mean usage to reach (default: the autorecovery's, 0.2)")
+	sub(bookies, "rebalance-status", "Show the rebalance in progress", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "GET", "/admin/v2/bookies/rebalance", nil)
+	})
+	sub(bookies, "recommission ID", "Stop a drain: the bookie turns writable again", 1, func(ctx context.Context, args []string) error {
 		return a.call(ctx, "POST", "/admin/v2/bookies/"+url.PathEscape(args[0])+"/recommission", nil)
 	})
 

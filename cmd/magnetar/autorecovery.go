@@ -39,6 +39,11 @@ type autorecoveryConfig struct {
 	SessionTTL time.Duration `mapstructure:"session-ttl"`
 	// MaxEntrySize: the largest entry copied. Default 5 MiB.
 	MaxEntrySize int `mapstructure:"max-entry-size"`
+	// AutoRebalance, RebalanceInterval, RebalanceTargetSpread: see
+	// bookie.Config.
+	AutoRebalance         bool          `mapstructure:"auto-rebalance"`
+	RebalanceInterval     time.Duration `mapstructure:"rebalance-interval"`
+	RebalanceTargetSpread float64       `mapstructure:"rebalance-target-spread"`
 }
 
 func defaultAutorecoveryConfig() autorecoveryConfig {
@@ -50,6 +55,8 @@ func defaultAutorecoveryConfig() autorecoveryConfig {
 		CheckInterval:           24 * time.Hour,
 		SessionTTL:              10 * time.Second,
 		MaxEntrySize:            5 << 20,
+		RebalanceInterval:       5 * time.Minute,
+		RebalanceTargetSpread:   autorecovery.DefaultRebalanceSpread,
 	}
 }
 
@@ -77,6 +84,12 @@ func (c *autorecoveryConfig) validate() error {
 	}
 	if c.SessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("--session-ttl %v is below 1s", c.SessionTTL))
+	}
+	if c.RebalanceInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--rebalance-interval %v must be positive", c.RebalanceInterval))
+	}
+	if !(c.RebalanceTargetSpread > 0 && c.RebalanceTargetSpread <= 10) {
+		errs = append(errs, fmt.Errorf("--rebalance-target-spread %v must be in (0, 10]", c.RebalanceTargetSpread))
 	}
 	if c.MaxEntrySize <= 0 {
 		errs = append(errs, fmt.Errorf("--max-entry-size %d must be positive", c.MaxEntrySize))
@@ -133,12 +146,15 @@ environment variable or in the --config file.`,
 				check = -1
 			}
 			s, err := autorecovery.Start(store, lc, autorecovery.Config{
-				ID:              cfg.ID,
-				LostBookieDelay: cfg.LostBookieRecoveryDelay,
-				CheckInterval:   check,
-				SessionTTL:      cfg.SessionTTL,
-				MaxBytesPerSec:  cfg.RereplicationMaxBytesPerSec,
-				Logger:          log,
+				ID:                cfg.ID,
+				LostBookieDelay:   cfg.LostBookieRecoveryDelay,
+				CheckInterval:     check,
+				SessionTTL:        cfg.SessionTTL,
+				MaxBytesPerSec:    cfg.RereplicationMaxBytesPerSec,
+				AutoRebalance:     cfg.AutoRebalance,
+				RebalanceInterval: cfg.RebalanceInterval,
+				RebalanceSpread:   cfg.RebalanceTargetSpread,
+				Logger:            log,
 			})
 			if err != nil {
 				return err
@@ -158,5 +174,8 @@ environment variable or in the --config file.`,
 	f.Int64("rereplication-max-bytes-per-sec", def.RereplicationMaxBytesPerSec, "throttle of the re-replication worker in bytes per second (0: unlimited)")
 	f.Duration("session-ttl", def.SessionTTL, "TTL of the lease holding the auditor role and ledger locks")
 	f.Int("max-entry-size", def.MaxEntrySize, "largest entry copied, in bytes")
+	f.Bool("auto-rebalance", def.AutoRebalance, "let the auditor move closed ledgers' copies from the fullest bookies to the emptiest by itself, every --rebalance-interval")
+	f.Duration("rebalance-interval", def.RebalanceInterval, "how often an automatic rebalance may run")
+	f.Float64("rebalance-target-spread", def.RebalanceTargetSpread, "rebalancing stops when (max - min) / mean of the bookies' usage is at most this")
 	return cmd
 }

@@ -102,6 +102,9 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "how long a bookie must stay unregistered before its ledgers are re-replicated (0: at once)")
 	f.Duration("autorecovery-check-interval", def.AutorecoveryCheckInterval, "how often the auditor compares every ledger's metadata with what each bookie holds (0: never)")
 	f.Int64("rereplication-max-bytes-per-sec", def.RereplicationMaxBytesPerSec, "throttle of this bookie's re-replication worker in bytes per second (0: unlimited)")
+	f.Bool("auto-rebalance", def.AutoRebalance, "let the auditor move closed ledgers' copies from the fullest bookies to the emptiest by itself, every --rebalance-interval")
+	f.Duration("rebalance-interval", def.RebalanceInterval, "how often an automatic rebalance may run")
+	f.Float64("rebalance-target-spread", def.RebalanceTargetSpread, "rebalancing stops when (max - min) / mean of the bookies' usage is at most this")
 	f.BoolVar(&simulatePowerLoss, "simulate-power-loss", false, "for fault tests only: keep the data directory in memory; SIGUSR1 writes only synced data back and exits (a power loss), a clean stop writes everything back")
 	return cmd
 }

@@ -90,6 +90,9 @@ const (
 	UnderReplicated_REASON_MISSING UnderReplicated_Reason = 2
 	// The bookie is being decommissioned: its copies move elsewhere.
 	UnderReplicated_REASON_DRAINING UnderReplicated_Reason = 3
+	// Rebalancing: the ledger's copies on this bookie move to target
+	// (closed ledgers only), and the bookie deletes them afterwards.
+	UnderReplicated_REASON_MOVE UnderReplicated_Reason = 4
 )
 
 // Enum value maps for UnderReplicated_Reason.
@@ -99,12 +102,14 @@ var (
 		1: "REASON_LOST",
 		2: "REASON_MISSING",
 		3: "REASON_DRAINING",
+		4: "REASON_MOVE",
 	}
 	UnderReplicated_Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED": 0,
 		"REASON_LOST":        1,
 		"REASON_MISSING":     2,
 		"REASON_DRAINING":    3,
+		"REASON_MOVE":        4,
 	}
 )
 
@@ -161,8 +166,11 @@ type BookieInfo struct {
 	// empty when it is writable. read_only is set exactly when this is not
 	// empty.
 	ReadOnlyReasons []string `protobuf:"bytes,13,rep,name=read_only_reasons,json=readOnlyReasons,proto3" json:"read_only_reasons,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Bytes the bookie's storage takes on disk (its own data, not the
+	// filesystem's): what rebalancing evens out.
+	StoredBytes   uint64 `protobuf:"varint,14,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BookieInfo) Reset() {
@@ -284,6 +292,13 @@ func (x *BookieInfo) GetReadOnlyReasons() []string {
 		return x.ReadOnlyReasons
 	}
 	return nil
+}
+
+func (x *BookieInfo) GetStoredBytes() uint64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
 }
 
 // Cookie ties a bookie id to the data directory it was first started on, so
@@ -541,8 +556,11 @@ type UnderReplicated struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Reason         UnderReplicated_Reason `protobuf:"varint,1,opt,name=reason,proto3,enum=magnetar.meta.v1.UnderReplicated_Reason" json:"reason,omitempty"`
 	MarkedAtUnixMs int64                  `protobuf:"varint,2,opt,name=marked_at_unix_ms,json=markedAtUnixMs,proto3" json:"marked_at_unix_ms,omitempty"`
-	// Who marked it: "auditor", "writer", "recovery", "check", "decommission".
-	MarkedBy      string `protobuf:"bytes,3,opt,name=marked_by,json=markedBy,proto3" json:"marked_by,omitempty"`
+	// Who marked it: "auditor", "writer", "recovery", "check", "rebalance".
+	MarkedBy string `protobuf:"bytes,3,opt,name=marked_by,json=markedBy,proto3" json:"marked_by,omitempty"`
+	// REASON_MOVE: the bookie to move the copies to (another one is picked
+	// if it cannot take them).
+	Target        string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +616,95 @@ func (x *UnderReplicated) GetMarkedBy() string {
 	return ""
 }
 
+func (x *UnderReplicated) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+// Rebalance is a rebalancing request, at autorecovery/rebalance while it
+// runs: the auditor moves closed ledgers' copies from the fullest bookies
+// to the emptiest until their usage is within target_spread of the mean.
+type Rebalance struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	TargetSpread      float64                `protobuf:"fixed64,1,opt,name=target_spread,json=targetSpread,proto3" json:"target_spread,omitempty"`
+	RequestedAtUnixMs int64                  `protobuf:"varint,2,opt,name=requested_at_unix_ms,json=requestedAtUnixMs,proto3" json:"requested_at_unix_ms,omitempty"`
+	// Moves ordered so far, and bytes they carried (estimated from ledger
+	// lengths).
+	Moves      int64 `protobuf:"varint,3,opt,name=moves,proto3" json:"moves,omitempty"`
+	MovedBytes int64 `protobuf:"varint,4,opt,name=moved_bytes,json=movedBytes,proto3" json:"moved_bytes,omitempty"`
+	// The last measured spread: (max - min) / mean of the bookies' usage.
+	Spread        float64 `protobuf:"fixed64,5,opt,name=spread,proto3" json:"spread,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rebalance) Reset() {
+	*x = Rebalance{}
+	mi := &file_metapb_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rebalance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rebalance) ProtoMessage() {}
+
+func (x *Rebalance) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rebalance.ProtoReflect.Descriptor instead.
+func (*Rebalance) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Rebalance) GetTargetSpread() float64 {
+	if x != nil {
+		return x.TargetSpread
+	}
+	return 0
+}
+
+func (x *Rebalance) GetRequestedAtUnixMs() int64 {
+	if x != nil {
+		return x.RequestedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Rebalance) GetMoves() int64 {
+	if x != nil {
+		return x.Moves
+	}
+	return 0
+}
+
+func (x *Rebalance) GetMovedBytes() int64 {
+	if x != nil {
+		return x.MovedBytes
+	}
+	return 0
+}
+
+func (x *Rebalance) GetSpread() float64 {
+	if x != nil {
+		return x.Spread
+	}
+	return 0
+}
+
 // BookieDrain is kept at bookies/drain/<bookie id> while a bookie is being
 // decommissioned, and after it is done.
 type BookieDrain struct {
@@ -611,7 +718,7 @@ type BookieDrain struct {
 
 func (x *BookieDrain) Reset() {
 	*x = BookieDrain{}
-	mi := &file_metapb_meta_proto_msgTypes[5]
+	mi := &file_metapb_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +730,7 @@ func (x *BookieDrain) String() string {
 func (*BookieDrain) ProtoMessage() {}
 
 func (x *BookieDrain) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[5]
+	mi := &file_metapb_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +743,7 @@ func (x *BookieDrain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookieDrain.ProtoReflect.Descriptor instead.
 func (*BookieDrain) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{5}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BookieDrain) GetDone() bool {
@@ -673,7 +780,7 @@ type ManagedLedgerInfo struct {
 
 func (x *ManagedLedgerInfo) Reset() {
 	*x = ManagedLedgerInfo{}
-	mi := &file_metapb_meta_proto_msgTypes[6]
+	mi := &file_metapb_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +792,7 @@ func (x *ManagedLedgerInfo) String() string {
 func (*ManagedLedgerInfo) ProtoMessage() {}
 
 func (x *ManagedLedgerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[6]
+	mi := &file_metapb_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +805,7 @@ func (x *ManagedLedgerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ManagedLedgerInfo.ProtoReflect.Descriptor instead.
 func (*ManagedLedgerInfo) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{6}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ManagedLedgerInfo) GetLedgers() []*LedgerRef {
@@ -723,7 +830,7 @@ type LedgerRef struct {
 
 func (x *LedgerRef) Reset() {
 	*x = LedgerRef{}
-	mi := &file_metapb_meta_proto_msgTypes[7]
+	mi := &file_metapb_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +842,7 @@ func (x *LedgerRef) String() string {
 func (*LedgerRef) ProtoMessage() {}
 
 func (x *LedgerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[7]
+	mi := &file_metapb_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +855,7 @@ func (x *LedgerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerRef.ProtoReflect.Descriptor instead.
 func (*LedgerRef) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{7}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LedgerRef) GetLedgerId() int64 {
@@ -810,7 +917,7 @@ type CursorInfo struct {
 
 func (x *CursorInfo) Reset() {
 	*x = CursorInfo{}
-	mi := &file_metapb_meta_proto_msgTypes[8]
+	mi := &file_metapb_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +929,7 @@ func (x *CursorInfo) String() string {
 func (*CursorInfo) ProtoMessage() {}
 
 func (x *CursorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[8]
+	mi := &file_metapb_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +942,7 @@ func (x *CursorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorInfo.ProtoReflect.Descriptor instead.
 func (*CursorInfo) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{8}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CursorInfo) GetCursorLedgerId() int64 {
@@ -888,7 +995,7 @@ type CursorSnapshot struct {
 
 func (x *CursorSnapshot) Reset() {
 	*x = CursorSnapshot{}
-	mi := &file_metapb_meta_proto_msgTypes[9]
+	mi := &file_metapb_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1007,7 @@ func (x *CursorSnapshot) String() string {
 func (*CursorSnapshot) ProtoMessage() {}
 
 func (x *CursorSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[9]
+	mi := &file_metapb_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1020,7 @@ func (x *CursorSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorSnapshot.ProtoReflect.Descriptor instead.
 func (*CursorSnapshot) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{9}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CursorSnapshot) GetMarkDeleteLedger() int64 {
@@ -957,7 +1064,7 @@ type AckedRanges struct {
 
 func (x *AckedRanges) Reset() {
 	*x = AckedRanges{}
-	mi := &file_metapb_meta_proto_msgTypes[10]
+	mi := &file_metapb_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1076,7 @@ func (x *AckedRanges) String() string {
 func (*AckedRanges) ProtoMessage() {}
 
 func (x *AckedRanges) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[10]
+	mi := &file_metapb_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1089,7 @@ func (x *AckedRanges) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckedRanges.ProtoReflect.Descriptor instead.
 func (*AckedRanges) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{10}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AckedRanges) GetLedgerId() int64 {
@@ -1013,7 +1120,7 @@ type BatchAck struct {
 
 func (x *BatchAck) Reset() {
 	*x = BatchAck{}
-	mi := &file_metapb_meta_proto_msgTypes[11]
+	mi := &file_metapb_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1132,7 @@ func (x *BatchAck) String() string {
 func (*BatchAck) ProtoMessage() {}
 
 func (x *BatchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[11]
+	mi := &file_metapb_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1145,7 @@ func (x *BatchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchAck.ProtoReflect.Descriptor instead.
 func (*BatchAck) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{11}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BatchAck) GetLedgerId() int64 {
@@ -1082,7 +1189,7 @@ type CursorChunk struct {
 
 func (x *CursorChunk) Reset() {
 	*x = CursorChunk{}
-	mi := &file_metapb_meta_proto_msgTypes[12]
+	mi := &file_metapb_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1201,7 @@ func (x *CursorChunk) String() string {
 func (*CursorChunk) ProtoMessage() {}
 
 func (x *CursorChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[12]
+	mi := &file_metapb_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1214,7 @@ func (x *CursorChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorChunk.ProtoReflect.Descriptor instead.
 func (*CursorChunk) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{12}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CursorChunk) GetSnapshot() int64 {
@@ -1149,7 +1256,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_metapb_meta_proto_msgTypes[13]
+	mi := &file_metapb_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1268,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[13]
+	mi := &file_metapb_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1281,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{13}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TenantInfo) GetAdminRoles() []string {
@@ -1213,7 +1320,7 @@ type NamespacePolicies struct {
 
 func (x *NamespacePolicies) Reset() {
 	*x = NamespacePolicies{}
-	mi := &file_metapb_meta_proto_msgTypes[14]
+	mi := &file_metapb_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1332,7 @@ func (x *NamespacePolicies) String() string {
 func (*NamespacePolicies) ProtoMessage() {}
 
 func (x *NamespacePolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[14]
+	mi := &file_metapb_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1345,7 @@ func (x *NamespacePolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespacePolicies.ProtoReflect.Descriptor instead.
 func (*NamespacePolicies) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{14}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NamespacePolicies) GetHasPersistence() bool {
@@ -1328,7 +1435,7 @@ type PartitionedTopic struct {
 
 func (x *PartitionedTopic) Reset() {
 	*x = PartitionedTopic{}
-	mi := &file_metapb_meta_proto_msgTypes[15]
+	mi := &file_metapb_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1447,7 @@ func (x *PartitionedTopic) String() string {
 func (*PartitionedTopic) ProtoMessage() {}
 
 func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[15]
+	mi := &file_metapb_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1460,7 @@ func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionedTopic.ProtoReflect.Descriptor instead.
 func (*PartitionedTopic) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{15}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PartitionedTopic) GetPartitions() int32 {
@@ -1377,7 +1484,7 @@ type DedupSnapshot struct {
 
 func (x *DedupSnapshot) Reset() {
 	*x = DedupSnapshot{}
-	mi := &file_metapb_meta_proto_msgTypes[16]
+	mi := &file_metapb_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1496,7 @@ func (x *DedupSnapshot) String() string {
 func (*DedupSnapshot) ProtoMessage() {}
 
 func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[16]
+	mi := &file_metapb_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1509,7 @@ func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupSnapshot.ProtoReflect.Descriptor instead.
 func (*DedupSnapshot) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{16}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DedupSnapshot) GetLedgerId() int64 {
@@ -1430,7 +1537,7 @@ var File_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_metapb_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x11metapb/meta.proto\x12\x10magnetar.meta.v1\"\xd0\x03\n" +
+	"\x11metapb/meta.proto\x12\x10magnetar.meta.v1\"\xf3\x03\n" +
 	"\n" +
 	"BookieInfo\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12&\n" +
@@ -1449,7 +1556,8 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\x04rack\x18\v \x01(\tR\x04rack\x12\x1d\n" +
 	"\n" +
 	"host_label\x18\f \x01(\tR\thostLabel\x12*\n" +
-	"\x11read_only_reasons\x18\r \x03(\tR\x0freadOnlyReasons\"s\n" +
+	"\x11read_only_reasons\x18\r \x03(\tR\x0freadOnlyReasons\x12!\n" +
+	"\fstored_bytes\x18\x0e \x01(\x04R\vstoredBytes\"s\n" +
 	"\x06Cookie\x12\x1b\n" +
 	"\tbookie_id\x18\x01 \x01(\tR\bbookieId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1475,16 +1583,25 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\fwriter_lease\x18\v \x01(\x03R\vwriterLease\x1a9\n" +
 	"\vCustomEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xf7\x01\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xa0\x02\n" +
 	"\x0fUnderReplicated\x12@\n" +
 	"\x06reason\x18\x01 \x01(\x0e2(.magnetar.meta.v1.UnderReplicated.ReasonR\x06reason\x12)\n" +
 	"\x11marked_at_unix_ms\x18\x02 \x01(\x03R\x0emarkedAtUnixMs\x12\x1b\n" +
-	"\tmarked_by\x18\x03 \x01(\tR\bmarkedBy\"Z\n" +
+	"\tmarked_by\x18\x03 \x01(\tR\bmarkedBy\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\"k\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vREASON_LOST\x10\x01\x12\x12\n" +
 	"\x0eREASON_MISSING\x10\x02\x12\x13\n" +
-	"\x0fREASON_DRAINING\x10\x03\"u\n" +
+	"\x0fREASON_DRAINING\x10\x03\x12\x0f\n" +
+	"\vREASON_MOVE\x10\x04\"\xb0\x01\n" +
+	"\tRebalance\x12#\n" +
+	"\rtarget_spread\x18\x01 \x01(\x01R\ftargetSpread\x12/\n" +
+	"\x14requested_at_unix_ms\x18\x02 \x01(\x03R\x11requestedAtUnixMs\x12\x14\n" +
+	"\x05moves\x18\x03 \x01(\x03R\x05moves\x12\x1f\n" +
+	"\vmoved_bytes\x18\x04 \x01(\x03R\n" +
+	"movedBytes\x12\x16\n" +
+	"\x06spread\x18\x05 \x01(\x01R\x06spread\"u\n" +
 	"\vBookieDrain\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12+\n" +
 	"\x12started_at_unix_ms\x18\x02 \x01(\x03R\x0fstartedAtUnixMs\x12%\n" +
@@ -1579,7 +1696,7 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_metapb_meta_proto_goTypes = []any{
 	(LedgerState)(0),            // 0: magnetar.meta.v1.LedgerState
 	(UnderReplicated_Reason)(0), // 1: magnetar.meta.v1.UnderReplicated.Reason
@@ -1588,32 +1705,33 @@ var file_metapb_meta_proto_goTypes = []any{
 	(*Segment)(nil),             // 4: magnetar.meta.v1.Segment
 	(*LedgerMetadata)(nil),      // 5: magnetar.meta.v1.LedgerMetadata
 	(*UnderReplicated)(nil),     // 6: magnetar.meta.v1.UnderReplicated
-	(*BookieDrain)(nil),         // 7: magnetar.meta.v1.BookieDrain
-	(*ManagedLedgerInfo)(nil),   // 8: magnetar.meta.v1.ManagedLedgerInfo
-	(*LedgerRef)(nil),           // 9: magnetar.meta.v1.LedgerRef
-	(*CursorInfo)(nil),          // 10: magnetar.meta.v1.CursorInfo
-	(*CursorSnapshot)(nil),      // 11: magnetar.meta.v1.CursorSnapshot
-	(*AckedRanges)(nil),         // 12: magnetar.meta.v1.AckedRanges
-	(*BatchAck)(nil),            // 13: magnetar.meta.v1.BatchAck
-	(*CursorChunk)(nil),         // 14: magnetar.meta.v1.CursorChunk
-	(*TenantInfo)(nil),          // 15: magnetar.meta.v1.TenantInfo
-	(*NamespacePolicies)(nil),   // 16: magnetar.meta.v1.NamespacePolicies
-	(*PartitionedTopic)(nil),    // 17: magnetar.meta.v1.PartitionedTopic
-	(*DedupSnapshot)(nil),       // 18: magnetar.meta.v1.DedupSnapshot
-	nil,                         // 19: magnetar.meta.v1.LedgerMetadata.CustomEntry
-	nil,                         // 20: magnetar.meta.v1.CursorInfo.PropertiesEntry
-	nil,                         // 21: magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	(*Rebalance)(nil),           // 7: magnetar.meta.v1.Rebalance
+	(*BookieDrain)(nil),         // 8: magnetar.meta.v1.BookieDrain
+	(*ManagedLedgerInfo)(nil),   // 9: magnetar.meta.v1.ManagedLedgerInfo
+	(*LedgerRef)(nil),           // 10: magnetar.meta.v1.LedgerRef
+	(*CursorInfo)(nil),          // 11: magnetar.meta.v1.CursorInfo
+	(*CursorSnapshot)(nil),      // 12: magnetar.meta.v1.CursorSnapshot
+	(*AckedRanges)(nil),         // 13: magnetar.meta.v1.AckedRanges
+	(*BatchAck)(nil),            // 14: magnetar.meta.v1.BatchAck
+	(*CursorChunk)(nil),         // 15: magnetar.meta.v1.CursorChunk
+	(*TenantInfo)(nil),          // 16: magnetar.meta.v1.TenantInfo
+	(*NamespacePolicies)(nil),   // 17: magnetar.meta.v1.NamespacePolicies
+	(*PartitionedTopic)(nil),    // 18: magnetar.meta.v1.PartitionedTopic
+	(*DedupSnapshot)(nil),       // 19: magnetar.meta.v1.DedupSnapshot
+	nil,                         // 20: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	nil,                         // 21: magnetar.meta.v1.CursorInfo.PropertiesEntry
+	nil,                         // 22: magnetar.meta.v1.DedupSnapshot.SequencesEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
 	4,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	19, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	20, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
 	1,  // 3: magnetar.meta.v1.UnderReplicated.reason:type_name -> magnetar.meta.v1.UnderReplicated.Reason
-	9,  // 4: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
-	20, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
-	12, // 6: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
-	13, // 7: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
-	21, // 8: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	10, // 4: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
+	21, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
+	13, // 6: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
+	14, // 7: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
+	22, // 8: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
 	9,  // [9:9] is the sub-list for method output_type
 	9,  // [9:9] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
@@ -1632,7 +1750,7 @@ func file_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

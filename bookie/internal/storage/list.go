@@ -53,3 +53,6 @@ func (d *DB) ListEntries(ledger, start int64, limit int) ([]int64, bool, error) 
 	}
 	return ids, false, nil
 }
+
+// DiskSpaceUsage is the bytes the storage takes on disk.
+func (d *DB) DiskSpaceUsage() uint64 { return d.db.Metrics().DiskSpaceUsage() }
