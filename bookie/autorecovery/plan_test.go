@@ -249,3 +249,65 @@ func TestAuditState(t *testing.T) {
 		t.Fatalf("delay 0: lost %v", lost)
 	}
 }
+
+func TestPlanMoves(t *testing.T) {
+	const gb = 1 << 30
+	loads := []bookieLoad{
+		{id: "a", held: 12, capacity: 100},
+		{id: "b", held: 12, capacity: 100},
+		{id: "c", held: 12, capacity: 100},
+		{id: "d", held: 0, capacity: 100},
+		{id: "e", held: 0, capacity: 100},
+	}
+	held := map[string][]heldLedger{}
+	for i := int64(1); i <= 12; i++ {
+		l := heldLedger{id: i, size: 1, bookies: []string{"a", "b", "c"}}
+		for _, b := range l.bookies {
+			held[b] = append(held[b], l)
+		}
+	}
+	moves, spread := planMoves(loads, held, 0.3, 100)
+	if spread > 0.3 {
+		t.Fatalf("spread after the plan %v", spread)
+	}
+	after := map[string]float64{"a": 12, "b": 12, "c": 12}
+	seen := map[int64][]string{}
+	for _, m := range moves {
+		if m.from == m.to || (m.to != "d" && m.to != "e") {
+			t.Fatalf("move %+v", m)
+		}
+		for _, b := range seen[m.ledger] {
+			if b == m.to {
+				t.Fatalf("ledger %d moved twice to %s", m.ledger, m.to)
+			}
+		}
+		seen[m.ledger] = append(seen[m.ledger], m.to)
+		after[m.from] -= m.size
+		after[m.to] += m.size
+	}
+	for b, h := range after {
+		if h < 6 || h > 9 {
+			t.Errorf("bookie %s holds %v after the plan (mean 7.2): %v", b, h, after)
+		}
+	}
+	// Bounded by maxMoves.
+	if m, _ := planMoves(loads, held, 0.3, 2); len(m) != 2 {
+		t.Fatalf("maxMoves 2: %d moves", len(m))
+	}
+	// Within the target already: nothing.
+	if m, s := planMoves([]bookieLoad{{id: "a", held: 10, capacity: 100}, {id: "b", held: 9, capacity: 100}}, held, 0.2, 10); len(m) != 0 || s > 0.2 {
+		t.Fatalf("balanced: %v %v", m, s)
+	}
+	// A ledger too large to move without overshooting stays.
+	big := map[string][]heldLedger{"a": {{id: 1, size: 10 * gb, bookies: []string{"a"}}}}
+	if m, _ := planMoves([]bookieLoad{{id: "a", held: 10 * gb, capacity: 100 * gb}, {id: "b", held: 6 * gb, capacity: 100 * gb}}, big, 0.1, 10); len(m) != 0 {
+		t.Fatalf("overshooting move planned: %v", m)
+	}
+	// Capacity counts: the same bytes fill a small disk more.
+	uneven := []bookieLoad{{id: "small", held: 10, capacity: 20}, {id: "large", held: 10, capacity: 200}}
+	h2 := map[string][]heldLedger{"small": {{id: 1, size: 4, bookies: []string{"small"}}, {id: 2, size: 4, bookies: []string{"small"}}}}
+	m, _ := planMoves(uneven, h2, 0.5, 10)
+	if len(m) == 0 || m[0].from != "small" {
+		t.Fatalf("uneven capacities: %v", m)
+	}
+}
