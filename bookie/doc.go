@@ -20,6 +20,13 @@
 // normal adds, which makes writers move to other bookies, and keeps
 // serving reads and recovery adds (readonly.go).
 //
+// Unless turned off, a bookie runs an autorecovery instance (package
+// bookie/autorecovery): an auditor candidate and a re-replication worker.
+// It follows its decommission record (bookies/drain/<id>: read-only while
+// draining), and its garbage collection also deletes copies of closed
+// ledgers whose metadata no longer names it (moved away), under the
+// ledger's autorecovery lock (gc.go).
+//
 // Errors leave the bookie as gRPC statuses with a reason (package
 // bookie/wire).
 package bookie
