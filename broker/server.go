@@ -150,7 +150,16 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	// An entry is one message (or batch) with its metadata: at most
 	// MaxMessageSize, which the bookies' max-entry-size must allow.
-	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize, AddressOverrides: cfg.BookieAddresses, Logger: s.log.Named("ledger")})
+	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize, AddressOverrides: cfg.BookieAddresses, Logger: s.log.Named("ledger"),
+		// Ledgers record the session that writes them: when it is gone
+		// (and with it the ownership of their topics), autorecovery may
+		// close them to repair their last segment.
+		WriterLease: func() int64 {
+			if sess := s.session.Load(); sess != nil {
+				return int64(sess.Lease())
+			}
+			return 0
+		}})
 	if err != nil {
 		return nil, err
 	}

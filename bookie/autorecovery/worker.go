@@ -42,6 +42,7 @@ func (s *Service) work(ctx context.Context, sess *metastore.Session) {
 	}()
 	notBefore := map[int64]time.Time{} // ledgers backing off after a failure
 	failures := map[int64]int{}
+	postponed := map[int64]int{}
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
 	for ctx.Err() == nil {
@@ -50,6 +51,16 @@ func (s *Service) work(ctx context.Context, sess *metastore.Session) {
 			s.log.Warn("autorecovery: list marks failed", zap.Error(err))
 		}
 		now := time.Now()
+		if err == nil {
+			// Forget ledgers no longer marked.
+			for id := range notBefore {
+				if _, found := slices.BinarySearch(ids, id); !found {
+					delete(notBefore, id)
+					delete(failures, id)
+					delete(postponed, id)
+				}
+			}
+		}
 		for _, id := range ids {
 			if ctx.Err() != nil {
 				return
@@ -62,8 +73,13 @@ func (s *Service) work(ctx context.Context, sess *metastore.Session) {
 			case err == nil:
 				delete(notBefore, id)
 				delete(failures, id)
+				delete(postponed, id)
 			case errors.Is(err, errPostponed):
-				notBefore[id] = time.Now().Add(s.cfg.PollInterval)
+				// Waiting for a writer to close its ledger, or for a bookie
+				// to be declared lost: look again, less and less often.
+				postponed[id]++
+				wait := min(s.cfg.PollInterval<<min(postponed[id]-1, 4), max(s.cfg.PollInterval, 30*time.Second))
+				notBefore[id] = time.Now().Add(wait)
 			case ctx.Err() == nil:
 				failures[id]++
 				wait := min(time.Duration(1<<min(failures[id], 8))*100*time.Millisecond, time.Minute)
