@@ -7,13 +7,14 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
 // ReadOnlyDraining: the bookie is being (or was) decommissioned
 // (bookies/drain/<id> exists): it takes no new writes while autorecovery
 // moves its copies away. Cleared by recommission.
-const ReadOnlyDraining = "draining"
+const ReadOnlyDraining = ledger.DrainingReason
 
 // drainState reads the bookie's decommission record and sets the
 // read-only reason to match.

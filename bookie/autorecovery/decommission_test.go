@@ -220,3 +220,35 @@ func TestWipedBookieIsRefilled(t *testing.T) {
 		t.Fatal("the wiped bookie was replaced rather than refilled")
 	}
 }
+
+// TestDecommissionMovesIdleWriters: a drain does not wait for idle
+// writers to write or close: they move off the draining bookie by
+// themselves, and the drain completes while their ledger stays open.
+func TestDecommissionMovesIdleWriters(t *testing.T) {
+	tc := startHealingCluster(t, 5)
+	ctx := ctxT(t)
+	lc := tc.Client(ledger.Config{ExplicitLACInterval: 100 * time.Millisecond})
+	w, id := writeLedger(t, lc, 10, true)
+	victim := ensembleOf(t, lc, id)[1]
+	if err := autorecovery.Decommission(ctx, tc.Store, victim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		if st := statusOf(t, tc.Store, victim); st.State != autorecovery.StateDecommissioned {
+			return fmt.Errorf("victim %+v", st)
+		}
+		return nil
+	})
+	if names(t, lc, id, victim, false) {
+		t.Fatal("the open ledger still names the decommissioned bookie")
+	}
+	if _, err := w.Append(ctx, payload(id, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkCopies(ctx, lc, id); err != nil {
+		t.Fatal(err)
+	}
+}

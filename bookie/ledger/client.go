@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,7 +102,44 @@ type Client struct {
 		streams map[string]*addStream       // by bookie id
 		rng     *mrand.Rand
 		closed  bool
+		// draining caches the bookies being decommissioned, read at
+		// drainingAt (see drainingBookies).
+		draining   map[string]bool
+		drainingAt time.Time
 	}
+}
+
+// DrainingReason is the read-only reason of a bookie being
+// decommissioned (bookie.ReadOnlyDraining): writers move off it even when
+// idle.
+const DrainingReason = "draining"
+
+// drainingBookies returns the registered bookies being decommissioned,
+// from a registry read at most two seconds ago (nil when the registry
+// cannot be read).
+func (c *Client) drainingBookies(ctx context.Context) map[string]bool {
+	c.mu.Lock()
+	if time.Since(c.mu.drainingAt) < 2*time.Second {
+		d := c.mu.draining
+		c.mu.Unlock()
+		return d
+	}
+	c.mu.drainingAt = time.Now()
+	c.mu.Unlock()
+	live, err := liveBookies(ctx, c.store)
+	if err != nil {
+		return nil
+	}
+	d := map[string]bool{}
+	for _, b := range live {
+		if slices.Contains(b.Info.ReadOnlyReasons, DrainingReason) {
+			d[b.ID] = true
+		}
+	}
+	c.mu.Lock()
+	c.mu.draining = d
+	c.mu.Unlock()
+	return d
 }
 
 // New returns a client using store for metadata and the bookie registry.

@@ -490,6 +490,55 @@ func (w *Writer) replaceBookies(meta *Metadata, ensemble []string, failed []int,
 	}
 }
 
+// moveOffDraining replaces the bookies of the ensemble that are being
+// decommissioned, even while the writer is idle (a busy writer would move
+// at its next add, which they refuse), so that a drain does not wait for
+// the ledger to be closed. It does so only when replacements can be
+// found now: an ensemble change that finds none would fail the writer.
+func (w *Writer) moveOffDraining() {
+	draining := w.c.drainingBookies(w.ctx)
+	if len(draining) == 0 {
+		return
+	}
+	w.mu.Lock()
+	ensemble := slices.Clone(w.mu.ensemble)
+	qw := w.mu.meta.WriteQuorum
+	stopped := w.mu.err != nil || w.mu.closing || w.mu.changing
+	w.mu.Unlock()
+	var ps []int
+	next := slices.Clone(ensemble)
+	for p, b := range ensemble {
+		if draining[b] {
+			ps = append(ps, p)
+			next[p] = ""
+		}
+	}
+	if stopped || len(ps) == 0 {
+		return
+	}
+	if _, err := w.c.pick(w.ctx, next, qw, ensemble); err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.err != nil || w.mu.closing || !slices.Equal(ensemble, w.mu.ensemble) {
+		return
+	}
+	failed := false
+	for _, p := range ps {
+		failed = w.mu.st.fail(p) || failed
+	}
+	if !failed {
+		return
+	}
+	w.log.Info("moving off draining bookies", zap.Ints("positions", ps), zap.Strings("ensemble", ensemble))
+	if !w.mu.changing {
+		w.mu.changing = true
+		w.wg.Add(1)
+		go w.changeEnsemble()
+	}
+}
+
 // lacLoop sends the last add confirmed to the ensemble when no add has
 // carried it, so that readers can see the last entries of an idle ledger.
 func (w *Writer) lacLoop() {
@@ -502,6 +551,7 @@ func (w *Writer) lacLoop() {
 			return
 		case <-t.C:
 		}
+		w.moveOffDraining()
 		w.mu.Lock()
 		lac := w.mu.st.lac
 		if w.mu.err != nil || lac <= w.mu.lacSent {
