@@ -112,15 +112,24 @@ func (s *Server) collectMoved(ctx context.Context) (int, error) {
 	}); err != nil {
 		return 0, err
 	}
+	// Resume after the last ledger examined, so that ledgers that cannot
+	// be collected yet do not hold every pass's slots.
 	var cands []int64
-	for _, id := range local {
-		if !mine[id] && len(cands) < maxMovedPerPass {
-			cands = append(cands, id)
+	start, _ := slices.BinarySearch(local, s.gcMovedFrom+1)
+	for i := 0; i < len(local) && len(cands) < maxMovedPerPass; i++ {
+		id := local[(start+i)%len(local)]
+		if mine[id] {
+			continue
 		}
+		if held, _, err := s.db.ListEntries(id, 0, 1); err != nil || len(held) == 0 {
+			continue // dropped already (its fenced record stays), or empty
+		}
+		cands = append(cands, id)
 	}
 	if len(cands) == 0 {
 		return 0, nil
 	}
+	s.gcMovedFrom = cands[len(cands)-1]
 	sess, err := s.store.NewSession(ctx, s.cfg.SessionTTL)
 	if err != nil {
 		return 0, err
@@ -147,7 +156,11 @@ func (s *Server) collectMovedOne(ctx context.Context, sess *metastore.Session, i
 	if err != nil {
 		return false, err
 	}
-	defer s.store.CompareAndDelete(context.WithoutCancel(ctx), metastore.LedgerLockKey(id), lockRev)
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		s.store.CompareAndDelete(uctx, metastore.LedgerLockKey(id), lockRev)
+		cancel()
+	}()
 	kv, err := s.store.Get(ctx, metastore.LedgerKey(id))
 	if errors.Is(err, metastore.ErrNotFound) {
 		return false, nil // deleted: collectGarbage's business
@@ -164,7 +177,17 @@ func (s *Server) collectMovedOne(ctx context.Context, sess *metastore.Session, i
 			return false, nil
 		}
 	}
-	if err := s.db.DeleteLedgers(ctx, []int64{id}); err != nil {
+	// Still holding the lock? A pause longer than the lease could have let
+	// a worker take it and copy here meanwhile.
+	select {
+	case <-sess.Done():
+		return false, nil
+	default:
+	}
+	if lk, err := s.store.Get(ctx, metastore.LedgerLockKey(id)); err != nil || lk.ModRevision != lockRev {
+		return false, err
+	}
+	if err := s.db.DropEntries(ctx, []int64{id}); err != nil {
 		return false, err
 	}
 	return true, nil

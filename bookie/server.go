@@ -87,6 +87,8 @@ type Server struct {
 	ledgers  *ledger.Client        // autorecovery's; nil when it is off
 	recovery *autorecovery.Service // nil when off
 
+	gcMovedFrom int64 // the last ledger collectMoved examined; owned by gcLoop
+
 	// ro is the read-only state (readonly.go).
 	ro struct {
 		sync.Mutex

@@ -252,3 +252,40 @@ func TestDecommissionMovesIdleWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDecommissionSingleCopy: a ledger with one copy (E1/Qw1) on a
+// draining bookie: the bookie itself is the only source, and the copy
+// moves.
+func TestDecommissionSingleCopy(t *testing.T) {
+	tc := startHealingCluster(t, 3)
+	ctx := ctxT(t)
+	lc := tc.Client(ledger.Config{})
+	w, err := lc.Create(ctx, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := int64(0); e < 20; e++ {
+		if _, err := w.Append(ctx, payload(w.ID(), e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	victim := ensembleOf(t, lc, w.ID())[0]
+	if err := autorecovery.Decommission(ctx, tc.Store, victim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		if st := statusOf(t, tc.Store, victim); st.State != autorecovery.StateDecommissioned {
+			return fmt.Errorf("victim %+v", st)
+		}
+		return nil
+	})
+	if names(t, lc, w.ID(), victim, false) {
+		t.Fatal("the ledger still names the decommissioned bookie")
+	}
+	if err := checkCopies(ctx, lc, w.ID()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -112,18 +112,6 @@ func (f fragment) entries(m *ledger.Metadata) []int64 {
 	return out
 }
 
-// sources lists the other bookies of entry e's write set in its segment:
-// where a copy can be read from.
-func sources(m *ledger.Metadata, seg int, e int64, exclude string) []string {
-	var out []string
-	for _, p := range ledger.WriteSet(e, m.Ensemble, m.WriteQuorum) {
-		if b := m.Segments[seg].Bookies[p]; b != exclude {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -193,9 +193,6 @@ func TestFragmentEntries(t *testing.T) {
 			t.Errorf("%+v: entries %v, want %v", tc.f, got, tc.want)
 		}
 	}
-	if got := sources(m, 1, 6, "d"); !slices.Equal(got, []string{"a"}) {
-		t.Errorf("sources of entry 6 without d: %v", got)
-	}
 }
 
 func TestAuditState(t *testing.T) {

@@ -231,7 +231,15 @@ func (s *Service) repairOnce(ctx context.Context, guard *metastore.Guard, id int
 					return fmt.Errorf("replace bookie %s in ledger %d: %w", f.Bookie, id, err)
 				}
 			}
-			if err := s.copyFragment(ctx, m, f, dest, nil); err != nil {
+			// Read from the segment as it stands now (bookies already
+			// copied to in this repair serve too), and last from the
+			// bookie being replaced if it is still up (draining, moving):
+			// it may hold the only copy left.
+			var last string
+			if _, live := reg[f.Bookie]; live {
+				last = f.Bookie
+			}
+			if err := s.copyFragment(ctx, m, nm.Segments[f.Segment].Bookies, f, dest, nil, last); err != nil {
 				return err
 			}
 			seg.Bookies[f.Pos] = dest
@@ -307,20 +315,28 @@ func (s *Service) fill(ctx context.Context, m *ledger.Metadata, f fragment) erro
 	}); err != nil {
 		return fmt.Errorf("list ledger %d on %s: %w", m.ID, f.Bookie, err)
 	}
-	return s.copyFragment(ctx, m, f, f.Bookie, held)
+	return s.copyFragment(ctx, m, m.Segments[f.Segment].Bookies, f, f.Bookie, held, "")
 }
 
 // copyFragment copies f's entries (except those in skip) to dest, each
-// read from another bookie of its write set, CopyConcurrency at a time.
-func (s *Service) copyFragment(ctx context.Context, m *ledger.Metadata, f fragment, dest string, skip map[int64]bool) error {
+// read from another bookie of its write set in segment (the segment's
+// bookies by position), then from last if set, CopyConcurrency at a time.
+func (s *Service) copyFragment(ctx context.Context, m *ledger.Metadata, segment []string, f fragment, dest string, skip map[int64]bool, last string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.CopyConcurrency)
 	for _, e := range f.entries(m) {
 		if skip[e] {
 			continue
 		}
-		src := sources(m, f.Segment, e, f.Bookie)
-		src = slices.DeleteFunc(src, func(b string) bool { return b == dest })
+		var src []string
+		for _, p := range ledger.WriteSet(e, m.Ensemble, m.WriteQuorum) {
+			if b := segment[p]; p != f.Pos && b != dest && b != "" {
+				src = append(src, b)
+			}
+		}
+		if last != "" && last != dest {
+			src = append(src, last)
+		}
 		g.Go(func() error {
 			n, err := s.lc.CopyEntry(gctx, m, e, src, dest)
 			if err != nil {

@@ -115,6 +115,7 @@ const (
 	reqFence
 	reqWriteLAC
 	reqDelete
+	reqDrop
 	reqSystem
 )
 
@@ -543,6 +544,16 @@ func (d *DB) DeleteLedgers(ctx context.Context, ledgers []int64) error {
 	return d.submit(ctx, &request{kind: reqDelete, ledgers: slices.Clone(ledgers)})
 }
 
+// DropEntries durably deletes the entries of ledgers this bookie no longer
+// holds copies of (moved elsewhere), keeping each ledger's record, fenced,
+// so that a writer that missed the ledger's recovery is still refused.
+func (d *DB) DropEntries(ctx context.Context, ledgers []int64) error {
+	if len(ledgers) == 0 {
+		return nil
+	}
+	return d.submit(ctx, &request{kind: reqDrop, ledgers: slices.Clone(ledgers)})
+}
+
 // PutSystem durably stores a small system value (the bookie's cookie).
 func (d *DB) PutSystem(ctx context.Context, name string, value []byte) error {
 	return d.submit(ctx, &request{kind: reqSystem, sysKey: systemKey(name), sysValue: value})
@@ -813,6 +824,8 @@ func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
 	case reqDelete:
 		d.deleteLocked(b, r.ledgers)
 		return nil
+	case reqDrop:
+		return d.dropLocked(b, r.ledgers)
 	case reqSystem:
 		return b.Set(r.sysKey, r.sysValue, nil)
 	}
@@ -884,6 +897,26 @@ func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byt
 		return nil, fmt.Errorf("%w: %v", wire.ErrStorage, err)
 	}
 	return st, nil
+}
+
+// dropLocked deletes the ledgers' entries but keeps each ledger's record,
+// fenced: a writer that missed the ledger's recovery must still be refused
+// here, although this bookie no longer holds copies.
+func (d *DB) dropLocked(b *pebble.Batch, ids []int64) error {
+	for _, id := range ids {
+		st := d.mu.ledgers[id]
+		if st == nil {
+			continue
+		}
+		st.fenced = true
+		if err := b.Set(ledgerKey(id), encodeLedgerRecord(st.record()), nil); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+		}
+		if err := b.DeleteRange(entryKey(id, 0), entryKey(id+1, 0), nil); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+		}
+	}
+	return nil
 }
 
 // deleteLocked removes ledgers, coalescing runs of consecutive ids into one

@@ -525,3 +525,37 @@ func TestWaitLACOnUnknownLedger(t *testing.T) {
 		t.Fatalf("woke with %+v", info)
 	}
 }
+
+// Dropping a ledger's entries (its copies moved to other bookies) keeps
+// the ledger's record, fenced, across a reopen: a writer that missed the
+// ledger's recovery is refused here as before, while a recovery add (a
+// copy moved back) is taken.
+func TestDropEntriesKeepsTheFence(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, base Options) {
+		fs := vfs.NewMem()
+		d := open(t, base, fs)
+		ctx := ctxT(t)
+		for e := int64(0); e < 5; e++ {
+			mustAdd(t, d, mkEntry(9, e, 10))
+		}
+		if err := d.DropEntries(ctx, []int64{9}); err != nil {
+			t.Fatal(err)
+		}
+		if ids, _, err := d.ListEntries(9, 0, 0); err != nil || len(ids) != 0 {
+			t.Fatalf("entries after the drop: %v, %v", ids, err)
+		}
+		d.Close()
+		d = open(t, base, fs)
+		defer d.Close()
+		if ids, _, err := d.ListEntries(9, 0, 0); err != nil || len(ids) != 0 {
+			t.Fatalf("entries after the drop and a reopen: %v, %v", ids, err)
+		}
+		if err := d.AddEntry(ctx, mkEntry(9, 5, 10), key, false); !errors.Is(err, wire.ErrFenced) {
+			t.Fatalf("a late writer's add after the drop: %v, want ErrFenced", err)
+		}
+		if err := d.AddEntry(ctx, mkEntry(9, 2, 10), key, true); err != nil {
+			t.Fatalf("recovery add after the drop: %v", err)
+		}
+		checkEntry(t, d, mkEntry(9, 2, 10))
+	})
+}
