@@ -1,6 +1,7 @@
 package autorecovery_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ func startHealingCluster(t *testing.T, n int) *testcluster.Cluster {
 	return testcluster.Start(t, n, testcluster.Options{Configure: func(c *bookie.Config) {
 		c.Autorecovery = true
 		c.LostBookieRecoveryDelay = 0
+		c.GCInterval = 100 * time.Millisecond
 	}})
 }
 
@@ -287,5 +289,63 @@ func TestDecommissionSingleCopy(t *testing.T) {
 	}
 	if err := checkCopies(ctx, lc, w.ID()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReaderFollowsMovedCopies: a reader opened on a closed ledger keeps
+// reading after every copy it knew of moved to other bookies (both of its
+// bookies decommissioned, their copies collected).
+func TestReaderFollowsMovedCopies(t *testing.T) {
+	tc := startHealingCluster(t, 4)
+	ctx := ctxT(t)
+	lc := tc.Client(ledger.Config{})
+	w, err := lc.Create(ctx, ledger.CreateOptions{Ensemble: 2, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := int64(0); e < 10; e++ {
+		if _, err := w.Append(ctx, payload(w.ID(), e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := lc.Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(ctx, 0, 9); err != nil {
+		t.Fatal(err)
+	}
+	old := ensembleOf(t, lc, w.ID())
+	for _, b := range old {
+		if err := autorecovery.Decommission(ctx, tc.Store, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 60*time.Second, func() error {
+		for _, b := range old {
+			if st := statusOf(t, tc.Store, b); st.State != autorecovery.StateDecommissioned {
+				return fmt.Errorf("%+v", st)
+			}
+			n := 0
+			if err := lc.ListEntries(ctx, b, w.ID(), func(ids []int64) error { n += len(ids); return nil }); err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("%s still holds %d entries", b, n)
+			}
+		}
+		return nil
+	})
+	got, err := r.Read(ctx, 0, 9)
+	if err != nil {
+		t.Fatalf("read after the copies moved: %v", err)
+	}
+	for _, e := range got {
+		if !bytes.Equal(e.Payload, payload(w.ID(), e.ID)) {
+			t.Fatalf("entry %d: %q", e.ID, e.Payload)
+		}
 	}
 }

@@ -101,7 +101,7 @@ func (r *Reader) raiseLAC(lac int64) int64 {
 // ReadLAC asks the bookies of the last segment for their last add
 // confirmed and re-reads the metadata, returning the new readable bound.
 func (r *Reader) ReadLAC(ctx context.Context) (int64, error) {
-	if err := r.refreshMetadata(ctx); err != nil {
+	if err := r.refreshMetadata(ctx, false); err != nil {
 		return -1, err
 	}
 	return r.pollLAC(ctx, false, 0)
@@ -127,7 +127,7 @@ func (r *Reader) WaitLAC(ctx context.Context, previous int64) (int64, error) {
 		if lac > previous {
 			return lac, nil
 		}
-		if err := r.refreshMetadata(ctx); err != nil {
+		if err := r.refreshMetadata(ctx, false); err != nil {
 			if ctx.Err() != nil {
 				return r.LastAddConfirmed(), ctx.Err()
 			}
@@ -147,11 +147,14 @@ func (r *Reader) WaitLAC(ctx context.Context, previous int64) (int64, error) {
 	}
 }
 
-func (r *Reader) refreshMetadata(ctx context.Context) error {
+// refreshMetadata reads the metadata again: only while the ledger is not
+// closed, unless always (a closed ledger's ensembles still change when
+// autorecovery moves copies; its last entry never does).
+func (r *Reader) refreshMetadata(ctx context.Context, always bool) error {
 	r.mu.Lock()
 	closed := r.mu.meta.State == StateClosed
 	r.mu.Unlock()
-	if closed {
+	if closed && !always {
 		return nil
 	}
 	m, err := readMetadata(ctx, r.c.store, r.id)
@@ -252,10 +255,11 @@ func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
 	}
 	meta := r.Metadata()
 	out, err := r.read(ctx, meta, first, last)
-	if errors.Is(err, ErrEntryUnreadable) && meta.State != StateClosed {
+	if errors.Is(err, ErrEntryUnreadable) {
 		// The writer may have moved these entries to a new ensemble since
-		// the reader last looked at the metadata.
-		if rerr := r.refreshMetadata(ctx); rerr == nil {
+		// the reader last looked at the metadata, or (closed ledgers too)
+		// autorecovery moved copies to other bookies.
+		if rerr := r.refreshMetadata(ctx, true); rerr == nil {
 			if fresh := r.Metadata(); fresh.modRev != meta.modRev {
 				return r.read(ctx, fresh, first, last)
 			}
