@@ -37,12 +37,13 @@ func (s *Server) drainState(ctx context.Context) error {
 func (s *Server) drainLoop() {
 	defer s.wg.Done()
 	for {
+		// Watch first, then read: a change after the read is an event.
+		wctx, cancel := context.WithCancel(s.ctx)
+		ch := s.store.Watch(wctx, metastore.BookieDrainKey(s.id), 0)
 		if err := s.drainState(s.ctx); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("cannot read the decommission record; retrying", zap.Error(err))
 		}
-		// Watch from now: a change between the read and the watch is
-		// caught by the read that follows any event or failure.
-		for b := range s.store.Watch(s.ctx, metastore.BookieDrainKey(s.id), 0) {
+		for b := range ch {
 			if b.Err != nil {
 				break
 			}
@@ -50,6 +51,7 @@ func (s *Server) drainLoop() {
 				s.log.Warn("cannot read the decommission record", zap.Error(err))
 			}
 		}
+		cancel()
 		select {
 		case <-s.stop:
 			return

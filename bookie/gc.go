@@ -27,6 +27,10 @@ func (s *Server) gcLoop() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.GCInterval)
+		// The drain watch's safety net: a change it missed is seen here.
+		if err := s.drainState(ctx); err != nil {
+			s.log.Warn("cannot read the decommission record", zap.Error(err))
+		}
 		n, err := s.collectGarbage(ctx)
 		if err != nil {
 			s.log.Warn("ledger garbage collection failed", zap.Error(err))

@@ -137,5 +137,6 @@ func (s *Store) LeaseAlive(ctx context.Context, id clientv3.LeaseID) (bool, erro
 		}
 		return false, fmt.Errorf("metastore: lease %x: %w", int64(id), err)
 	}
-	return resp.TTL > 0, nil
+	// -1: expired or revoked. 0 may be a live lease in its last second.
+	return resp.TTL >= 0, nil
 }

@@ -275,6 +275,7 @@ type Op struct {
 	key       string
 	value     []byte
 	delete    bool
+	check     bool // compare only
 	expectRev int64
 	lease     clientv3.LeaseID
 }
@@ -287,6 +288,12 @@ func PutOp(key string, value []byte, expectRev int64, opts ...PutOption) Op {
 		o(&po)
 	}
 	return Op{key: key, value: value, expectRev: expectRev, lease: po.lease}
+}
+
+// CheckOp writes nothing: the transaction applies only if key's mod
+// revision is expectRev (MustNotExist: key absent).
+func CheckOp(key string, expectRev int64) Op {
+	return Op{key: key, check: true, expectRev: expectRev}
 }
 
 // DeleteOp deletes key if its mod revision is expectRev (AnyVersion: always).
@@ -320,6 +327,9 @@ func (s *Store) Commit(ctx context.Context, guard *Guard, ops ...Op) (int64, err
 				return 0, fmt.Errorf("metastore: invalid expected revision %d for %s", op.expectRev, op.key)
 			}
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.full(op.key)), "=", op.expectRev))
+		}
+		if op.check {
+			continue
 		}
 		if op.delete {
 			thens = append(thens, clientv3.OpDelete(s.full(op.key)))

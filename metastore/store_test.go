@@ -435,3 +435,31 @@ func FuzzParseLedgerKey(f *testing.F) {
 		}
 	})
 }
+
+// A CheckOp conditions a transaction on a key it does not write.
+func TestCommitCheckOp(t *testing.T) {
+	_, s := newStore(t)
+	ctx := context.Background()
+	rev, err := s.Put(ctx, "meta", []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, nil, metastore.CheckOp("meta", rev+100), metastore.PutOp("index", nil, metastore.AnyVersion)); !errors.Is(err, metastore.ErrBadVersion) {
+		t.Fatalf("stale check: %v", err)
+	}
+	if _, err := s.Get(ctx, "index"); !errors.Is(err, metastore.ErrNotFound) {
+		t.Fatalf("a failed check wrote: %v", err)
+	}
+	if _, err := s.Commit(ctx, nil, metastore.CheckOp("meta", rev), metastore.PutOp("index", nil, metastore.AnyVersion)); err != nil {
+		t.Fatal(err)
+	}
+	if kv, err := s.Get(ctx, "meta"); err != nil || kv.ModRevision != rev || string(kv.Value) != "v1" {
+		t.Fatalf("the checked key changed: %+v %v", kv, err)
+	}
+	if _, err := s.Get(ctx, "index"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, nil, metastore.CheckOp("absent", metastore.MustNotExist), metastore.DeleteOp("index", metastore.AnyVersion)); err != nil {
+		t.Fatal(err)
+	}
+}

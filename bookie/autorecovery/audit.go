@@ -23,15 +23,37 @@ const remarkInterval = 30 * time.Second
 // finishes drains and runs the periodic check.
 func (s *Service) audit(ctx context.Context) error {
 	st := newAuditState(s.cfg.LostBookieDelay)
+	// The index build and the periodic check can take long: they run
+	// beside the audit, which goes on declaring bookies lost meanwhile
+	// (marks made from an index still being built are made again every
+	// remarkInterval).
+	checkDone := make(chan error, 1)
+	checking := false
+	startCheck := func(what string, entries bool, after func(context.Context) error) {
+		checking = true
+		go func() {
+			err := s.check(ctx, entries)
+			if err == nil && after != nil {
+				err = after(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("autorecovery: "+what+" failed; it runs again later", zap.Error(err))
+			}
+			checkDone <- err
+		}()
+	}
+	defer func() {
+		if checking {
+			<-checkDone
+		}
+	}()
 	if _, err := s.store.Get(ctx, metastore.IndexBuiltKey); errors.Is(err, metastore.ErrNotFound) {
 		// Ledgers written before the index existed: build it once.
 		s.log.Info("autorecovery: building the bookie -> ledgers index")
-		if err := s.check(ctx); err != nil {
+		startCheck("index build", false, func(ctx context.Context) error {
+			_, err := s.store.Put(ctx, metastore.IndexBuiltKey, nil)
 			return err
-		}
-		if _, err := s.store.Put(ctx, metastore.IndexBuiltKey, nil); err != nil {
-			return err
-		}
+		})
 	} else if err != nil {
 		return err
 	}
@@ -106,17 +128,17 @@ func (s *Service) audit(ctx context.Context) error {
 		if err := s.rebalanceRound(ctx, auto); err != nil {
 			return err
 		}
-		if s.cfg.CheckInterval > 0 && now.Sub(lastCheck) >= s.cfg.CheckInterval {
+		if s.cfg.CheckInterval > 0 && now.Sub(lastCheck) >= s.cfg.CheckInterval && !checking {
 			lastCheck = now
-			if err := s.check(ctx); err != nil {
-				return err
-			}
+			startCheck("periodic check", true, nil)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		case <-wake:
+		case <-checkDone:
+			checking = false
 		}
 	}
 }

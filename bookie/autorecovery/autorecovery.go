@@ -205,6 +205,13 @@ func (s *Service) run() {
 func (s *Service) campaign(ctx context.Context, sess *metastore.Session) {
 	for ctx.Err() == nil {
 		rev, err := s.store.Create(ctx, metastore.AuditorKey, []byte(s.cfg.ID), metastore.WithLease(sess.Lease()))
+		if errors.Is(err, metastore.ErrBadVersion) {
+			// Ours already (a create whose answer was lost)? Then we are
+			// the auditor; waiting for our own key would leave none.
+			if kv, gerr := s.store.Get(ctx, metastore.AuditorKey); gerr == nil && kv.Lease == int64(sess.Lease()) {
+				rev, err = kv.ModRevision, nil
+			}
+		}
 		switch {
 		case err == nil:
 			s.log.Info("autorecovery: this instance is the auditor")

@@ -19,7 +19,9 @@ import (
 // the bookie -> ledgers index: a key for every bookie each ledger names,
 // none for ledgers that no longer exist. The last segment of a ledger
 // that is not closed is left to its writer.
-func (s *Service) check(ctx context.Context) error {
+//
+// Without entries it only repairs the index (the first auditor's build).
+func (s *Service) check(ctx context.Context, entries bool) error {
 	indexed := map[string]bool{} // index keys
 	err := s.store.ListAll(ctx, metastore.BookieLedgersPrefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
 		indexed[kv.Key] = true
@@ -55,12 +57,15 @@ func (s *Service) check(ctx context.Context) error {
 				delete(indexed, key)
 				continue
 			}
-			if _, err := s.store.Put(ctx, key, nil); err != nil {
+			// Only if the metadata is still what was read: an ensemble
+			// change since moved the index itself.
+			_, err := s.store.Commit(ctx, nil, metastore.CheckOp(metastore.LedgerKey(id), m.Revision()), metastore.PutOp(key, nil, metastore.AnyVersion))
+			if err != nil && !errors.Is(err, metastore.ErrBadVersion) {
 				return err
 			}
 		}
 		for _, b := range m.Bookies() {
-			if _, live := reg[b]; !live {
+			if _, live := reg[b]; !live || !entries {
 				continue // the auditor handles bookies that are gone
 			}
 			lacks, err := s.lacks(ctx, m, b)
@@ -96,7 +101,8 @@ func (s *Service) check(ctx context.Context) error {
 			// Written before the index was kept with the metadata, or by a
 			// check that raced an ensemble change: drop it if the
 			// metadata still does not name the bookie.
-			if _, err := s.store.Commit(ctx, nil, metastore.DeleteOp(key, metastore.AnyVersion)); err != nil {
+			_, err := s.store.Commit(ctx, nil, metastore.CheckOp(metastore.LedgerKey(id), m.Revision()), metastore.DeleteOp(key, metastore.AnyVersion))
+			if err != nil && !errors.Is(err, metastore.ErrBadVersion) {
 				return err
 			}
 		}

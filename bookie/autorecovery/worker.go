@@ -129,6 +129,13 @@ func (s *Service) ledgerMarks(ctx context.Context, id int64) (map[string]mark, e
 func (s *Service) repairLedger(ctx context.Context, sess *metastore.Session, id int64) error {
 	lockRev, err := s.store.Create(ctx, metastore.LedgerLockKey(id), []byte(s.cfg.ID), metastore.WithLease(sess.Lease()))
 	if errors.Is(err, metastore.ErrBadVersion) {
+		// Ours already (a create whose answer was lost, an unlock that
+		// failed)? Take it back rather than wait for the session to end.
+		if kv, gerr := s.store.Get(ctx, metastore.LedgerLockKey(id)); gerr == nil && kv.Lease == int64(sess.Lease()) {
+			lockRev, err = kv.ModRevision, nil
+		}
+	}
+	if errors.Is(err, metastore.ErrBadVersion) {
 		s.step("locked-out", id)
 		return errPostponed // another worker has it
 	}
@@ -183,10 +190,13 @@ func (s *Service) repairOnce(ctx context.Context, guard *metastore.Guard, id int
 			if err := s.step("recover", id); err != nil {
 				return err
 			}
-			if _, err := s.lc.OpenRecover(ctx, id); err != nil {
-				return fmt.Errorf("recover ledger %d: %w", id, err)
+			if _, err := s.lc.OpenRecover(ctx, id); err == nil {
+				return metastore.ErrBadVersion // read it again, closed
+			} else {
+				// Not recoverable now (too few bookies answer the
+				// fence): repair the earlier segments meanwhile.
+				log.Warn("autorecovery: cannot recover the ledger of a gone writer yet; repairing its earlier segments", zap.Error(err))
 			}
-			return metastore.ErrBadVersion // read it again, closed
 		}
 		skipLast = true
 	}
@@ -203,9 +213,11 @@ func (s *Service) repairOnce(ctx context.Context, guard *metastore.Guard, id int
 		return err
 	}
 	view := func(b string) bookieView {
-		_, live := reg[b]
+		info, live := reg[b]
 		_, draining := drains[b]
-		return bookieView{live: live, draining: draining, lost: lostSet[b]}
+		// A bookie out of space takes no copies back: move them.
+		full := live && slices.Contains(info.ReadOnlyReasons, "no-space")
+		return bookieView{live: live, draining: draining || full, lost: lostSet[b]}
 	}
 	p := planRepair(m, marks, view, skipLast)
 	if err := s.step("planned", id); err != nil {
@@ -250,7 +262,18 @@ func (s *Service) repairOnce(ctx context.Context, guard *metastore.Guard, id int
 			return err
 		}
 	}
-	if err := s.clearMarks(ctx, guard, id, nm, marks, p.clear); err != nil {
+	// A bookie the metadata no longer names keeps no index key (one left
+	// by an old check would hold its drain open forever).
+	var extra []metastore.Op
+	if nm == nil {
+		extra = append(extra, metastore.CheckOp(metastore.LedgerKey(id), m.Revision()))
+	}
+	for _, b := range p.clear {
+		if !slices.Contains(m.Bookies(), b) {
+			extra = append(extra, metastore.DeleteOp(metastore.BookieLedgerKey(b, id), metastore.AnyVersion))
+		}
+	}
+	if err := s.clearMarks(ctx, guard, id, nm, marks, p.clear, extra...); err != nil {
 		return err
 	}
 	if err := s.step("swapped", id); err != nil {
@@ -268,15 +291,15 @@ func (s *Service) repairOnce(ctx context.Context, guard *metastore.Guard, id int
 // clearMarks deletes the cleared marks (each only if unchanged since it
 // was read) and, when nm is not nil, swaps in the new metadata in the
 // same guarded transaction.
-func (s *Service) clearMarks(ctx context.Context, guard *metastore.Guard, id int64, nm *ledger.Metadata, marks map[string]mark, clear []string) error {
-	var ops []metastore.Op
+func (s *Service) clearMarks(ctx context.Context, guard *metastore.Guard, id int64, nm *ledger.Metadata, marks map[string]mark, clear []string, extra ...metastore.Op) error {
+	ops := extra
 	for _, b := range clear {
 		ops = append(ops, metastore.DeleteOp(metastore.UnderReplicatedKey(id, b), marks[b].rev))
 	}
 	if nm != nil {
 		return s.lc.UpdateMetadata(ctx, nm, guard, ops...)
 	}
-	if len(ops) == 0 {
+	if len(ops) == len(extra) && len(clear) == 0 {
 		return nil
 	}
 	_, err := s.store.Commit(ctx, guard, ops...)

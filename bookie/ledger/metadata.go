@@ -103,6 +103,9 @@ func (m *Metadata) segmentFor(entry int64) Segment {
 
 func (m *Metadata) lastSegment() Segment { return m.Segments[len(m.Segments)-1] }
 
+// Revision is the metastore revision this copy was read or written at.
+func (m *Metadata) Revision() int64 { return m.modRev }
+
 // Clone returns a deep copy that keeps the revision it was read at, for a
 // compare-and-swap with Client.UpdateMetadata.
 func (m *Metadata) Clone() *Metadata { return m.clone() }

@@ -364,6 +364,7 @@ func (w *Writer) deliverLoop() {
 func (w *Writer) changeEnsemble() {
 	defer w.wg.Done()
 	backoff := 50 * time.Millisecond
+	markedNoSpare := false // the failed bookies were marked under-replicated
 	for {
 		w.mu.Lock()
 		if w.mu.err != nil {
@@ -411,6 +412,21 @@ func (w *Writer) changeEnsemble() {
 			w.mu.Unlock()
 			if stopped {
 				return
+			}
+			if errors.Is(err, ErrNotEnoughBookies) && !markedNoSpare {
+				// Entries may now complete with Qa < Qw copies: say so at
+				// once, so that autorecovery brings them back to Qw even
+				// if this writer dies before it can change its ensemble.
+				markedNoSpare = true
+				var lacking []string
+				for _, p := range failed {
+					lacking = append(lacking, ensemble[p])
+				}
+				mctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
+				if _, merr := w.c.store.Commit(mctx, nil, markOps(w.id, lacking, metapb.UnderReplicated_REASON_MISSING, "writer")...); merr != nil {
+					markedNoSpare = false
+				}
+				cancel()
 			}
 			if again != nil {
 				w.log.Warn("no spare bookie; sending to the failed bookies again", zap.Error(err), zap.Int("entries", len(again)))
