@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,6 +103,41 @@ type Client struct {
 		rng     *mrand.Rand
 		closed  bool
 	}
+
+	// retired caches the bookies being decommissioned (or done) and those
+	// autorecovery declared lost, for every writer of the client: read
+	// from the metastore at most once per retiredTTL. The lock is held
+	// while reading, so that concurrent writers wait for one read.
+	retired struct {
+		sync.Mutex
+		at  time.Time
+		set map[string]bool // shared: never modified once stored
+	}
+}
+
+// retiredTTL: how long the retired bookies read are used.
+const retiredTTL = time.Second
+
+// retiredBookies returns the bookies with a decommission record
+// (bookies/drain/) or declared lost (bookies/lost/). The map is shared:
+// callers must not modify it.
+func (c *Client) retiredBookies(ctx context.Context) (map[string]bool, error) {
+	c.retired.Lock()
+	defer c.retired.Unlock()
+	if c.retired.set != nil && time.Since(c.retired.at) < retiredTTL {
+		return c.retired.set, nil
+	}
+	set := map[string]bool{}
+	for _, prefix := range []string{metastore.BookieDrainPrefix, metastore.BookieLostPrefix} {
+		if err := c.store.ListAll(ctx, prefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+			set[strings.TrimPrefix(kv.Key, prefix)] = true
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	c.retired.set, c.retired.at = set, time.Now()
+	return set, nil
 }
 
 // New returns a client using store for metadata and the bookie registry.

@@ -379,6 +379,11 @@ func (w *Writer) changeEnsemble() {
 		if len(failed) == 0 {
 			w.mu.changing = false
 			w.completeLocked(w.mu.st.release(), nil)
+			if len(w.mu.st.pending) == 0 {
+				// Nothing waits on the new ensemble (an idle writer
+				// replaced a retired bookie): no trouble left to time.
+				w.mu.troubleSince = time.Time{}
+			}
 			w.mu.Unlock()
 			return
 		}
@@ -490,6 +495,59 @@ func (w *Writer) replaceBookies(meta *Metadata, ensemble []string, failed []int,
 	}
 }
 
+// replaceRetired starts an ensemble change for the positions of the
+// current ensemble held by bookies being decommissioned or declared lost
+// by autorecovery, as if an add to them had failed. A busy writer learns
+// it from its next add (a draining bookie refuses it, a lost one does not
+// answer); an idle one only here. Without it the last segment of an idle
+// ledger (a subscription without acknowledgements, a topic without
+// producers) would keep naming such a bookie, and autorecovery, which
+// leaves that segment to its writer, could never finish the decommission
+// or the repair. While no replacement can be picked nothing is started:
+// an idle writer has nothing to fail, and tries again at the next tick.
+func (w *Writer) replaceRetired() {
+	ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
+	defer cancel()
+	retired, err := w.c.retiredBookies(ctx)
+	if err != nil || len(retired) == 0 {
+		return
+	}
+	w.mu.Lock()
+	if w.mu.err != nil || w.mu.closing || w.mu.changing {
+		w.mu.Unlock()
+		return
+	}
+	ensemble := slices.Clone(w.mu.ensemble)
+	writeQuorum := w.mu.meta.WriteQuorum
+	w.mu.Unlock()
+	next := slices.Clone(ensemble)
+	var gone []int
+	for p, b := range ensemble {
+		if retired[b] {
+			gone = append(gone, p)
+			next[p] = ""
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	if _, err := w.c.pick(ctx, next, writeQuorum, ensemble); err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.err != nil || w.mu.closing || w.mu.changing || !slices.Equal(w.mu.ensemble, ensemble) {
+		return
+	}
+	for _, p := range gone {
+		w.mu.st.fail(p)
+	}
+	w.log.Info("replacing bookies being decommissioned or declared lost", zap.Ints("positions", gone), zap.Strings("ensemble", ensemble))
+	w.mu.changing = true
+	w.wg.Add(1)
+	go w.changeEnsemble()
+}
+
 // lacLoop sends the last add confirmed to the ensemble when no add has
 // carried it, so that readers can see the last entries of an idle ledger.
 func (w *Writer) lacLoop() {
@@ -502,6 +560,7 @@ func (w *Writer) lacLoop() {
 			return
 		case <-t.C:
 		}
+		w.replaceRetired()
 		w.mu.Lock()
 		lac := w.mu.st.lac
 		if w.mu.err != nil || lac <= w.mu.lacSent {
