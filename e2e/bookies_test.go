@@ -43,7 +43,7 @@ import (
 func bookieCluster(bookies int, brokerArgs ...string) clusterOptions {
 	return clusterOptions{
 		bookies: bookies, brokers: 2, etcdMembers: 1, direct: true,
-		bookieArgs: []string{"--lost-bookie-recovery-delay", "2s", "--log-level", "info"},
+		bookieArgs: []string{"--lost-bookie-recovery-delay", "2s"},
 		brokerArgs: append([]string{
 			"--min-ledger-rollover", "0s", "--max-ledger-rollover", "3s",
 			"--retention-time=-1s", "--retention-size=-1",
@@ -546,17 +546,26 @@ func watchPuts(t *testing.T, store *metastore.Store, prefix string) *atomic.Int6
 	return &n
 }
 
-// One bookie's disk fills up under load (its data directory is on a small
-// tmpfs, filled by the test past --disk-usage-threshold): it turns
-// read-only, the writers move to the other bookies and no send fails;
-// once the filler is removed, below --disk-usage-low-threshold, it is
-// writable again. Nothing is lost.
+// One bookie's disk fills up under load: it turns read-only, the writers
+// move to the other bookies and no send fails; once space is freed, below
+// --disk-usage-low-threshold, it is writable again. Nothing is lost.
+//
+// Every bookie has its data directory on a tmpfs of its own, all of one
+// size (placement weighs bookies by free space: a small disk among large
+// ones would get no ledger at all), and the test fills one of them past
+// --disk-usage-threshold with a file.
 func TestBookiesFullDisk(t *testing.T) {
 	prof := currentProfile()
-	c := newRealCluster(t, bookieCluster(4))
+	const bookies = 5
+	var disks []string
+	for range bookies {
+		disks = append(disks, smallDisk(t, 256<<20))
+	}
+	opts := bookieCluster(bookies)
+	opts.bookieDataDir = func(i int) string { return filepath.Join(disks[i], "data") }
+	c := newRealCluster(t, opts)
 	cp := newCopies(t, c.store)
-	disk := smallDisk(t, 128<<20)
-	full := c.startBookieIn(len(c.bookies), filepath.Join(disk, "data"), false)
+	full, disk := c.bookies[bookies-1], disks[bookies-1]
 	w := newWorkload(t, c, "bookie-full-disk", prof)
 	var readOnlyAt time.Time
 	report := w.run(func(context.Context) {
@@ -573,23 +582,23 @@ func TestBookiesFullDisk(t *testing.T) {
 		if !slices.Contains(st.ReadOnlyReasons, "disk") {
 			t.Errorf("%s is read-only for %v; want disk", full.id, st.ReadOnlyReasons)
 		}
-		// Writes go on without it: its open ledgers replace it, new ones
-		// are placed elsewhere.
-		testutil.Eventually(t, time.Minute, "no open ledger writing to "+full.id, func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			ms, err := cp.ledgers(ctx)
-			if err != nil {
-				return false
-			}
-			for _, m := range ms {
-				if m.State != ledger.StateClosed && slices.Contains(m.Segments[len(m.Segments)-1].Bookies, full.id) {
-					return false
-				}
-			}
-			return true
+		// Writes go on without it: the writers of its busy ledgers replace
+		// it, new ledgers are placed elsewhere. Its registration reports
+		// the bytes it stored in each interval: none from now on, while
+		// the others keep taking the load.
+		testutil.Eventually(t, 30*time.Second, full.id+" to store nothing more", func() bool {
+			all, err := c.bookieStatuses()
+			return err == nil && all[full.id].WriteBytesPerSec == 0
 		})
-		time.Sleep(prof.gap())
+		for end := time.Now().Add(prof.gap()); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+			all, err := c.bookieStatuses()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := all[full.id].WriteBytesPerSec; r != 0 {
+				t.Errorf("read-only %s stored %.0f B/s", full.id, r)
+			}
+		}
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}

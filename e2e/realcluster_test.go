@@ -71,6 +71,9 @@ type clusterOptions struct {
 	// every broker's (after the defaults: a flag given twice takes the
 	// later value).
 	bookieArgs, brokerArgs []string
+	// bookieDataDir, if set, gives the data directory of the i-th bookie
+	// started with the cluster.
+	bookieDataDir func(i int) string
 	// direct: brokers dial etcd and the bookies at their own addresses,
 	// without a toxiproxy on each link (no network faults, less CPU).
 	direct bool
@@ -180,7 +183,11 @@ func (c *realCluster) proxy(name, upstream string) *toxiproxy.Proxy {
 }
 
 func (c *realCluster) startBookie(i int, powerLoss bool, extra ...string) *bookieNode {
-	return c.startBookieIn(i, "", powerLoss, extra...)
+	dir := ""
+	if c.opts.bookieDataDir != nil {
+		dir = c.opts.bookieDataDir(i)
+	}
+	return c.startBookieIn(i, dir, powerLoss, extra...)
 }
 
 // startBookieIn starts the i-th bookie on dataDir ("": a new temporary
