@@ -112,9 +112,11 @@ func (p *problems) String() string {
 	return fmt.Sprintf("%d problems, e.g. %s", p.count, strings.Join(p.examples, "; "))
 }
 
-// stats: what a check looked at.
+// copyStats: what a check looked at, and when the metadata was first
+// found right in the round that passed.
 type copyStats struct {
 	ledgers, segments, copies int
+	metadataAt                time.Time
 }
 
 func (c *copies) check(ctx context.Context, banned map[string]bool, readCopies bool) (*problems, copyStats, error) {
@@ -196,9 +198,11 @@ func (c *copies) waitComplete(timeout time.Duration, banned map[string]bool) cop
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		p, st, err := c.check(ctx, banned, false)
 		if err == nil && p.count == 0 {
+			at := time.Now()
 			p, st, err = c.check(ctx, banned, true)
 			if err == nil && p.count == 0 {
 				cancel()
+				st.metadataAt = at
 				return st
 			}
 		}
