@@ -51,9 +51,14 @@ func bookieCluster(bookies int, brokerArgs ...string) clusterOptions {
 	}
 }
 
-// gap is how long the load runs between two steps of a scenario: short in
-// CI, longer in the long profile.
-func (p profile) gap() time.Duration { return p.duration / 8 }
+// gap is how long the load runs between two steps of a scenario: 1 s in
+// CI, 40 s in the long profile.
+func (p profile) gap() time.Duration {
+	if p.name == "long" {
+		return 40 * time.Second
+	}
+	return time.Second
+}
 
 // healTimeout bounds a re-replication.
 func (p profile) healTimeout() time.Duration {
@@ -258,7 +263,7 @@ func TestBookiesLostForGoodAreHealed(t *testing.T) {
 			st := c.waitBookieState(b.id, autorecovery.StateLost, time.Minute, func(s autorecovery.BookieStatus) bool { return s.UnderReplicated > 0 })
 			// Re-replication has nowhere to go: what the lost bookie held
 			// is still named and still marked a while later.
-			time.Sleep(3 * time.Second)
+			time.Sleep(2 * time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			p, _, err := cp.check(ctx, lost, false)
 			cancel()
