@@ -39,7 +39,7 @@ test-e2e:
 # (30,000 sends each), about 50 minutes in all; every history is kept.
 E2E_OUT ?= /tmp/magnetar-e2e-long
 test-e2e-long:
-	MAGNETAR_E2E_PROFILE=long MAGNETAR_E2E_OUT=$(E2E_OUT) $(GO) test -count=1 -timeout 120m -v -run TestFaults ./e2e/
+	MAGNETAR_E2E_PROFILE=long MAGNETAR_E2E_OUT=$(E2E_OUT) $(GO) test -count=1 -timeout 120m -v -run 'TestFaults|TestBookies' ./e2e/
 
 bench:
 	$(GO) test -p 1 -run '^$$' -bench . -benchtime 2s -timeout 60m ./bookie/...

@@ -30,6 +30,7 @@ import (
 // ensemble 3, write quorum 3 and ack quorum 2; deduplication is on.
 type realCluster struct {
 	t       *testing.T
+	opts    clusterOptions
 	ttl     time.Duration // broker and bookie session TTL
 	etcd    []*etcdMember
 	bookies []*bookieNode
@@ -46,6 +47,7 @@ type etcdMember struct {
 
 type bookieNode struct {
 	id, addr string
+	dataDir  string
 	memFS    bool // runs with --simulate-power-loss
 	p        *proc
 }
@@ -63,6 +65,18 @@ type clusterOptions struct {
 	// must be ended by powerLoss or stop, never by kill (that would lose
 	// their whole data directory).
 	powerLossBookies int
+	// bookies, brokers and etcd members to start (default 4, 3, 3).
+	bookies, brokers, etcdMembers int
+	// bookieArgs are added to every bookie's command line; brokerArgs to
+	// every broker's (after the defaults: a flag given twice takes the
+	// later value).
+	bookieArgs, brokerArgs []string
+	// bookieDataDir, if set, gives the data directory of the i-th bookie
+	// started with the cluster.
+	bookieDataDir func(i int) string
+	// direct: brokers dial etcd and the bookies at their own addresses,
+	// without a toxiproxy on each link (no network faults, less CPU).
+	direct bool
 }
 
 // freePortOn returns a port free on ip at the time of the call.
@@ -77,16 +91,25 @@ func freePortOn(t *testing.T, ip string) string {
 }
 
 func newRealCluster(t *testing.T, opts clusterOptions) *realCluster {
-	c := &realCluster{t: t, ttl: 3 * time.Second}
+	if opts.bookies == 0 {
+		opts.bookies = 4
+	}
+	if opts.brokers == 0 {
+		opts.brokers = 3
+	}
+	if opts.etcdMembers == 0 {
+		opts.etcdMembers = 3
+	}
+	c := &realCluster{t: t, opts: opts, ttl: 3 * time.Second}
 	c.startEtcd()
 	c.store = testutil.OpenStore(t, c.etcdEndpoints(), "/magnetar")
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	srv.Metrics.ProxyMetrics = collectors.NewProxyMetricCollectors()
 	c.proxies = srv
-	for i := 0; i < 4; i++ {
+	for i := 0; i < opts.bookies; i++ {
 		c.startBookie(i, i < opts.powerLossBookies)
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < opts.brokers; i++ {
 		c.startBroker(i)
 	}
 	for _, b := range c.brokers {
@@ -108,7 +131,7 @@ func (c *realCluster) startEtcd() {
 	type member struct{ name, client, peer string }
 	var ms []member
 	var initial []string
-	for i := 0; i < 3; i++ {
+	for i := 0; i < c.opts.etcdMembers; i++ {
 		ip := fmt.Sprintf("127.0.0.%d", 11+i)
 		m := member{fmt.Sprintf("etcd-%d", i), "http://" + freePortOn(c.t, ip), "http://" + freePortOn(c.t, ip)}
 		ms = append(ms, m)
@@ -159,12 +182,25 @@ func (c *realCluster) proxy(name, upstream string) *toxiproxy.Proxy {
 	return p
 }
 
-func (c *realCluster) startBookie(i int, powerLoss bool) {
-	b := &bookieNode{id: fmt.Sprintf("bookie-%d", i), addr: freePortOn(c.t, fmt.Sprintf("127.0.0.%d", 31+i)), memFS: powerLoss}
+func (c *realCluster) startBookie(i int, powerLoss bool, extra ...string) *bookieNode {
+	dir := ""
+	if c.opts.bookieDataDir != nil {
+		dir = c.opts.bookieDataDir(i)
+	}
+	return c.startBookieIn(i, dir, powerLoss, extra...)
+}
+
+// startBookieIn starts the i-th bookie on dataDir ("": a new temporary
+// directory).
+func (c *realCluster) startBookieIn(i int, dataDir string, powerLoss bool, extra ...string) *bookieNode {
+	b := &bookieNode{id: fmt.Sprintf("bookie-%d", i), addr: freePortOn(c.t, fmt.Sprintf("127.0.0.%d", 31+i)), memFS: powerLoss, dataDir: dataDir}
+	if b.dataDir == "" {
+		b.dataDir = filepath.Join(c.t.TempDir(), b.id)
+	}
 	args := []string{"bookie",
 		"--id", b.id,
 		"--listen", b.addr,
-		"--data-dir", filepath.Join(c.t.TempDir(), b.id),
+		"--data-dir", b.dataDir,
 		"--metastore", strings.Join(c.etcdEndpoints(), ","),
 		"--session-ttl", c.ttl.String(),
 		"--registration-interval", "500ms",
@@ -172,9 +208,18 @@ func (c *realCluster) startBookie(i int, powerLoss bool) {
 	if powerLoss {
 		args = append(args, "--simulate-power-loss")
 	}
+	args = append(append(args, c.opts.bookieArgs...), extra...)
 	b.p = startProc(c.t, b.id, args...)
 	c.bookies = append(c.bookies, b)
 	c.waitBookie(b, 0)
+	return b
+}
+
+// addBookie starts a fresh bookie (a new id and an empty data directory)
+// and waits for its registration.
+func (c *realCluster) addBookie(extra ...string) *bookieNode {
+	c.t.Helper()
+	return c.startBookie(len(c.bookies), false, extra...)
 }
 
 // bookieLease is the lease of the bookie's registration, 0 if none.
@@ -207,24 +252,31 @@ func (c *realCluster) startBroker(i int) {
 	ip := fmt.Sprintf("127.0.0.%d", 21+i)
 	b := &brokerNode{name: fmt.Sprintf("broker-%d", i), addr: freePortOn(c.t, ip), http: freePortOn(c.t, ip)}
 	var etcd, bookies []string
-	for _, m := range c.etcd {
-		p := c.proxy(b.name+"->"+m.name, strings.TrimPrefix(m.clientURL, "http://"))
-		b.etcdLinks = append(b.etcdLinks, p)
-		etcd = append(etcd, p.Listen)
+	if c.opts.direct {
+		etcd = c.etcdEndpoints()
+	} else {
+		for _, m := range c.etcd {
+			p := c.proxy(b.name+"->"+m.name, strings.TrimPrefix(m.clientURL, "http://"))
+			b.etcdLinks = append(b.etcdLinks, p)
+			etcd = append(etcd, p.Listen)
+		}
+		for _, bk := range c.bookies {
+			p := c.proxy(b.name+"->"+bk.id, bk.addr)
+			b.bookieLinks = append(b.bookieLinks, p)
+			bookies = append(bookies, bk.id+"="+p.Listen)
+		}
 	}
-	for _, bk := range c.bookies {
-		p := c.proxy(b.name+"->"+bk.id, bk.addr)
-		b.bookieLinks = append(b.bookieLinks, p)
-		bookies = append(bookies, bk.id+"="+p.Listen)
-	}
-	b.p = startProc(c.t, b.name, "broker",
+	args := []string{"broker",
 		"--listen", b.addr, "--http", b.http,
 		"--metastore", strings.Join(etcd, ","),
-		"--bookie-addresses", strings.Join(bookies, ","),
 		"--session-ttl", c.ttl.String(),
 		"--ensemble", "3", "--write-quorum", "3", "--ack-quorum", "2",
 		"--deduplication",
-		"--log-level", "warn")
+		"--log-level", "warn"}
+	if len(bookies) > 0 {
+		args = append(args, "--bookie-addresses", strings.Join(bookies, ","))
+	}
+	b.p = startProc(c.t, b.name, append(args, c.opts.brokerArgs...)...)
 	c.brokers = append(c.brokers, b)
 }
 

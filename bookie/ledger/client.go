@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,45 +102,47 @@ type Client struct {
 		streams map[string]*addStream       // by bookie id
 		rng     *mrand.Rand
 		closed  bool
-		// draining caches the bookies being decommissioned, read at
-		// drainingAt (see drainingBookies).
-		draining   map[string]bool
-		drainingAt time.Time
 	}
+
+	// retired caches the bookies being decommissioned (or done) and those
+	// autorecovery declared lost, for every writer of the client: read
+	// from the metastore at most once per retiredTTL. The lock is held
+	// while reading, so that concurrent writers wait for one read.
+	retired struct {
+		sync.Mutex
+		at  time.Time
+		set map[string]bool // shared: never modified once stored
+	}
+}
+
+// retiredTTL: how long the retired bookies read are used.
+const retiredTTL = time.Second
+
+// retiredBookies returns the bookies with a decommission record
+// (bookies/drain/) or declared lost (bookies/lost/). The map is shared:
+// callers must not modify it.
+func (c *Client) retiredBookies(ctx context.Context) (map[string]bool, error) {
+	c.retired.Lock()
+	defer c.retired.Unlock()
+	if c.retired.set != nil && time.Since(c.retired.at) < retiredTTL {
+		return c.retired.set, nil
+	}
+	set := map[string]bool{}
+	for _, prefix := range []string{metastore.BookieDrainPrefix, metastore.BookieLostPrefix} {
+		if err := c.store.ListAll(ctx, prefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+			set[strings.TrimPrefix(kv.Key, prefix)] = true
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	c.retired.set, c.retired.at = set, time.Now()
+	return set, nil
 }
 
 // DrainingReason is the read-only reason of a bookie being
-// decommissioned (bookie.ReadOnlyDraining): writers move off it even when
-// idle.
+// decommissioned (bookie.ReadOnlyDraining).
 const DrainingReason = "draining"
-
-// drainingBookies returns the registered bookies being decommissioned,
-// from a registry read at most two seconds ago (nil when the registry
-// cannot be read).
-func (c *Client) drainingBookies(ctx context.Context) map[string]bool {
-	c.mu.Lock()
-	if time.Since(c.mu.drainingAt) < 2*time.Second {
-		d := c.mu.draining
-		c.mu.Unlock()
-		return d
-	}
-	c.mu.drainingAt = time.Now()
-	c.mu.Unlock()
-	live, err := liveBookies(ctx, c.store)
-	if err != nil {
-		return nil
-	}
-	d := map[string]bool{}
-	for _, b := range live {
-		if slices.Contains(b.Info.ReadOnlyReasons, DrainingReason) {
-			d[b.ID] = true
-		}
-	}
-	c.mu.Lock()
-	c.mu.draining = d
-	c.mu.Unlock()
-	return d
-}
 
 // New returns a client using store for metadata and the bookie registry.
 func New(store *metastore.Store, cfg Config) (*Client, error) {

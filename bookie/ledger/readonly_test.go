@@ -120,3 +120,89 @@ func TestReadOnlyBookieIsReplaced(t *testing.T) {
 		}
 	}
 }
+
+// An idle writer (no append in flight) whose ensemble holds a bookie being
+// decommissioned or declared lost replaces it by itself: otherwise the
+// last segment of an idle open ledger would name that bookie for ever, and
+// autorecovery, which leaves that segment to its writer, could never end
+// the decommission or the repair. The entries written before stay
+// readable; the writer goes on appending. With no spare bookie nothing
+// changes and the writer keeps working.
+func TestIdleWriterReplacesRetiredBookies(t *testing.T) {
+	for _, retire := range []struct {
+		name string
+		key  func(string) string
+	}{{"draining", metastore.BookieDrainKey}, {"lost", metastore.BookieLostKey}} {
+		t.Run(retire.name, func(t *testing.T) {
+			// No autorecovery: its auditor would take back the "lost" record
+			// of a bookie that is in fact registered.
+			c := testcluster.Start(t, 4, testcluster.Options{Configure: func(cfg *bookie.Config) { cfg.Autorecovery = false }})
+			cl := c.Client(ledger.Config{ExplicitLACInterval: 50 * time.Millisecond})
+			ctx := ctxT(t)
+			w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent := map[int64][]byte{}
+			for i := 0; i < 5; i++ {
+				p := []byte{byte(i)}
+				id, err := w.Append(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent[id] = p
+			}
+			victim := w.Metadata().Segments[0].Bookies[1]
+			if _, err := c.Store.Put(ctx, retire.key(victim), nil); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, 30*time.Second, "the idle writer to replace "+victim, func() bool {
+				segs := w.Metadata().Segments
+				return len(segs) == 2 && !slices.Contains(segs[1].Bookies, victim) && segs[1].First == 5
+			})
+			for i := 5; i < 10; i++ {
+				p := []byte{byte(i)}
+				id, err := w.Append(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent[id] = p
+			}
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r, err := cl.Open(ctx, w.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, r, sent)
+		})
+	}
+	t.Run("no-spare", func(t *testing.T) {
+		c := testcluster.Start(t, 3, testcluster.Options{Configure: func(cfg *bookie.Config) { cfg.Autorecovery = false }})
+		cl := c.Client(ledger.Config{ExplicitLACInterval: 50 * time.Millisecond, EnsembleChangeTimeout: 200 * time.Millisecond})
+		ctx := ctxT(t)
+		w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(ctx, []byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		victim := w.Metadata().Segments[0].Bookies[0]
+		if _, err := c.Store.Put(ctx, metastore.BookieLostKey(victim), nil); err != nil {
+			t.Fatal(err)
+		}
+		// Several ticks, and longer than EnsembleChangeTimeout.
+		time.Sleep(time.Second)
+		if segs := w.Metadata().Segments; len(segs) != 1 {
+			t.Fatalf("segments %+v: an ensemble change without a spare bookie", segs)
+		}
+		if _, err := w.Append(ctx, []byte("b")); err != nil {
+			t.Fatalf("the writer stopped working: %v", err)
+		}
+		if err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -380,6 +380,11 @@ func (w *Writer) changeEnsemble() {
 		if len(failed) == 0 {
 			w.mu.changing = false
 			w.completeLocked(w.mu.st.release(), nil)
+			if len(w.mu.st.pending) == 0 {
+				// Nothing waits on the new ensemble (an idle writer
+				// replaced a retired bookie): no trouble left to time.
+				w.mu.troubleSince = time.Time{}
+			}
 			w.mu.Unlock()
 			return
 		}
@@ -417,16 +422,21 @@ func (w *Writer) changeEnsemble() {
 				// Entries may now complete with Qa < Qw copies: say so at
 				// once, so that autorecovery brings them back to Qw even
 				// if this writer dies before it can change its ensemble.
+				// Off this loop: the resends below must not wait for etcd.
 				markedNoSpare = true
 				var lacking []string
 				for _, p := range failed {
 					lacking = append(lacking, ensemble[p])
 				}
-				mctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
-				if _, merr := w.c.store.Commit(mctx, nil, markOps(w.id, lacking, metapb.UnderReplicated_REASON_MISSING, "writer")...); merr != nil {
-					markedNoSpare = false
-				}
-				cancel()
+				w.wg.Add(1)
+				go func() {
+					defer w.wg.Done()
+					mctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+					defer cancel()
+					if _, merr := w.c.store.Commit(mctx, nil, markOps(w.id, lacking, metapb.UnderReplicated_REASON_MISSING, "writer")...); merr != nil {
+						w.log.Debug("could not mark bookies the writer goes on without", zap.Error(merr))
+					}
+				}()
 			}
 			if again != nil {
 				w.log.Warn("no spare bookie; sending to the failed bookies again", zap.Error(err), zap.Int("entries", len(again)))
@@ -506,53 +516,57 @@ func (w *Writer) replaceBookies(meta *Metadata, ensemble []string, failed []int,
 	}
 }
 
-// moveOffDraining replaces the bookies of the ensemble that are being
-// decommissioned, even while the writer is idle (a busy writer would move
-// at its next add, which they refuse), so that a drain does not wait for
-// the ledger to be closed. It does so only when replacements can be
-// found now: an ensemble change that finds none would fail the writer.
-func (w *Writer) moveOffDraining() {
-	draining := w.c.drainingBookies(w.ctx)
-	if len(draining) == 0 {
+// replaceRetired starts an ensemble change for the positions of the
+// current ensemble held by bookies being decommissioned or declared lost
+// by autorecovery, as if an add to them had failed. A busy writer learns
+// it from its next add (a draining bookie refuses it, a lost one does not
+// answer); an idle one only here. Without it the last segment of an idle
+// ledger (a subscription without acknowledgements, a topic without
+// producers) would keep naming such a bookie, and autorecovery, which
+// leaves that segment to its writer, could never finish the decommission
+// or the repair. While no replacement can be picked nothing is started:
+// an idle writer has nothing to fail, and tries again at the next tick.
+func (w *Writer) replaceRetired() {
+	ctx, cancel := context.WithTimeout(w.ctx, w.c.cfg.AddTimeout)
+	defer cancel()
+	retired, err := w.c.retiredBookies(ctx)
+	if err != nil || len(retired) == 0 {
 		return
 	}
 	w.mu.Lock()
+	if w.mu.err != nil || w.mu.closing || w.mu.changing {
+		w.mu.Unlock()
+		return
+	}
 	ensemble := slices.Clone(w.mu.ensemble)
-	qw := w.mu.meta.WriteQuorum
-	stopped := w.mu.err != nil || w.mu.closing || w.mu.changing
+	writeQuorum := w.mu.meta.WriteQuorum
 	w.mu.Unlock()
-	var ps []int
 	next := slices.Clone(ensemble)
+	var gone []int
 	for p, b := range ensemble {
-		if draining[b] {
-			ps = append(ps, p)
+		if retired[b] {
+			gone = append(gone, p)
 			next[p] = ""
 		}
 	}
-	if stopped || len(ps) == 0 {
+	if len(gone) == 0 {
 		return
 	}
-	if _, err := w.c.pick(w.ctx, next, qw, ensemble); err != nil {
+	if _, err := w.c.pick(ctx, next, writeQuorum, ensemble); err != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.mu.err != nil || w.mu.closing || !slices.Equal(ensemble, w.mu.ensemble) {
+	if w.mu.err != nil || w.mu.closing || w.mu.changing || !slices.Equal(w.mu.ensemble, ensemble) {
 		return
 	}
-	failed := false
-	for _, p := range ps {
-		failed = w.mu.st.fail(p) || failed
+	for _, p := range gone {
+		w.mu.st.fail(p)
 	}
-	if !failed {
-		return
-	}
-	w.log.Info("moving off draining bookies", zap.Ints("positions", ps), zap.Strings("ensemble", ensemble))
-	if !w.mu.changing {
-		w.mu.changing = true
-		w.wg.Add(1)
-		go w.changeEnsemble()
-	}
+	w.log.Info("replacing bookies being decommissioned or declared lost", zap.Ints("positions", gone), zap.Strings("ensemble", ensemble))
+	w.mu.changing = true
+	w.wg.Add(1)
+	go w.changeEnsemble()
 }
 
 // lacLoop sends the last add confirmed to the ensemble when no add has
@@ -567,7 +581,7 @@ func (w *Writer) lacLoop() {
 			return
 		case <-t.C:
 		}
-		w.moveOffDraining()
+		w.replaceRetired()
 		w.mu.Lock()
 		lac := w.mu.st.lac
 		if w.mu.err != nil || lac <= w.mu.lacSent {
