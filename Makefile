@@ -11,7 +11,7 @@ PROTO_FILES   := $(wildcard proto/*/*.proto)
 RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./internal/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build test test-race test-e2e test-e2e-long bench fuzz proto proto-check lint run tools clean
+.PHONY: all build test test-race test-e2e test-e2e-long bench bench-heal fuzz proto proto-check lint run tools clean
 
 all: build
 
@@ -41,8 +41,17 @@ E2E_OUT ?= /tmp/magnetar-e2e-long
 test-e2e-long:
 	MAGNETAR_E2E_PROFILE=long MAGNETAR_E2E_OUT=$(E2E_OUT) $(GO) test -count=1 -timeout 120m -v -run 'TestFaults|TestBookies' ./e2e/
 
+# The self-healing scenarios are left to bench-heal: each is a whole
+# cluster's life, not a loop over b.N.
 bench:
-	$(GO) test -p 1 -run '^$$' -bench . -benchtime 2s -timeout 60m ./bookie/...
+	$(GO) test -p 1 -run '^$$' -bench . -skip 'ReReplication|NewBookieShare' -benchtime 2s -timeout 60m ./bookie/...
+
+# Self-healing (docs/benchmarks.md, "Autorecovery (issue 11)"), about 4
+# minutes: re-replication after losing a bookie, produce latency during
+# it, a new bookie taking its share.
+bench-heal:
+	$(GO) test -run '^$$' -bench ReReplication -benchtime 1x -timeout 30m ./bookie/autorecovery/
+	$(GO) test -run '^$$' -bench NewBookieShare -benchtime 1x ./bookie/ledger/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEntry -fuzztime 30s ./bookie/internal/storage
