@@ -124,7 +124,9 @@ func Start(store *metastore.Store, lc *ledger.Client, cfg Config) (*Service, err
 	}
 	s := &Service{cfg: cfg, store: store, lc: lc, log: cfg.Logger.With(zap.String("autorecovery", cfg.ID))}
 	if cfg.MaxBytesPerSec > 0 {
-		s.limit = rate.NewLimiter(rate.Limit(cfg.MaxBytesPerSec), int(max(cfg.MaxBytesPerSec, 16<<20)))
+		// A quarter second's worth of burst (at least 1 MiB): a larger one
+		// let the first 16 MiB through at full speed whatever the rate.
+		s.limit = rate.NewLimiter(rate.Limit(cfg.MaxBytesPerSec), int(max(cfg.MaxBytesPerSec/4, 1<<20)))
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
