@@ -80,9 +80,14 @@ func payload(id, e int64) []byte {
 // writeLedger writes n entries at E3/Qw3/Qa2 and closes the ledger unless
 // keepOpen; it returns the writer (nil once closed) and the ledger id.
 func writeLedger(t *testing.T, lc *ledger.Client, n int, keepOpen bool) (*ledger.Writer, int64) {
+	return writeLedgerWith(t, lc, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2}, n, keepOpen)
+}
+
+// writeLedgerWith is writeLedger with other replication.
+func writeLedgerWith(t *testing.T, lc *ledger.Client, opts ledger.CreateOptions, n int, keepOpen bool) (*ledger.Writer, int64) {
 	t.Helper()
 	ctx := ctxT(t)
-	w, err := lc.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+	w, err := lc.Create(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -262,19 +262,8 @@ func TestDecommissionSingleCopy(t *testing.T) {
 	tc := startHealingCluster(t, 3)
 	ctx := ctxT(t)
 	lc := tc.Client(ledger.Config{})
-	w, err := lc.Create(ctx, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for e := int64(0); e < 20; e++ {
-		if _, err := w.Append(ctx, payload(w.ID(), e)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	victim := ensembleOf(t, lc, w.ID())[0]
+	_, id := writeLedgerWith(t, lc, ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1}, 20, false)
+	victim := ensembleOf(t, lc, id)[0]
 	if err := autorecovery.Decommission(ctx, tc.Store, victim); err != nil {
 		t.Fatal(err)
 	}
@@ -284,10 +273,10 @@ func TestDecommissionSingleCopy(t *testing.T) {
 		}
 		return nil
 	})
-	if names(t, lc, w.ID(), victim, false) {
+	if names(t, lc, id, victim, false) {
 		t.Fatal("the ledger still names the decommissioned bookie")
 	}
-	if err := checkCopies(ctx, lc, w.ID()); err != nil {
+	if err := checkCopies(ctx, lc, id); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -299,26 +288,15 @@ func TestReaderFollowsMovedCopies(t *testing.T) {
 	tc := startHealingCluster(t, 4)
 	ctx := ctxT(t)
 	lc := tc.Client(ledger.Config{})
-	w, err := lc.Create(ctx, ledger.CreateOptions{Ensemble: 2, WriteQuorum: 2, AckQuorum: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for e := int64(0); e < 10; e++ {
-		if _, err := w.Append(ctx, payload(w.ID(), e)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, err := lc.Open(ctx, w.ID())
+	_, id := writeLedgerWith(t, lc, ledger.CreateOptions{Ensemble: 2, WriteQuorum: 2, AckQuorum: 2}, 10, false)
+	r, err := lc.Open(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Read(ctx, 0, 9); err != nil {
 		t.Fatal(err)
 	}
-	old := ensembleOf(t, lc, w.ID())
+	old := ensembleOf(t, lc, id)
 	for _, b := range old {
 		if err := autorecovery.Decommission(ctx, tc.Store, b); err != nil {
 			t.Fatal(err)
@@ -330,7 +308,7 @@ func TestReaderFollowsMovedCopies(t *testing.T) {
 				return fmt.Errorf("%+v", st)
 			}
 			n := 0
-			if err := lc.ListEntries(ctx, b, w.ID(), func(ids []int64) error { n += len(ids); return nil }); err != nil {
+			if err := lc.ListEntries(ctx, b, id, func(ids []int64) error { n += len(ids); return nil }); err != nil {
 				return err
 			}
 			if n > 0 {
@@ -344,7 +322,7 @@ func TestReaderFollowsMovedCopies(t *testing.T) {
 		t.Fatalf("read after the copies moved: %v", err)
 	}
 	for _, e := range got {
-		if !bytes.Equal(e.Payload, payload(w.ID(), e.ID)) {
+		if !bytes.Equal(e.Payload, payload(id, e.ID)) {
 			t.Fatalf("entry %d: %q", e.ID, e.Payload)
 		}
 	}
