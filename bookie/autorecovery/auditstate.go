@@ -59,21 +59,6 @@ func (a *auditState) observe(now time.Time, registered map[string]string, known 
 	return lost, wiped
 }
 
-// next is when observe may next report a bookie lost (zero: none is
-// waiting).
-func (a *auditState) next() time.Time {
-	var t time.Time
-	for b, since := range a.gone {
-		if a.lost[b] {
-			continue
-		}
-		if at := since.Add(a.delay); t.IsZero() || at.Before(t) {
-			t = at
-		}
-	}
-	return t
-}
-
 // lostBookies lists the bookies reported lost and still gone.
 func (a *auditState) lostBookies() []string {
 	return sortedKeys(a.lost)
