@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -509,15 +510,62 @@ func TestBookiesScaleOutUnderLoad(t *testing.T) {
 				t.Errorf("%s took %+.1f%% of the mean of new writes; want within 25%%", id, 100*d)
 			}
 		}
+		if n := marks.Load(); n != 0 {
+			t.Errorf("%d under-replication marks were written during a scale-out; want none (nothing to copy)", n)
+		}
+
+		// Then the old data: a rebalance, still under load, moves closed
+		// ledgers' copies onto the new bookies until what the bookies
+		// hold is within the target spread.
+		time.Sleep(prof.gap())
+		// Asked for 0.25, checked at 0.3: the writes go on between the
+		// auditor's last measure and this one.
+		const asked, target = 0.25, 0.3
+		rstart := time.Now()
+		if out, err := c.admin("bookies", "rebalance", "--target-spread", fmt.Sprint(asked)); err != nil {
+			t.Fatalf("rebalance: %v\n%s", err, out)
+		}
+		testutil.Eventually(t, prof.healTimeout(), "the rebalance to finish", func() bool {
+			var st autorecovery.RebalanceStatus
+			return c.adminGet("/admin/v2/bookies/rebalance", &st) == nil && !st.Active && st.PendingMoves == 0
+		})
+		ms, err = cp.ledgers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := map[string]float64{}
+		for _, b := range c.bookies {
+			held[b.id] = 0
+		}
+		for _, m := range ms {
+			if m.State != ledger.StateClosed {
+				continue
+			}
+			for _, b := range m.Bookies() {
+				held[b] += float64(m.Length) * float64(m.WriteQuorum) / float64(m.Ensemble)
+			}
+		}
+		lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+		for _, v := range held {
+			lo, hi, sum = math.Min(lo, v), math.Max(hi, v), sum+v
+		}
+		spread := (hi - lo) / (sum / float64(len(held)))
+		t.Logf("rebalance under load done in %v: held bytes per bookie %v, spread %.3f (target %v), %d marks in all",
+			time.Since(rstart).Round(time.Millisecond), held, spread, target, marks.Load())
+		if spread > target {
+			t.Errorf("spread after the rebalance %.3f, want <= %v: %v", spread, target, held)
+		}
+		if marks.Load() == 0 {
+			t.Error("the rebalance moved nothing, although the old ledgers were on 3 of 5 bookies")
+		}
 		time.Sleep(prof.gap())
 	})
 	assertWorkload(t, w, report, prof, true)
 	if n, err := c.underReplicated(); err != nil || n != 0 {
-		t.Errorf("under-replicated count %d (%v) after a scale-out; want 0", n, err)
+		t.Errorf("under-replicated count %d (%v) after a scale-out and a rebalance; want 0", n, err)
 	}
-	if n := marks.Load(); n != 0 {
-		t.Errorf("%d under-replication marks were written during a scale-out; want none (nothing to copy)", n)
-	}
+	// Every copy the moves made is where the metadata says.
+	cp.waitComplete(prof.healTimeout(), nil)
 }
 
 // watchPuts counts the keys put under prefix from now until the test
