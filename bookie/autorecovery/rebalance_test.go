@@ -104,3 +104,46 @@ func TestRebalanceAfterScaleOut(t *testing.T) {
 		t.Fatalf("target 11: %v", err)
 	}
 }
+
+// TestAutoRebalance: with automatic rebalancing on, no request is needed:
+// the auditor evens the copies out after a scale-out by itself.
+func TestAutoRebalance(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx := ctxT(t)
+	lc := tc.Client(ledger.Config{})
+	var ids []int64
+	for i := 0; i < 12; i++ {
+		_, id := writeLedger(t, lc, 40, false)
+		ids = append(ids, id)
+	}
+	tc.AddBookie(testcluster.Options{Configure: func(c *bookie.Config) { c.Autorecovery = false }})
+	tc.AddBookie(testcluster.Options{Configure: func(c *bookie.Config) { c.Autorecovery = false }})
+	startService(t, tc, "ar-auto", func(c *autorecovery.Config) {
+		c.AutoRebalance = true
+		c.RebalanceInterval = 100 * time.Millisecond
+		c.RebalanceSpread = 0.3
+	})
+	eventually(t, 60*time.Second, func() error {
+		counts := copiesPerBookie(t, lc, ids)
+		lo, hi := 1<<30, 0
+		for _, b := range tc.Bookies() {
+			lo, hi = min(lo, counts[b.ID]), max(hi, counts[b.ID])
+		}
+		if float64(hi-lo)/(36.0/5) > 0.3 {
+			return fmt.Errorf("copies per bookie %v", counts)
+		}
+		st, err := autorecovery.GetRebalance(ctx, tc.Store)
+		if err != nil || st.PendingMoves > 0 {
+			return fmt.Errorf("rebalance %+v %v", st, err)
+		}
+		if st.Active {
+			return errors.New("a rebalance request appeared: auto mode needs none")
+		}
+		return nil
+	})
+	for _, id := range ids {
+		if err := checkCopies(ctx, lc, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
