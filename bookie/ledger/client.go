@@ -106,12 +106,14 @@ type Client struct {
 
 	// retired caches the bookies being decommissioned (or done) and those
 	// autorecovery declared lost, for every writer of the client: read
-	// from the metastore at most once per retiredTTL. The lock is held
-	// while reading, so that concurrent writers wait for one read.
+	// from the metastore at most once per retiredTTL, by one caller at a
+	// time; the others use the last set meanwhile (never waiting: a
+	// writer closing while etcd is gone must not queue behind a read).
 	retired struct {
 		sync.Mutex
-		at  time.Time
-		set map[string]bool // shared: never modified once stored
+		at         time.Time
+		set        map[string]bool // shared: never modified once stored
+		refreshing bool
 	}
 }
 
@@ -123,26 +125,32 @@ const retiredTTL = time.Second
 // callers must not modify it.
 func (c *Client) retiredBookies(ctx context.Context) (map[string]bool, error) {
 	c.retired.Lock()
-	defer c.retired.Unlock()
-	if c.retired.set != nil && time.Since(c.retired.at) < retiredTTL {
-		return c.retired.set, nil
+	if c.retired.refreshing || (c.retired.set != nil && time.Since(c.retired.at) < retiredTTL) {
+		set := c.retired.set
+		c.retired.Unlock()
+		return set, nil
 	}
+	c.retired.refreshing = true
+	c.retired.Unlock()
 	set := map[string]bool{}
+	var err error
 	for _, prefix := range []string{metastore.BookieDrainPrefix, metastore.BookieLostPrefix} {
-		if err := c.store.ListAll(ctx, prefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+		if err = c.store.ListAll(ctx, prefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
 			set[strings.TrimPrefix(kv.Key, prefix)] = true
 			return nil
 		}); err != nil {
-			return nil, err
+			break
 		}
+	}
+	c.retired.Lock()
+	defer c.retired.Unlock()
+	c.retired.refreshing = false
+	if err != nil {
+		return nil, err
 	}
 	c.retired.set, c.retired.at = set, time.Now()
 	return set, nil
 }
-
-// DrainingReason is the read-only reason of a bookie being
-// decommissioned (bookie.ReadOnlyDraining).
-const DrainingReason = "draining"
 
 // New returns a client using store for metadata and the bookie registry.
 func New(store *metastore.Store, cfg Config) (*Client, error) {
@@ -413,3 +421,7 @@ func (c *Client) List(ctx context.Context, fn func(id int64) error) error {
 		return fn(id)
 	})
 }
+
+// DrainingReason is the read-only reason of a bookie being
+// decommissioned (bookie.ReadOnlyDraining).
+const DrainingReason = "draining"
