@@ -3,7 +3,9 @@ package broker
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/magnetar-io/magnetar/proto/topicname"
@@ -11,13 +13,13 @@ import (
 
 // SetTestHookPublishTimed installs f as testHookPublishTimed; tests reset
 // it with nil when they end.
-func SetTestHookPublishTimed(f func()) { testHookPublishTimed = f }
+func SetTestHookPublishTimed(f func()) { setHook(&testHookPublishTimed, f) }
 
 // SessionLease is the broker's current etcd lease.
 func (s *Server) SessionLease() int64 { return int64(s.session.Load().Lease()) }
 
 // SetTestHookAppendDone installs f as testHookAppendDone.
-func SetTestHookAppendDone(f func()) { testHookAppendDone = f }
+func SetTestHookAppendDone(f func()) { setHook(&testHookAppendDone, f) }
 
 // DedupWaiting is how many re-sends of producer wait on an append in
 // flight on the loaded topic (a partition's full name).
@@ -119,15 +121,26 @@ func (s *Server) loadedTopic(topic string) *topic {
 // SetTestHookPersist installs f to run at the start of every topic's
 // background persist (with its full name and the task's context); tests
 // reset it with nil.
-func SetTestHookPersist(f func(topic string, ctx context.Context)) { testHookPersist = f }
+func SetTestHookPersist(f func(topic string, ctx context.Context)) { setHook(&testHookPersist, f) }
+
+// setHook stores f in p, or clears p when f is nil. Hooks are atomic so
+// that a test may set or reset one while the broker's goroutines run.
+func setHook[F any](p *atomic.Pointer[F], f F) {
+	if reflect.ValueOf(f).IsNil() {
+		p.Store(nil)
+		return
+	}
+	p.Store(&f)
+}
 
 // SetTestHookLoad installs f to run at the start of every topic load.
 func SetTestHookLoad(f func(topic string)) {
 	if f == nil {
-		testHookLoad = nil
+		testHookLoad.Store(nil)
 		return
 	}
-	testHookLoad = func(n topicname.Name) { f(n.String()) }
+	h := func(n topicname.Name) { f(n.String()) }
+	testHookLoad.Store(&h)
 }
 
 // GetTopic loads a topic partition as a client call would (create: as a

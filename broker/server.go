@@ -417,8 +417,8 @@ func (s *Server) loadCalled(call *loadCall, n topicname.Name) {
 	path := topicPath(n)
 	ctx, cancel := context.WithTimeout(s.ctx, topicLoadTimeout)
 	defer cancel()
-	if testHookLoad != nil {
-		testHookLoad(n)
+	if h := testHookLoad.Load(); h != nil {
+		(*h)(n)
 	}
 	t, err := s.loadTopic(ctx, n, call.create)
 	s.mu.Lock()
@@ -440,7 +440,7 @@ func (s *Server) loadCalled(call *loadCall, n topicname.Name) {
 }
 
 // testHookLoad, when set by a test, runs at the start of every topic load.
-var testHookLoad func(topicname.Name)
+var testHookLoad atomic.Pointer[func(topicname.Name)]
 
 // lookupTopic returns a loaded topic without loading it.
 func (s *Server) lookupTopic(n topicname.Name) *topic {

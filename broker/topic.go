@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -233,11 +234,11 @@ func (t *topic) connectedLocked(name string) bool { return t.mu.producers[name] 
 
 // testHookPublishTimed, when set by a test, runs in publish between taking
 // the publish time and handing the entry to the managed ledger.
-var testHookPublishTimed func()
+var testHookPublishTimed atomic.Pointer[func()]
 
 // testHookAppendDone, when set by a test, runs when an append completes,
 // before its outcome is recorded and answered.
-var testHookAppendDone func()
+var testHookAppendDone atomic.Pointer[func()]
 
 // publish stores one message (or batch). cb gets the position, or
 // duplicate true when deduplication dropped it, or an error.
@@ -283,8 +284,8 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 		d.inflight[seq] = &dedupWaiters{highest: int64(highest)}
 	}
 	t.mu.Unlock()
-	if testHookPublishTimed != nil {
-		testHookPublishTimed()
+	if h := testHookPublishTimed.Load(); h != nil {
+		(*h)()
 	}
 	md.PublishTime = proto.Uint64(uint64(now))
 	data, err := entry.Encode(md, send.Payload)
@@ -310,8 +311,8 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 			t.traffic.published(msgs, len(data))
 			t.s.traffic.published(msgs, len(data))
 		}
-		if testHookAppendDone != nil {
-			testHookAppendDone()
+		if h := testHookAppendDone.Load(); h != nil {
+			(*h)()
 		}
 		var waiting []func(mledger.Position, bool, error)
 		if dedup {
@@ -552,12 +553,12 @@ func (t *topic) subscription(name string) (*subscription, error) {
 // ---- background work ----
 
 // testHookPersist, when set by a test, runs at the start of persist.
-var testHookPersist func(topic string, ctx context.Context)
+var testHookPersist atomic.Pointer[func(topic string, ctx context.Context)]
 
 // persist persists cursors and deduplication state.
 func (t *topic) persist(ctx context.Context) {
-	if testHookPersist != nil {
-		testHookPersist(t.name.String(), ctx)
+	if h := testHookPersist.Load(); h != nil {
+		(*h)(t.name.String(), ctx)
 	}
 	for _, s := range t.subscriptions() {
 		if err := s.cur.Persist(ctx); err != nil && !errors.Is(err, cursor.ErrClosed) {
