@@ -522,9 +522,9 @@ func TestWriterEnsembleChangeRacesRepair(t *testing.T) {
 		next++
 	}
 	appendOne()
-	if m, _ := lc.Metadata(ctx, id); len(m.Segments) != 2 {
-		t.Fatalf("segments after the first failure: %+v", m.Segments)
-	}
+	// The append completes with the live bookies' acks; the ensemble
+	// change follows the dead one's failure, maybe a little later.
+	testutil.Eventually(t, 30*time.Second, "the ensemble change", func() bool { return len(w.Metadata().Segments) == 2 })
 
 	var raced, replanned bool
 	var mu sync.Mutex
@@ -543,8 +543,10 @@ func TestWriterEnsembleChangeRacesRepair(t *testing.T) {
 			cur := m.Segments[len(m.Segments)-1].Bookies
 			tc.Bookie(cur[1]).Kill()
 			appendOne()
-			if m2, _ := lc.Metadata(ctx, id); len(m2.Segments) != 3 {
-				return fmt.Errorf("the writer did not change its ensemble: %+v", m2.Segments)
+			for deadline := time.Now().Add(30 * time.Second); len(w.Metadata().Segments) != 3; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("the writer did not change its ensemble: %+v", w.Metadata().Segments)
+				}
 			}
 		} else if name == "planned" && raced {
 			replanned = true
