@@ -15,6 +15,9 @@ import (
 type Config struct {
 	// Listen is the gRPC address. Default 127.0.0.1:3181.
 	Listen string `mapstructure:"listen" yaml:"listen"`
+	// HTTPListen is the address of the HTTP port: /healthz and /readyz for
+	// probes. Default empty: none.
+	HTTPListen string `mapstructure:"http" yaml:"http"`
 	// AdvertisedAddress is the host:port other components dial. Default:
 	// the bound listen address.
 	AdvertisedAddress string `mapstructure:"advertised-address" yaml:"advertised-address"`
@@ -139,6 +142,14 @@ func (c *Config) Validate() error {
 	var errs []error
 	if err := netaddr.Listen(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: %w", c.Listen, err))
+	}
+	if c.HTTPListen != "" {
+		if err := netaddr.Listen(c.HTTPListen); err != nil {
+			errs = append(errs, fmt.Errorf("--http %q: %w", c.HTTPListen, err))
+		}
+	}
+	if c.AdvertisedAddress == "" && netaddr.Wildcard(c.Listen) {
+		errs = append(errs, fmt.Errorf("--listen %q binds every interface: set --advertised-address to the HOST:PORT brokers dial", c.Listen))
 	}
 	if c.AdvertisedAddress != "" {
 		if err := netaddr.Dial(c.AdvertisedAddress); err != nil {

@@ -34,6 +34,7 @@ func (s *Server) register(ctx context.Context) (*registration, error) {
 		sess.Close()
 		return nil, err
 	}
+	s.session.Store(sess)
 	return r, nil
 }
 
@@ -81,6 +82,7 @@ func (s *Server) publish(ctx context.Context, r *registration) error {
 func (s *Server) registrationLoop(r *registration) {
 	defer s.wg.Done()
 	defer func() {
+		s.session.Store(nil)
 		if r != nil {
 			r.session.Close() // revokes the lease: the registration goes at once
 		}
@@ -98,6 +100,7 @@ func (s *Server) registrationLoop(r *registration) {
 			return
 		case <-s.db.Failed():
 			s.log.Error("storage failed: unregistering; restart the bookie after fixing the disk", zap.Error(s.db.Err()))
+			s.session.Store(nil)
 			if r != nil {
 				r.session.Close()
 				r = nil
@@ -106,6 +109,7 @@ func (s *Server) registrationLoop(r *registration) {
 			return
 		case <-lost:
 			s.log.Warn("metastore session lost; registering again", zap.Error(r.session.Err()))
+			s.session.Store(nil)
 			r.session.Close()
 			r = nil
 			continue

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -67,16 +70,19 @@ type Server struct {
 	db         *storage.DB
 	ln         net.Listener
 	grpc       *grpc.Server
+	httpLn     net.Listener // nil without --http
+	http       *http.Server
 	id         string // name in ledger metadata
 	addr       string // advertised address
 	instanceID string
 
 	budget    *semaphore.Weighted // payload bytes of adds in progress
 	diskUsage DiskUsageFunc
-	lastUsage atomic.Pointer[DiskUsage] // the disk check's last measure, for the registration
-	republish chan struct{}             // (1) wakes the registration loop to publish at once
-	stop      chan struct{}             // closed by Close: background loops and add streams end
-	ctx       context.Context           // cancelled by Close: background work in progress ends
+	lastUsage atomic.Pointer[DiskUsage]         // the disk check's last measure, for the registration
+	session   atomic.Pointer[metastore.Session] // the registration's; nil while unregistered (set by the registration loop)
+	republish chan struct{}                     // (1) wakes the registration loop to publish at once
+	stop      chan struct{}                     // closed by Close: background loops and add streams end
+	ctx       context.Context                   // cancelled by Close: background work in progress ends
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	served    chan error // the gRPC server's exit
@@ -166,6 +172,13 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	s.ln = ln
 	undo = append(undo, func() { ln.Close() })
+	if cfg.HTTPListen != "" {
+		s.httpLn, err = net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			return nil, fmt.Errorf("bookie: listen on %s: %w", cfg.HTTPListen, err)
+		}
+		undo = append(undo, func() { s.httpLn.Close() })
+	}
 	s.addr = cfg.AdvertisedAddress
 	if s.addr == "" {
 		s.addr = ln.Addr().String()
@@ -231,8 +244,66 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			return nil, err
 		}
 	}
-	s.log.Info("bookie started", zap.String("data-dir", cfg.DataDir), zap.String("instance", s.instanceID))
+	if s.httpLn != nil {
+		s.http = &http.Server{Handler: health.Handler(s.HealthChecks()), ReadHeaderTimeout: 10 * time.Second}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.http.Serve(s.httpLn)
+		}()
+	}
+	s.log.Info("bookie started", zap.String("data-dir", cfg.DataDir), zap.String("instance", s.instanceID), zap.String("http", s.HTTPAddr()))
 	return s, nil
+}
+
+// HTTPAddr is the address the HTTP port (health endpoints) is bound to,
+// "" without one.
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// HealthChecks are the bookie's: live while the storage has not failed (only a restart
+// after fixing the disk helps then); ready while registered under a live
+// session and not stopping. Writable, read-only and draining bookies are
+// all ready: each serves reads, and the body tells which it is.
+func (s *Server) HealthChecks() health.Checks {
+	return health.Checks{
+		Live: []health.Check{{Name: "storage", Fn: func(context.Context) error {
+			select {
+			case <-s.db.Failed():
+				return fmt.Errorf("storage failed: %v", s.db.Err())
+			default:
+				return nil
+			}
+		}}},
+		Ready: []health.Check{
+			{Name: "serving", Fn: func(context.Context) error {
+				select {
+				case <-s.stop:
+					return errors.New("the bookie is stopping")
+				default:
+					return nil
+				}
+			}},
+			{Name: "registered", Fn: func(ctx context.Context) error {
+				return s.store.CheckHeld(ctx, metastore.BookieAvailableKey(s.id), s.session.Load())
+			}},
+		},
+		Info: func() map[string]any {
+			reasons := s.ReadOnly()
+			state := "writable"
+			switch {
+			case slices.Contains(reasons, ReadOnlyDraining):
+				state = "draining"
+			case len(reasons) > 0:
+				state = "read-only"
+			}
+			return map[string]any{"id": s.id, "state": state, "readOnlyReasons": reasons}
+		},
+	}
 }
 
 // startAutorecovery runs the bookie's autorecovery instance.
@@ -285,6 +356,9 @@ func (s *Server) Close() error {
 		return s.closeErr
 	}
 	s.closed = true
+	if s.http != nil {
+		s.http.Close() // probes see the bookie gone at once
+	}
 	if s.recovery != nil {
 		s.recovery.Close() // gives up the auditor role and ledger locks at once
 		s.ledgers.Close()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -331,6 +332,7 @@ func (s *Server) adminHandler() http.Handler {
 			"entriesReadFromBookies": s.storageReads.Load()}, nil
 	})
 	s.bookieRoutes(h)
+	health.Register(mux, s.healthChecks())
 	return jsonRoutingErrors(mux)
 }
 

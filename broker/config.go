@@ -20,6 +20,11 @@ type Config struct {
 	// AdvertisedAddress is the client address others are sent to; its id
 	// among brokers. Default: the bound listen address.
 	AdvertisedAddress string `mapstructure:"advertised-address" yaml:"advertised-address"`
+	// AdvertisedHTTPAddress is the admin address other brokers and admin
+	// redirects use. Default: the bound HTTP address, or, when that binds
+	// every interface (0.0.0.0), the advertised address's host with the
+	// HTTP port.
+	AdvertisedHTTPAddress string `mapstructure:"advertised-http-address" yaml:"advertised-http-address"`
 	// Metastore lists the etcd endpoints.
 	Metastore []string `mapstructure:"metastore" yaml:"metastore"`
 	// MetastoreRoot is the key prefix of this cluster. Default /magnetar.
@@ -160,6 +165,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AdvertisedAddress != "" {
 		addr("advertised-address", c.AdvertisedAddress, netaddr.Dial)
+	}
+	if c.AdvertisedAddress == "" && netaddr.Wildcard(c.Listen) {
+		errs = append(errs, fmt.Errorf("--listen %q binds every interface: set --advertised-address to the HOST:PORT clients dial", c.Listen))
+	}
+	if c.AdvertisedHTTPAddress != "" {
+		addr("advertised-http-address", c.AdvertisedHTTPAddress, netaddr.Dial)
 	}
 	if len(c.Metastore) == 0 {
 		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,6 +19,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/magnetar-io/magnetar/internal/health"
+	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
@@ -46,7 +49,7 @@ const registerInterval = 2 * time.Second
 // register writes the broker's registration with its current load.
 func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
-	info := brokerInfo{Address: s.id, HTTP: s.HTTPAddr(), Topics: len(s.mu.topics)}
+	info := brokerInfo{Address: s.id, HTTP: s.AdvertisedHTTPAddr(), Topics: len(s.mu.topics)}
 	s.mu.Unlock()
 	r, cpu := s.load.sample(&s.traffic, time.Now())
 	info.MsgRateIn, info.MsgRateOut, info.BytesRateIn, info.CPU = r.MsgIn, r.MsgOut, r.BytesIn, cpu
@@ -488,4 +491,50 @@ func (s *Server) unloadRemote(ctx context.Context, owner, path string) error {
 		return errorf(ErrServiceNotReady, "broker %s answered %d: %s", owner, resp.StatusCode, body)
 	}
 	return nil
+}
+
+// AdvertisedHTTPAddr is the admin address registered for other brokers
+// and admin redirects (Config.AdvertisedHTTPAddress), "" without an admin
+// API.
+func (s *Server) AdvertisedHTTPAddr() string {
+	return advertisedHTTP(s.cfg.AdvertisedHTTPAddress, s.HTTPAddr(), s.id)
+}
+
+// advertisedHTTP is the configured address if any; else the bound HTTP
+// address, with the advertised client address's host in place of a host
+// that binds every interface.
+func advertisedHTTP(configured, bound, advertised string) string {
+	if configured != "" || bound == "" {
+		return configured
+	}
+	if !netaddr.Wildcard(bound) {
+		return bound
+	}
+	_, port, _ := net.SplitHostPort(bound)
+	if host, _, err := net.SplitHostPort(advertised); err == nil && !netaddr.Wildcard(advertised) {
+		return net.JoinHostPort(host, port)
+	}
+	return bound
+}
+
+// healthChecks are the broker's: ready while it serves (not stopping) and
+// its registration is in etcd under its live session; live while it runs
+// (and the extra checks of WithHealthChecks hold).
+func (s *Server) healthChecks() health.Checks {
+	c := health.Checks{
+		Live: s.health.Live,
+		Ready: []health.Check{
+			{Name: "serving", Fn: func(context.Context) error {
+				if s.stopping() {
+					return errors.New("the broker is stopping")
+				}
+				return nil
+			}},
+			{Name: "registered", Fn: func(ctx context.Context) error {
+				return s.store.CheckHeld(ctx, metastore.BrokerAvailableKey(s.id), s.session.Load())
+			}},
+		},
+	}
+	c.Ready = append(c.Ready, s.health.Ready...)
+	return c
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
@@ -31,6 +32,16 @@ type Option func(*options)
 type options struct {
 	store  *metastore.Store
 	logger *zap.Logger
+	health health.Checks
+}
+
+// WithHealthChecks adds checks to the broker's /healthz and /readyz (a
+// standalone process adds its bookies').
+func WithHealthChecks(c health.Checks) Option {
+	return func(o *options) {
+		o.health.Live = append(o.health.Live, c.Live...)
+		o.health.Ready = append(o.health.Ready, c.Ready...)
+	}
 }
 
 // WithStore shares an open metastore (standalone mode, tests).
@@ -43,6 +54,7 @@ func WithLogger(l *zap.Logger) Option { return func(o *options) { o.logger = l }
 type Server struct {
 	cfg       Config
 	log       *zap.Logger
+	health    health.Checks // extra checks (WithHealthChecks)
 	store     *metastore.Store
 	ownsStore bool
 	ledgers   *ledger.Client
@@ -119,7 +131,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	var inst [8]byte
 	rand.Read(inst[:])
-	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize)}
+	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize), health: o.health}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	s.persisting.m, s.retaining.m = map[*topic]bool{}, map[*topic]bool{}

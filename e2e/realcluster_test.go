@@ -314,16 +314,23 @@ func (c *realCluster) brokerURL() string {
 // API of the first broker.
 func (c *realCluster) createPartitionedTopic(topic string, n int) {
 	c.t.Helper()
-	url := "http://" + c.brokers[0].http + "/admin/v2/persistent/" + topic + "/partitions"
+	createPartitionedTopic(c.t, c.brokers[0].http, topic, n)
+}
+
+// createPartitionedTopic creates topic with n partitions through the admin
+// API at adminAddr.
+func createPartitionedTopic(t *testing.T, adminAddr, topic string, n int) {
+	t.Helper()
+	url := "http://" + adminAddr + "/admin/v2/persistent/" + topic + "/partitions"
 	req, _ := http.NewRequest(http.MethodPut, url, bytes.NewBufferString(fmt.Sprint(n)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		c.t.Fatalf("create %s with %d partitions: %s", topic, n, resp.Status)
+		t.Fatalf("create %s with %d partitions: %s", topic, n, resp.Status)
 	}
 }
 

@@ -64,7 +64,7 @@ var workloadSubs = []struct {
 // records every operation in a history (package check).
 type workload struct {
 	t    *testing.T
-	c    *realCluster
+	c    workloadTarget
 	prof profile
 	cl   client.Client
 	hist *check.Writer
@@ -99,7 +99,14 @@ func historyDir(t *testing.T, scenario string) string {
 	return dir
 }
 
-func newWorkload(t *testing.T, c *realCluster, scenario string, prof profile) *workload {
+// workloadTarget is what a workload runs against: a cluster of processes
+// (realCluster) or of containers (composeCluster).
+type workloadTarget interface {
+	brokerURL() string
+	createPartitionedTopic(topic string, n int)
+}
+
+func newWorkload(t *testing.T, c workloadTarget, scenario string, prof profile) *workload {
 	w := &workload{t: t, c: c, prof: prof, dir: historyDir(t, scenario)}
 	w.mu.ok = map[string]bool{}
 	w.mu.received = map[string]map[string]bool{}

@@ -140,3 +140,24 @@ func (s *Store) LeaseAlive(ctx context.Context, id clientv3.LeaseID) (bool, erro
 	// -1: expired or revoked. 0 may be a live lease in its last second.
 	return resp.TTL >= 0, nil
 }
+
+// CheckHeld reports whether key exists under sess's lease: the check
+// behind a process's readiness ("registered"). It fails when sess is nil
+// or ended, when the key is missing (ErrNotFound) and when another lease
+// holds it.
+func (s *Store) CheckHeld(ctx context.Context, key string, sess *Session) error {
+	if sess == nil {
+		return errors.New("no metastore session")
+	}
+	if err := sess.Err(); err != nil {
+		return err
+	}
+	kv, err := s.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if kv.Lease != int64(sess.Lease()) {
+		return fmt.Errorf("metastore: %s is held by lease %x, not by this process's %x", key, kv.Lease, int64(sess.Lease()))
+	}
+	return nil
+}

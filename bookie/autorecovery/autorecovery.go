@@ -104,6 +104,7 @@ type Service struct {
 	wg     sync.WaitGroup
 
 	auditor atomic.Bool
+	session atomic.Pointer[metastore.Session] // run's current one; nil between sessions
 
 	// Counters, for tests and reports.
 	copiedEntries atomic.Int64
@@ -140,6 +141,19 @@ func (s *Service) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	return nil
+}
+
+// Ready reports whether the instance takes part: it holds a live
+// metastore session (under which it campaigns and takes ledger locks).
+func (s *Service) Ready(context.Context) error {
+	if s.ctx.Err() != nil {
+		return errors.New("autorecovery: stopping")
+	}
+	sess := s.session.Load()
+	if sess == nil {
+		return errors.New("autorecovery: no metastore session")
+	}
+	return sess.Err()
 }
 
 // IsAuditor says whether this instance holds the auditor role now.
@@ -181,6 +195,7 @@ func (s *Service) run() {
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		s.session.Store(sess)
 		ctx, cancel := context.WithCancel(s.ctx)
 		var wg sync.WaitGroup
 		wg.Add(3)
@@ -196,6 +211,7 @@ func (s *Service) run() {
 		go func() { defer wg.Done(); s.campaign(ctx, sess) }()
 		go func() { defer wg.Done(); s.work(ctx, sess) }()
 		wg.Wait()
+		s.session.Store(nil)
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		sess.CloseContext(cctx) // revokes: the auditor key and locks go at once
 		ccancel()

@@ -27,11 +27,17 @@ func TestBadAddressFlags(t *testing.T) {
 		{[]string{"broker", "--metastore", etcd + ",etcd-1"}, `--metastore "etcd-1": missing port`},
 		{[]string{"broker", "--metastore", "http://127.0.0.1"}, `--metastore "http://127.0.0.1": missing port`},
 		{[]string{"broker", "--metastore", etcd, "--bookie-addresses", "b1=10.0.0.1"}, `--bookie-addresses b1="10.0.0.1": missing port`},
+		{[]string{"broker", "--metastore", etcd, "--listen", "0.0.0.0:6650"}, `--listen "0.0.0.0:6650" binds every interface: set --advertised-address`},
+		{[]string{"broker", "--metastore", etcd, "--advertised-http-address", "broker-1"}, `--advertised-http-address "broker-1": missing port`},
 
 		{[]string{"bookie", "--data-dir", dir, "--metastore", etcd, "--listen", "127.0.0.1"}, `--listen "127.0.0.1": missing port`},
 		{[]string{"bookie", "--data-dir", dir, "--metastore", etcd, "--advertised-address", "bookie-1"}, `--advertised-address "bookie-1": missing port`},
 		{[]string{"bookie", "--data-dir", dir, "--metastore", etcd, "--advertised-address", "bookie-1:99999"}, `--advertised-address "bookie-1:99999": port 99999 is out of range`},
 		{[]string{"bookie", "--data-dir", dir, "--metastore", "127.0.0.1:x"}, `--metastore "127.0.0.1:x": port "x" is not a number`},
+		{[]string{"bookie", "--data-dir", dir, "--metastore", etcd, "--listen", ":3181"}, `--listen ":3181" binds every interface: set --advertised-address`},
+		{[]string{"bookie", "--data-dir", dir, "--metastore", etcd, "--http", "8000"}, `--http "8000": missing port`},
+		{[]string{"autorecovery", "--metastore", etcd, "--http", "localhost"}, `--http "localhost": missing port`},
+		{[]string{"standalone", "--data-dir", dir, "--advertised-address", "localhost"}, `--advertised-address "localhost": missing port`},
 
 		{[]string{"standalone", "--data-dir", dir, "--metastore-listen", "127.0.0.1"}, `--metastore-listen "127.0.0.1": missing port`},
 		{[]string{"standalone", "--data-dir", dir, "--bookie-listen", "127.0.0.1:-1"}, `--bookie-listen "127.0.0.1:-1": port -1 is out of range`},

@@ -13,6 +13,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/autorecovery"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/internal/config"
+	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
 )
@@ -27,6 +28,8 @@ type autorecoveryConfig struct {
 	Metastore []string `mapstructure:"metastore"`
 	// MetastoreRoot is the key prefix of the cluster. Default /magnetar.
 	MetastoreRoot string `mapstructure:"metastore-root"`
+	// HTTPListen serves /healthz and /readyz. Default empty: none.
+	HTTPListen string `mapstructure:"http"`
 	// LostBookieRecoveryDelay: see bookie.Config. Default 30s; 0 allowed.
 	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
 	// CheckInterval: see bookie.Config.AutorecoveryCheckInterval. Default
@@ -71,6 +74,11 @@ func (c *autorecoveryConfig) validate() error {
 	for _, e := range c.Metastore {
 		if err := netaddr.Endpoint(e); err != nil {
 			errs = append(errs, fmt.Errorf("--metastore %q: %w", e, err))
+		}
+	}
+	if c.HTTPListen != "" {
+		if err := netaddr.Listen(c.HTTPListen); err != nil {
+			errs = append(errs, fmt.Errorf("--http %q: %w", c.HTTPListen, err))
 		}
 	}
 	if c.LostBookieRecoveryDelay < 0 {
@@ -159,9 +167,22 @@ environment variable or in the --config file.`,
 			if err != nil {
 				return err
 			}
+			var stopHTTP func()
+			if cfg.HTTPListen != "" {
+				addr, stop, err := serveHealth(cfg.HTTPListen, health.Checks{Ready: []health.Check{{Name: "session", Fn: s.Ready}}})
+				if err != nil {
+					s.Close()
+					return err
+				}
+				stopHTTP = stop
+				log.Info("health endpoints", zap.String("http", addr))
+			}
 			log.Info("autorecovery running", zap.String("id", cfg.ID), zap.Duration("lost-bookie-recovery-delay", cfg.LostBookieRecoveryDelay))
 			<-cmd.Context().Done()
 			log.Info("stopping")
+			if stopHTTP != nil {
+				stopHTTP()
+			}
 			return s.Close()
 		},
 	}
@@ -169,6 +190,7 @@ environment variable or in the --config file.`,
 	f.String("id", def.ID, "instance name in the auditor key and ledger locks")
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of the cluster in etcd")
+	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz, HOST:PORT (empty: none)")
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "how long a bookie must stay unregistered before its ledgers are re-replicated (0: at once)")
 	f.Duration("check-interval", def.CheckInterval, "how often the auditor compares every ledger's metadata with what each bookie holds (0: never)")
 	f.Int64("rereplication-max-bytes-per-sec", def.RereplicationMaxBytesPerSec, "throttle of the re-replication worker in bytes per second (0: unlimited)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -18,10 +19,21 @@ func TestAutorecoveryCommand(t *testing.T) {
 	store := testutil.OpenStore(t, e.Endpoints(), "/magnetar")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	httpAddr := testutil.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, io.Discard, "autorecovery", "--metastore", e.Endpoints()[0], "--id", "ar-test", "--lost-bookie-recovery-delay", "0s")
+		done <- run(ctx, io.Discard, "autorecovery", "--metastore", e.Endpoints()[0], "--id", "ar-test", "--lost-bookie-recovery-delay", "0s", "--http", httpAddr)
 	}()
+	testutil.Eventually(t, 30*time.Second, "the health endpoints serving", func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	if r := testutil.WaitProbe(t, httpAddr, "/readyz", http.StatusOK, 30*time.Second); r.Checks["session"] != "ok" {
+		t.Fatalf("/readyz: %+v", r)
+	}
 	testutil.Eventually(t, 30*time.Second, "the command becomes the auditor and builds the index", func() bool {
 		kv, err := store.Get(context.Background(), metastore.AuditorKey)
 		if err != nil || string(kv.Value) != "ar-test" {

@@ -40,8 +40,8 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 			out := cmd.OutOrStdout()
 			abs, _ := filepath.Abs(cfg.DataDir)
 			fmt.Fprintf(out, "Magnetar standalone is running (data in %s)\n", abs)
-			fmt.Fprintf(out, "  clients           magnetar://%s\n", s.Broker.Addr())
-			fmt.Fprintf(out, "  admin (HTTP)      http://%s\n", s.Broker.HTTPAddr())
+			fmt.Fprintf(out, "  clients           magnetar://%s\n", s.Broker.ID())
+			fmt.Fprintf(out, "  admin (HTTP)      http://%s\n", s.Broker.AdvertisedHTTPAddr())
 			fmt.Fprintf(out, "  metastore (etcd)  %s\n", s.Etcd.Endpoints()[0])
 			for _, b := range s.Bookies {
 				fmt.Fprintf(out, "  bookie            %s  (id %s)\n", b.AdvertisedAddress(), b.ID())
@@ -59,7 +59,8 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.String("bookie-listen", def.BookieListen, "address of the first bookie; bookie i uses port+i (port 0: free ports)")
 	f.Int("max-entry-size", def.MaxEntrySize, "largest entry (message or batch) accepted, in bytes")
 	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
-	f.String("http", def.HTTPListen, "admin REST address of the broker")
+	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz and /readyz)")
+	f.String("advertised-address", def.AdvertisedAddress, "broker address clients are sent to, HOST:PORT (default: --broker-listen, with 127.0.0.1 for 0.0.0.0)")
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "with several bookies: how long one must be gone before its copies are re-replicated to the others")
 	return cmd
 }

@@ -130,3 +130,14 @@ func parsePort(s string, lowest int) (int, error) {
 	}
 	return p, nil
 }
+
+// Wildcard says whether a listen address binds every interface (empty
+// host, 0.0.0.0 or [::]): others cannot dial it as it is.
+func Wildcard(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
 )
@@ -38,6 +39,10 @@ type Config struct {
 	BrokerListen string `mapstructure:"broker-listen"`
 	// HTTPListen is the admin REST address. Default 127.0.0.1:8080.
 	HTTPListen string `mapstructure:"http"`
+	// AdvertisedAddress is the broker address clients are sent to by
+	// lookups. Default: the broker's listen address, with 127.0.0.1 for a
+	// host that binds every interface (0.0.0.0 in a container).
+	AdvertisedAddress string `mapstructure:"advertised-address"`
 	// LostBookieRecoveryDelay: with several bookies, how long one must be
 	// gone before its copies are re-replicated. Default 30s.
 	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
@@ -84,6 +89,11 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--bookie-listen %q: bookie %d would listen on port %d, above 65535", c.BookieListen, c.Bookies-1, p+c.Bookies-1))
 	}
 	listen("broker-listen", c.BrokerListen)
+	if c.AdvertisedAddress != "" {
+		if err := netaddr.Dial(c.AdvertisedAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--advertised-address %q: %w", c.AdvertisedAddress, err))
+		}
+	}
 	listen("http", c.HTTPListen)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("standalone config: %w", err)
@@ -163,14 +173,49 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	}
 	bc := broker.DefaultConfig()
 	bc.Listen, bc.HTTPListen = cfg.BrokerListen, cfg.HTTPListen
+	bc.AdvertisedAddress = advertised(cfg)
 	bc.Metastore = s.Etcd.Endpoints()
 	bc.Ensemble, bc.WriteQuorum, bc.AckQuorum = replication(cfg.Bookies)
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
-	s.Broker, err = broker.Start(ctx, bc, broker.WithStore(s.Store), broker.WithLogger(log.Named("broker")))
+	// The process is live and ready only with all its bookies.
+	var checks health.Checks
+	for _, b := range s.Bookies {
+		c := b.HealthChecks()
+		checks.Live = append(checks.Live, prefixed(b.ID(), c.Live)...)
+		checks.Ready = append(checks.Ready, prefixed(b.ID(), c.Ready)...)
+	}
+	s.Broker, err = broker.Start(ctx, bc, broker.WithStore(s.Store), broker.WithLogger(log.Named("broker")), broker.WithHealthChecks(checks))
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// prefixed names checks "<prefix>/<name>".
+func prefixed(prefix string, checks []health.Check) []health.Check {
+	out := make([]health.Check, len(checks))
+	for i, c := range checks {
+		out[i] = health.Check{Name: prefix + "/" + c.Name, Fn: c.Fn}
+	}
+	return out
+}
+
+// advertised is the broker's advertised address: the configured one, or
+// the listen address with 127.0.0.1 for a host that binds every interface
+// (clients cannot dial 0.0.0.0 or [::] from another machine, and a lookup
+// must not send them there).
+func advertised(cfg Config) string {
+	if cfg.AdvertisedAddress != "" {
+		return cfg.AdvertisedAddress
+	}
+	host, port, err := net.SplitHostPort(cfg.BrokerListen)
+	if err != nil || port == "0" {
+		return "" // the broker's bound address
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return ""
 }
 
 // Close stops the bookies, then etcd.

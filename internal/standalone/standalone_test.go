@@ -2,6 +2,7 @@ package standalone
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -91,8 +92,9 @@ func TestValidate(t *testing.T) {
 		"bad bookie":       {func(c *Config) { c.BookieListen = "127.0.0.1:65536" }, `--bookie-listen "127.0.0.1:65536": port 65536 is out of range 0..65535`},
 		"bad bookie port": {func(c *Config) { c.BookieListen = "127.0.0.1:65535"; c.Bookies = 2 },
 			`--bookie-listen "127.0.0.1:65535": bookie 1 would listen on port 65536`},
-		"bad broker": {func(c *Config) { c.BrokerListen = "127.0.0.1:x" }, `--broker-listen "127.0.0.1:x": port "x" is not a number`},
-		"bad http":   {func(c *Config) { c.HTTPListen = "" }, `--http "": empty address`},
+		"bad broker":     {func(c *Config) { c.BrokerListen = "127.0.0.1:x" }, `--broker-listen "127.0.0.1:x": port "x" is not a number`},
+		"bad http":       {func(c *Config) { c.HTTPListen = "" }, `--http "": empty address`},
+		"bad advertised": {func(c *Config) { c.AdvertisedAddress = "0.0.0.0" }, `--advertised-address "0.0.0.0": missing port`},
 	} {
 		c := DefaultConfig()
 		tc.mod(&c)
@@ -179,5 +181,53 @@ func TestAutorecoveryWithSeveralBookies(t *testing.T) {
 	defer s1.Close()
 	if s1.Bookies[0].Autorecovery() != nil {
 		t.Fatal("a single bookie runs autorecovery")
+	}
+}
+
+// The broker is advertised at an address clients can dial: a wildcard
+// listen address (a container's 0.0.0.0) becomes 127.0.0.1 with its port.
+func TestAdvertised(t *testing.T) {
+	for _, c := range []struct{ listen, advertised, want string }{
+		{"127.0.0.1:6650", "", ""}, // the broker's own default: its bound address
+		{"0.0.0.0:6650", "", "127.0.0.1:6650"},
+		{":6650", "", "127.0.0.1:6650"},
+		{"[::]:6650", "", "127.0.0.1:6650"},
+		{"0.0.0.0:6650", "magnetar.local:16650", "magnetar.local:16650"},
+		{"127.0.0.1:0", "", ""},
+	} {
+		cfg := DefaultConfig()
+		cfg.BrokerListen, cfg.AdvertisedAddress = c.listen, c.advertised
+		if got := advertised(cfg); got != c.want {
+			t.Errorf("advertised(listen %q, advertised %q) = %q, want %q", c.listen, c.advertised, got, c.want)
+		}
+	}
+}
+
+// The standalone process's /readyz (on the broker's HTTP port) covers its
+// bookies: one stopped makes the whole process unready, and says which.
+func TestReadyzCoversBookies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Bookies = 2
+	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addr := s.Broker.HTTPAddr()
+	code, r := testutil.Probe(t, addr, "/readyz")
+	if code != http.StatusOK || r.Checks["registered"] != "ok" || r.Checks["standalone-bookie-1/registered"] != "ok" || r.Checks["standalone-bookie-0/storage"] != "ok" {
+		t.Fatalf("/readyz: %d %+v", code, r)
+	}
+	if err := s.Bookies[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, r = testutil.Probe(t, addr, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.HasPrefix(r.Reason, "standalone-bookie-1/") {
+		t.Fatalf("/readyz with a bookie stopped: %d %+v", code, r)
 	}
 }
