@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -325,5 +326,67 @@ func TestReaderFollowsMovedCopies(t *testing.T) {
 		if !bytes.Equal(e.Payload, payload(id, e.ID)) {
 			t.Fatalf("entry %d: %q", e.ID, e.Payload)
 		}
+	}
+}
+
+// Forget removes a decommissioned bookie that is gone (what the
+// autoscaler does after lowering the replicas): refused while it drains,
+// while it is registered, or for a bookie never decommissioned; after it,
+// a bookie started under the same id on an empty disk is a new, writable
+// one (before, its cookie made it refuse to start).
+func TestForgetDecommissionedBookie(t *testing.T) {
+	tc := startHealingCluster(t, 4)
+	ctx := ctxT(t)
+	lc := tc.Client(ledger.Config{})
+	_, id := writeLedger(t, lc, 20, false)
+	victim := ensembleOf(t, lc, id)[0]
+	if err := autorecovery.Forget(ctx, tc.Store, victim); !errors.Is(err, autorecovery.ErrNotDecommissioned) {
+		t.Fatalf("forget of a writable bookie: %v", err)
+	}
+	if err := autorecovery.Decommission(ctx, tc.Store, victim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		if st := statusOf(t, tc.Store, victim); st.State != autorecovery.StateDecommissioned {
+			if err := autorecovery.Forget(ctx, tc.Store, victim); !errors.Is(err, autorecovery.ErrNotDecommissioned) {
+				t.Fatalf("forget while %s: %v", st.State, err)
+			}
+			return fmt.Errorf("victim %+v", st)
+		}
+		return nil
+	})
+	if err := autorecovery.Forget(ctx, tc.Store, victim); !errors.Is(err, autorecovery.ErrNotDecommissioned) || !strings.Contains(err.Error(), "still registered") {
+		t.Fatalf("forget of a registered bookie: %v", err)
+	}
+	b := tc.Bookie(victim)
+	b.Stop()
+	cfg := b.Config()
+	cfg.DataDir = t.TempDir()
+	cfg.Listen = "127.0.0.1:0"
+	if s, err := bookie.Start(ctx, cfg, bookie.WithStore(tc.Store)); err == nil {
+		s.Close()
+		t.Fatal("a bookie on an empty disk started under a known id before Forget")
+	}
+	if err := autorecovery.Forget(ctx, tc.Store, victim); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{metastore.BookieCookieKey(victim), metastore.BookieDrainKey(victim)} {
+		if _, err := tc.Store.Get(ctx, key); !errors.Is(err, metastore.ErrNotFound) {
+			t.Fatalf("%s after Forget: %v", key, err)
+		}
+	}
+	s, err := bookie.Start(ctx, cfg, bookie.WithStore(tc.Store))
+	if err != nil {
+		t.Fatalf("a fresh bookie under the forgotten id: %v", err)
+	}
+	defer s.Close()
+	eventually(t, 10*time.Second, func() error {
+		if st := statusOf(t, tc.Store, victim); st.State != autorecovery.StateWritable {
+			return fmt.Errorf("the new bookie is %s", st.State)
+		}
+		return nil
+	})
+	if err := checkCopies(ctx, lc, id); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -235,6 +235,48 @@ func Recommission(ctx context.Context, store *metastore.Store, id string) error 
 	return store.Delete(ctx, metastore.BookieDrainKey(id))
 }
 
+// ErrNotDecommissioned: Forget of a bookie that is not decommissioned
+// (drained, holding no ledger) or is still registered.
+var ErrNotDecommissioned = errors.New("autorecovery: bookie is not decommissioned and gone")
+
+// Forget removes what the metastore keeps of a decommissioned bookie that
+// is gone (unregistered): its cookie, its drain record and any lost mark.
+// A bookie started again under that id is then a new one: it writes a new
+// cookie (or the old one from a data directory that was kept) and takes
+// writes. Refused while the bookie is registered, or while the index
+// still names a ledger on it.
+func Forget(ctx context.Context, store *metastore.Store, id string) error {
+	kv, err := store.Get(ctx, metastore.BookieDrainKey(id))
+	if errors.Is(err, metastore.ErrNotFound) {
+		return fmt.Errorf("%w: %s was never decommissioned", ErrNotDecommissioned, id)
+	} else if err != nil {
+		return err
+	}
+	var d metapb.BookieDrain
+	if err := proto.Unmarshal(kv.Value, &d); err != nil || !d.Done {
+		return fmt.Errorf("%w: %s is still draining", ErrNotDecommissioned, id)
+	}
+	if _, err := store.Get(ctx, metastore.BookieAvailableKey(id)); err == nil {
+		return fmt.Errorf("%w: %s is still registered", ErrNotDecommissioned, id)
+	} else if !errors.Is(err, metastore.ErrNotFound) {
+		return err
+	}
+	held, _, err := store.List(ctx, metastore.BookieLedgersPrefix+id+"/", metastore.ListOptions{KeysOnly: true, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("%w: ledgers still have copies on %s", ErrNotDecommissioned, id)
+	}
+	// All at once, guarded by the drain record's revision: after a
+	// recommission in between, nothing is deleted.
+	_, err = store.Commit(ctx, nil,
+		metastore.DeleteOp(metastore.BookieCookieKey(id), metastore.AnyVersion),
+		metastore.DeleteOp(metastore.BookieLostKey(id), metastore.AnyVersion),
+		metastore.DeleteOp(metastore.BookieDrainKey(id), kv.ModRevision))
+	return err
+}
+
 // Draining says whether a bookie is being (or was) decommissioned.
 func Draining(ctx context.Context, store *metastore.Store, id string) (bool, error) {
 	_, err := store.Get(ctx, metastore.BookieDrainKey(id))
