@@ -187,7 +187,7 @@ func (d *decider) step(o Observation) Action {
 		return wait("load is high (%s); cooling down after the last change", load)
 	case high:
 		d.highSince = time.Time{}
-		return Action{Kind: ScaleUp, Replicas: o.Replicas + 1, Reason: fmt.Sprintf("load high for %v: %s (up above %.0f%% disk or %s/s)", r.Window, load, 100*r.ScaleUpDiskUsage, bytes(r.ScaleUpWriteBytes))}
+		return Action{Kind: ScaleUp, Replicas: o.Replicas + 1, Reason: fmt.Sprintf("load high for %v: %s (up above %.3g%% disk or %s/s)", r.Window, load, 100*r.ScaleUpDiskUsage, bytes(r.ScaleUpWriteBytes))}
 	case low && o.Replicas <= r.MinBookies:
 		return wait("load is low (%s); the bookies are at their minimum, %d", load, r.MinBookies)
 	case low && o.Now.Sub(d.lowSince) < r.Window:
@@ -202,7 +202,7 @@ func (d *decider) step(o Observation) Action {
 				id = b.ID
 			}
 		}
-		return Action{Kind: Decommission, Bookie: id, Reason: fmt.Sprintf("load low for %v: %s (down below %.0f%% disk and %s/s)", r.Window, load, 100*r.ScaleDownDiskUsage, bytes(r.ScaleDownWriteBytes))}
+		return Action{Kind: Decommission, Bookie: id, Reason: fmt.Sprintf("load low for %v: %s (down below %.3g%% disk and %s/s)", r.Window, load, 100*r.ScaleDownDiskUsage, bytes(r.ScaleDownWriteBytes))}
 	}
 	return wait("load is within bounds: %s", load)
 }
