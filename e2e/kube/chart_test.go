@@ -416,8 +416,14 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 
 	mustHelm(t, cp, "uninstall", "rel", "-n", ns, "--wait", "--timeout", "2m")
 	for _, check := range []func() error{
-		func() error { _, err := apps.StatefulSets(ns).Get(ctx, "rel-magnetar-bookie", metav1.GetOptions{}); return err },
-		func() error { _, err := apps.Deployments(ns).Get(ctx, "rel-magnetar-broker", metav1.GetOptions{}); return err },
+		func() error {
+			_, err := apps.StatefulSets(ns).Get(ctx, "rel-magnetar-bookie", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := apps.Deployments(ns).Get(ctx, "rel-magnetar-broker", metav1.GetOptions{})
+			return err
+		},
 		func() error {
 			_, err := cp.client.RbacV1().Roles(ns).Get(ctx, "rel-magnetar-autoscaler", metav1.GetOptions{})
 			return err
@@ -431,4 +437,3 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 		t.Fatalf("claims after uninstall (kept): %v %d", err, len(pvcs.Items))
 	}
 }
-

@@ -256,4 +256,3 @@ func (h *harness) stop() {
 	}
 	h.procs = map[string]*bookieProc{}
 }
-
