@@ -8,10 +8,10 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.1
 PROTOC_VERSION             := 3.21.12
 PROTO_FILES   := $(wildcard proto/*/*.proto)
 # Packages that run goroutines: tested with the race detector.
-RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./internal/...
+RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./internal/... ./autoscaler/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build image test test-race test-e2e test-e2e-long bench bench-heal fuzz proto proto-check lint run tools clean
+.PHONY: all build image kube-tools test-kube test test-race test-e2e test-e2e-long bench bench-heal fuzz proto proto-check lint run tools clean
 
 all: build
 
@@ -43,13 +43,28 @@ image:
 # Without cgo, as the images are built: the e2e tests' binaries and `make
 # image` then share the build cache with the tests (the race detector
 # needs cgo, and has a cache of its own anyway).
+#
+# The Kubernetes tools the chart and autoscaler tests need (about 6 min of
+# building when cold) are built in the background from the start; those
+# tests wait for them (scripts/kube-tools.sh takes a lock).
 test: proto-check
+	mkdir -p $(BIN)
+	scripts/kube-tools.sh $(BIN)/kube > $(BIN)/kube-tools.log 2>&1 &
 	CGO_ENABLED=0 $(GO) vet ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) test-race
 
 test-race:
 	CGO_ENABLED=1 $(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+
+# The Kubernetes tools (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok, helm, kubeconform) from tools/kube, and the tests
+# of the chart and the autoscaler on them.
+kube-tools:
+	scripts/kube-tools.sh $(BIN)/kube
+
+test-kube: kube-tools
+	$(GO) test -count=1 -timeout 20m -v ./e2e/kube/
 
 # Only the tests against real processes (part of `make test` too): the
 # fault suite runs its short profile (about 25 s per fault type). Each
