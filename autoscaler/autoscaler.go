@@ -23,6 +23,7 @@ package autoscaler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -35,6 +36,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -63,6 +65,11 @@ type Config struct {
 	Logger        *zap.Logger
 }
 
+// DrainingAnnotation, on the StatefulSet, names the bookie the
+// autoscaler decommissioned to remove it, until it is forgotten: a drain
+// started by anyone else never leads to a scale-in.
+const DrainingAnnotation = "magnetar.io/autoscaler-draining"
+
 // Autoscaler runs the decisions for one StatefulSet.
 type Autoscaler struct {
 	cfg   Config
@@ -90,34 +97,51 @@ func New(cfg Config, kube kubernetes.Interface, store *metastore.Store) (*Autosc
 }
 
 // Run campaigns for the Lease and, while it holds it, looks at the
-// cluster every Interval and acts. It returns when ctx ends (releasing
-// the Lease).
+// cluster every Interval and acts. It returns when ctx ends.
+//
+// The decisions run on Run's own goroutine, one term after the other:
+// client-go calls OnStartedLeading on a goroutine of its own and returns
+// from a term without waiting for it, so that callback only hands the
+// term's context over. The Lease is not released on cancel: a successor
+// waits for it to expire, by when this instance has stopped acting (a
+// term's context ends at the renew deadline, before the lease duration).
 func (a *Autoscaler) Run(ctx context.Context) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.cfg.Lease},
 		Client:     a.kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: a.cfg.ID},
 	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   a.cfg.LeaseDuration,
-		RenewDeadline:   a.cfg.LeaseDuration * 2 / 3,
-		RetryPeriod:     a.cfg.LeaseDuration / 6,
-		ReleaseOnCancel: true,
-		Name:            a.cfg.Lease,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				a.log.Info("autoscaler: leading", zap.String("id", a.cfg.ID))
-				a.lead(ctx)
-			},
-			OnStoppedLeading: func() { a.log.Info("autoscaler: not leading", zap.String("id", a.cfg.ID)) },
-		},
-	})
-	if err != nil {
-		return err
-	}
 	for ctx.Err() == nil {
-		le.Run(ctx) // returns when leadership is lost or ctx ends
+		terms := make(chan context.Context, 1)
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:          lock,
+			LeaseDuration: a.cfg.LeaseDuration,
+			RenewDeadline: a.cfg.LeaseDuration * 2 / 3,
+			RetryPeriod:   a.cfg.LeaseDuration / 6,
+			Name:          a.cfg.Lease,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(term context.Context) {
+					terms <- term
+					<-term.Done()
+				},
+				OnStoppedLeading: func() { a.log.Info("autoscaler: not leading", zap.String("id", a.cfg.ID)) },
+			},
+		})
+		if err != nil {
+			return err
+		}
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			le.Run(ctx)
+		}()
+		select {
+		case term := <-terms:
+			a.log.Info("autoscaler: leading", zap.String("id", a.cfg.ID))
+			a.lead(term)
+		case <-ran:
+		}
+		<-ran
 	}
 	return nil
 }
@@ -160,7 +184,7 @@ func (a *Autoscaler) lead(ctx context.Context) {
 }
 
 // apply carries out act, logging it and recording it as an Event.
-func (a *Autoscaler) apply(ctx context.Context, d *decider, act Action, ref *corev1.ObjectReference, rec record.EventRecorder) {
+func (a *Autoscaler) apply(ctx context.Context, d *decider, act Action, ref observed, rec record.EventRecorder) {
 	log := a.log.With(zap.String("action", act.Kind.String()), zap.String("reason", act.Reason))
 	if act.Bookie != "" {
 		log = log.With(zap.String("bookie", act.Bookie))
@@ -170,32 +194,49 @@ func (a *Autoscaler) apply(ctx context.Context, d *decider, act Action, ref *cor
 	}
 	if a.cfg.DryRun {
 		log.Info("autoscaler: dry run, not acting")
-		rec.Eventf(ref, corev1.EventTypeNormal, "DryRun"+act.Kind.String(), "dry run: would %s: %s", describe(act), act.Reason)
+		rec.Eventf(ref.ObjectReference, corev1.EventTypeNormal, "DryRun"+act.Kind.String(), "dry run: would %s: %s", describe(act), act.Reason)
 		d.refused(time.Now()) // the same decision once per cooldown
 		return
 	}
 	var err error
 	switch act.Kind {
-	case ScaleUp, ScaleDown:
-		err = a.scale(ctx, act.Replicas)
+	case ScaleUp:
+		err = a.scale(ctx, act.Replicas-1, act.Replicas)
+	case ScaleDown:
+		err = a.scale(ctx, act.Replicas+1, act.Replicas)
 	case Decommission:
+		// Recorded first: a successor must know the drain is ours.
+		if err = a.setDraining(ctx, act.Bookie); err != nil {
+			break
+		}
 		err = autorecovery.Decommission(ctx, a.store, act.Bookie)
 		if errors.Is(err, autorecovery.ErrTooFewBookies) {
 			log.Info("autoscaler: scale-in refused", zap.Error(err))
-			rec.Eventf(ref, corev1.EventTypeNormal, "ScaleInRefused", "not decommissioning %s: %v", act.Bookie, err)
+			rec.Eventf(ref.ObjectReference, corev1.EventTypeNormal, "ScaleInRefused", "not decommissioning %s: %v", act.Bookie, err)
 			d.refused(time.Now())
+			if err := a.setDraining(ctx, ""); err != nil {
+				log.Warn("autoscaler: cannot clear the draining mark", zap.Error(err))
+			}
 			return
 		}
 	case Forget:
 		err = autorecovery.Forget(ctx, a.store, act.Bookie)
+		if err == nil && ref.ours == act.Bookie {
+			err = a.setDraining(ctx, "")
+		}
+	}
+	if errors.Is(err, autorecovery.ErrNotDecommissioned) {
+		// A lost bookie whose copies are not all re-replicated yet: ask
+		// again after a cooldown.
+		d.refused(time.Now())
 	}
 	if err != nil {
 		log.Warn("autoscaler: action failed", zap.Error(err))
-		rec.Eventf(ref, corev1.EventTypeWarning, act.Kind.String()+"Failed", "%s failed: %v", describe(act), err)
+		rec.Eventf(ref.ObjectReference, corev1.EventTypeWarning, act.Kind.String()+"Failed", "%s failed: %v", describe(act), err)
 		return
 	}
 	log.Info("autoscaler: " + describe(act))
-	rec.Eventf(ref, corev1.EventTypeNormal, act.Kind.String(), "%s: %s", describe(act), act.Reason)
+	rec.Eventf(ref.ObjectReference, corev1.EventTypeNormal, act.Kind.String(), "%s: %s", describe(act), act.Reason)
 	d.acted()
 }
 
@@ -213,38 +254,65 @@ func describe(act Action) string {
 	return act.Kind.String()
 }
 
-// scale sets the StatefulSet's replicas through its scale subresource
-// (optimistically: a concurrent change makes it fail, and the next look
-// decides again).
-func (a *Autoscaler) scale(ctx context.Context, replicas int) error {
+// errReplicasChanged: the replicas are not what the decision was made on.
+var errReplicasChanged = errors.New("autoscaler: the StatefulSet's replicas changed since the decision")
+
+// scale sets the StatefulSet's replicas from from to to through its scale
+// subresource, only if they still are from (someone else's change, or a
+// stale observation, makes it fail: the next look decides again), and
+// with the resource version read (a change in between fails it too).
+func (a *Autoscaler) scale(ctx context.Context, from, to int) error {
 	sts := a.kube.AppsV1().StatefulSets(a.cfg.Namespace)
 	cur, err := sts.GetScale(ctx, a.cfg.StatefulSet, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	next := &autoscalingv1.Scale{ObjectMeta: cur.ObjectMeta, Spec: autoscalingv1.ScaleSpec{Replicas: int32(replicas)}}
+	if int(cur.Spec.Replicas) != from {
+		return fmt.Errorf("%w: %d, not %d", errReplicasChanged, cur.Spec.Replicas, from)
+	}
+	next := &autoscalingv1.Scale{ObjectMeta: cur.ObjectMeta, Spec: autoscalingv1.ScaleSpec{Replicas: int32(to)}}
 	_, err = sts.UpdateScale(ctx, a.cfg.StatefulSet, next, metav1.UpdateOptions{})
 	return err
 }
 
+// setDraining records (or, with "", clears) the bookie the autoscaler is
+// removing, as DrainingAnnotation on the StatefulSet.
+func (a *Autoscaler) setDraining(ctx context.Context, id string) error {
+	val := "null"
+	if id != "" {
+		b, _ := json.Marshal(id)
+		val = string(b)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, DrainingAnnotation, val)
+	_, err := a.kube.AppsV1().StatefulSets(a.cfg.Namespace).Patch(ctx, a.cfg.StatefulSet, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// observed is the StatefulSet an observation was made of.
+type observed struct {
+	*corev1.ObjectReference        // for Events
+	ours                    string // its DrainingAnnotation
+}
+
 // observe reads the StatefulSet and the bookies' registrations and
 // states.
-func (a *Autoscaler) observe(ctx context.Context) (Observation, *corev1.ObjectReference, error) {
+func (a *Autoscaler) observe(ctx context.Context) (Observation, observed, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Interval)
 	defer cancel()
 	sts, err := a.kube.AppsV1().StatefulSets(a.cfg.Namespace).Get(ctx, a.cfg.StatefulSet, metav1.GetOptions{})
 	if err != nil {
-		return Observation{}, nil, err
+		return Observation{}, observed{}, err
 	}
-	ref := &corev1.ObjectReference{Kind: "StatefulSet", APIVersion: "apps/v1", Namespace: sts.Namespace, Name: sts.Name, UID: sts.UID, ResourceVersion: sts.ResourceVersion}
-	o := Observation{Now: time.Now(), ReadyReplicas: int(sts.Status.ReadyReplicas)}
+	ref := observed{ObjectReference: &corev1.ObjectReference{Kind: "StatefulSet", APIVersion: "apps/v1", Namespace: sts.Namespace, Name: sts.Name, UID: sts.UID, ResourceVersion: sts.ResourceVersion},
+		ours: sts.Annotations[DrainingAnnotation]}
+	o := Observation{Now: time.Now(), ReadyReplicas: int(sts.Status.ReadyReplicas), Ours: ref.ours}
 	if sts.Spec.Replicas != nil {
 		o.Replicas = int(*sts.Spec.Replicas)
 	}
 	o.Rolling = sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision != sts.Status.UpdateRevision
 	statuses, err := autorecovery.Bookies(ctx, a.store)
 	if err != nil {
-		return Observation{}, nil, err
+		return Observation{}, observed{}, err
 	}
 	byOrdinal := map[int]Bookie{}
 	for _, s := range statuses {

@@ -72,13 +72,19 @@ type Bookie struct {
 // Observation is one look at the cluster.
 type Observation struct {
 	Now time.Time
-	// The StatefulSet: the replicas asked for and how many pods of the
-	// current revision are ready.
+	// The StatefulSet: the replicas asked for and how many of its pods
+	// are ready (of any revision: Rolling says whether an upgrade runs).
 	Replicas, ReadyReplicas int
-	// Rolling: an upgrade is replacing pods (revisions differ).
+	// Rolling: an upgrade is replacing pods (the StatefulSet's current and
+	// update revisions differ).
 	Rolling bool
-	// Bookies of the StatefulSet, by ordinal, every name the metastore
-	// knows (above Replicas: removed pods).
+	// Ours is the bookie the autoscaler decommissioned and has not
+	// finished removing (recorded on the StatefulSet, DrainingAnnotation):
+	// only that one is scaled in; another drain is an operator's.
+	Ours string
+	// Bookies of the StatefulSet, by ordinal: one for every ordinal below
+	// Replicas (State "" if the metastore does not know it), and every
+	// other name the metastore knows (above Replicas: removed pods).
 	Bookies []Bookie
 }
 
@@ -112,14 +118,18 @@ func (d *decider) step(o Observation) Action {
 	}
 	// A removed pod's bookie is forgotten first (once drained and gone): a
 	// scale-up must find its name free. One removed without a drain (by
-	// hand) is autorecovery's to repair, not ours to forget.
-	for _, b := range o.Bookies {
+	// hand) is lost: autorecovery re-replicates its copies, and it is
+	// forgotten once none is left on it (Forget refuses before).
+	var above *Bookie
+	for i, b := range o.Bookies {
 		switch {
 		case b.Ordinal < o.Replicas:
 		case b.Registered:
 			return wait("%s (ordinal %d, above the %d replicas) is still running", b.ID, b.Ordinal, o.Replicas)
-		case b.State == autorecovery.StateDecommissioned:
-			return Action{Kind: Forget, Bookie: b.ID, Reason: fmt.Sprintf("%s was removed after its drain", b.ID)}
+		case b.State == autorecovery.StateDecommissioned || b.State == autorecovery.StateLost:
+			return Action{Kind: Forget, Bookie: b.ID, Reason: fmt.Sprintf("%s was removed (%s)", b.ID, b.State)}
+		case b.Ordinal == o.Replicas:
+			above = &o.Bookies[i]
 		}
 	}
 	// A change in progress: one at a time.
@@ -133,10 +143,11 @@ func (d *decider) step(o Observation) Action {
 	}
 	last := o.Replicas - 1
 	for _, b := range o.Bookies {
+		ours := b.Ordinal == last && b.ID == o.Ours
 		switch {
-		case b.Ordinal == last && b.State == autorecovery.StateDecommissioned:
+		case ours && b.State == autorecovery.StateDecommissioned:
 			return Action{Kind: ScaleDown, Replicas: o.Replicas - 1, Bookie: b.ID, Reason: fmt.Sprintf("%s is drained: it holds no ledger", b.ID)}
-		case b.State == autorecovery.StateDraining && b.Ordinal == last:
+		case ours && b.State == autorecovery.StateDraining:
 			d.settled = false
 			return wait("%s is draining", b.ID)
 		case b.State == autorecovery.StateDraining || b.State == autorecovery.StateDecommissioned:
@@ -155,7 +166,8 @@ func (d *decider) step(o Observation) Action {
 		d.lastChange = o.Now
 	}
 
-	// The load of the bookies that take writes.
+	// The load of the bookies that take writes (every one below Replicas
+	// is registered and writable or read-only by now).
 	var maxDisk, sumWrite float64
 	n := 0
 	for _, b := range o.Bookies {
@@ -166,9 +178,8 @@ func (d *decider) step(o Observation) Action {
 		maxDisk = max(maxDisk, b.DiskUsage)
 		sumWrite += b.WriteBytesPerSec
 	}
-	if n != o.Replicas {
-		d.settled = false
-		return wait("%d of the %d bookies registered", n, o.Replicas)
+	if n == 0 {
+		return wait("no bookie")
 	}
 	meanWrite := sumWrite / float64(n)
 	r := d.rules
@@ -185,10 +196,12 @@ func (d *decider) step(o Observation) Action {
 		return wait("load is high (%s) since %v; acting after %v", load, o.Now.Sub(d.highSince).Round(time.Second), r.Window)
 	case high && !cool:
 		return wait("load is high (%s); cooling down after the last change", load)
+	case high && above != nil:
+		return wait("load is high (%s) but %s, the name a new bookie would take, is still known (%s) and still holds data", load, above.ID, stateName(above.State))
 	case high:
 		d.highSince = time.Time{}
 		return Action{Kind: ScaleUp, Replicas: o.Replicas + 1, Reason: fmt.Sprintf("load high for %v: %s (up above %.3g%% disk or %s/s)", r.Window, load, 100*r.ScaleUpDiskUsage, bytes(r.ScaleUpWriteBytes))}
-	case low && o.Replicas <= r.MinBookies:
+	case low && o.Replicas <= max(r.MinBookies, 1):
 		return wait("load is low (%s); the bookies are at their minimum, %d", load, r.MinBookies)
 	case low && o.Now.Sub(d.lowSince) < r.Window:
 		return wait("load is low (%s) since %v; acting after %v", load, o.Now.Sub(d.lowSince).Round(time.Second), r.Window)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
 )
@@ -22,13 +23,19 @@ func TestBrokerHealthEndpoints(t *testing.T) {
 	if code, r := testutil.Probe(t, addr, "/healthz"); code != http.StatusOK || r.Status != "ok" {
 		t.Fatalf("/healthz: %d %+v", code, r)
 	}
-	if err := e.c.Store.Delete(ctxT(t), metastore.BrokerAvailableKey(e.b.ID())); err != nil {
-		t.Fatal(err)
-	}
-	// The refresh (every 2 s) may come first; the key is gone only until
-	// then.
-	code, r := testutil.Probe(t, addr, "/readyz")
-	if code != http.StatusOK && (code != http.StatusServiceUnavailable || r.Code != "NOT_READY" || !strings.HasPrefix(r.Reason, "registered: ")) {
+	// The registration deleted: unready until the refresh (every 2 s)
+	// puts it back; a refresh may come between the delete and the probe,
+	// so delete until the probe sees it gone.
+	var code int
+	var r health.Response
+	testutil.Eventually(t, 30*time.Second, "/readyz without the registration", func() bool {
+		if err := e.c.Store.Delete(ctxT(t), metastore.BrokerAvailableKey(e.b.ID())); err != nil {
+			t.Fatal(err)
+		}
+		code, r = testutil.Probe(t, addr, "/readyz")
+		return code != http.StatusOK
+	})
+	if code != http.StatusServiceUnavailable || r.Code != "NOT_READY" || !strings.HasPrefix(r.Reason, "registered: ") {
 		t.Fatalf("/readyz without a registration: %d %+v", code, r)
 	}
 	testutil.WaitProbe(t, addr, "/readyz", http.StatusOK, 30*time.Second)

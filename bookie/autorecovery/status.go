@@ -235,26 +235,37 @@ func Recommission(ctx context.Context, store *metastore.Store, id string) error 
 	return store.Delete(ctx, metastore.BookieDrainKey(id))
 }
 
-// ErrNotDecommissioned: Forget of a bookie that is not decommissioned
-// (drained, holding no ledger) or is still registered.
+// ErrNotDecommissioned: Forget of a bookie that still holds data (not
+// drained, or lost with copies not yet re-replicated) or is registered.
 var ErrNotDecommissioned = errors.New("autorecovery: bookie is not decommissioned and gone")
 
-// Forget removes what the metastore keeps of a decommissioned bookie that
-// is gone (unregistered): its cookie, its drain record and any lost mark.
-// A bookie started again under that id is then a new one: it writes a new
-// cookie (or the old one from a data directory that was kept) and takes
-// writes. Refused while the bookie is registered, or while the index
-// still names a ledger on it.
+// Forget removes what the metastore keeps of a bookie that is gone for
+// good and holds nothing: decommissioned (its drain done) or declared lost
+// with every copy re-replicated; unregistered either way. It deletes its
+// cookie, drain record and lost mark. A bookie started again under that
+// id is then a new one: it writes a new cookie (or the old one from a
+// data directory that was kept) and takes writes. Refused while the
+// bookie is registered or the index still names a ledger on it; the
+// deletion is one transaction that applies only if the registration is
+// still absent and the drain record (or lost mark) unchanged.
 func Forget(ctx context.Context, store *metastore.Store, id string) error {
-	kv, err := store.Get(ctx, metastore.BookieDrainKey(id))
-	if errors.Is(err, metastore.ErrNotFound) {
-		return fmt.Errorf("%w: %s was never decommissioned", ErrNotDecommissioned, id)
-	} else if err != nil {
+	guard := metastore.BookieDrainKey(id)
+	kv, err := store.Get(ctx, guard)
+	switch {
+	case errors.Is(err, metastore.ErrNotFound):
+		guard = metastore.BookieLostKey(id)
+		if kv, err = store.Get(ctx, guard); errors.Is(err, metastore.ErrNotFound) {
+			return fmt.Errorf("%w: %s was neither decommissioned nor declared lost", ErrNotDecommissioned, id)
+		} else if err != nil {
+			return err
+		}
+	case err != nil:
 		return err
-	}
-	var d metapb.BookieDrain
-	if err := proto.Unmarshal(kv.Value, &d); err != nil || !d.Done {
-		return fmt.Errorf("%w: %s is still draining", ErrNotDecommissioned, id)
+	default:
+		var d metapb.BookieDrain
+		if err := proto.Unmarshal(kv.Value, &d); err != nil || !d.Done {
+			return fmt.Errorf("%w: %s is still draining", ErrNotDecommissioned, id)
+		}
 	}
 	if _, err := store.Get(ctx, metastore.BookieAvailableKey(id)); err == nil {
 		return fmt.Errorf("%w: %s is still registered", ErrNotDecommissioned, id)
@@ -268,12 +279,15 @@ func Forget(ctx context.Context, store *metastore.Store, id string) error {
 	if len(held) > 0 {
 		return fmt.Errorf("%w: ledgers still have copies on %s", ErrNotDecommissioned, id)
 	}
-	// All at once, guarded by the drain record's revision: after a
-	// recommission in between, nothing is deleted.
 	_, err = store.Commit(ctx, nil,
+		metastore.CheckOp(metastore.BookieAvailableKey(id), metastore.MustNotExist),
+		metastore.CheckOp(guard, kv.ModRevision),
 		metastore.DeleteOp(metastore.BookieCookieKey(id), metastore.AnyVersion),
 		metastore.DeleteOp(metastore.BookieLostKey(id), metastore.AnyVersion),
-		metastore.DeleteOp(metastore.BookieDrainKey(id), kv.ModRevision))
+		metastore.DeleteOp(metastore.BookieDrainKey(id), metastore.AnyVersion))
+	if errors.Is(err, metastore.ErrBadVersion) {
+		return fmt.Errorf("%w: %s changed meanwhile (registered again, or recommissioned)", ErrNotDecommissioned, id)
+	}
 	return err
 }
 

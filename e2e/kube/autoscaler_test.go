@@ -16,8 +16,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/magnetar-io/magnetar/bookie/autorecovery"
 	"github.com/magnetar-io/magnetar/client"
@@ -71,10 +73,14 @@ func startProcess(t *testing.T, name string, args ...string) *exec.Cmd {
 func TestAutoscalerScalesRealBookies(t *testing.T) {
 	cp := plane(t)
 	ctx := context.Background()
-	const ns, stsName = "magnetar-autoscale", "bk"
+	// The names the chart gives (release "rel"): the autoscaler runs as
+	// the chart's service account, with the chart's Role.
+	const ns, stsName = "magnetar-autoscale", "rel-magnetar-bookie"
 	if _, err := cp.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	dumpOnFailure(t, cp, ns)
+	kubeconfig := chartServiceAccount(t, cp, ns)
 	etcd := testutil.StartEtcd(t)
 	store := testutil.OpenStore(t, etcd.Endpoints(), "/magnetar")
 	h := startHarness(t, cp, ns, etcd.Endpoints()[0])
@@ -114,11 +120,13 @@ func TestAutoscalerScalesRealBookies(t *testing.T) {
 		"--ensemble", "3", "--write-quorum", "3", "--ack-quorum", "2",
 		"--min-ledger-rollover", "1s", "--max-ledger-rollover", "3s", "--log-level", "warn")
 	waitHTTP(t, brokerHTTP)
-	startProcess(t, "autoscaler", "autoscaler", "--kubeconfig", cp.kubeconfig, "--namespace", ns, "--statefulset", stsName,
-		"--lease", "bk-autoscaler", "--lease-duration", "3s", "--id", "autoscaler-test", "--metastore", etcd.Endpoints()[0],
+	autoscalerArgs := []string{"autoscaler", "--kubeconfig", kubeconfig, "--namespace", ns, "--statefulset", stsName,
+		"--lease", "rel-magnetar-autoscaler", "--lease-duration", "3s", "--metastore", etcd.Endpoints()[0],
 		"--interval", "1s", "--window", "3s", "--cooldown", "5s", "--min-bookies", "3", "--max-bookies", "4",
 		"--scale-up-write-bytes-per-sec", "20000", "--scale-down-write-bytes-per-sec", "2000",
-		"--scale-up-disk-usage", "0.999", "--scale-down-disk-usage", "0.998")
+		"--scale-up-disk-usage", "0.999", "--scale-down-disk-usage", "0.998"}
+	// First a dry run: it decides and says so, and changes nothing.
+	dry := startProcess(t, "autoscaler-dry-run", append(autoscalerArgs, "--id", "autoscaler-dry-run", "--dry-run")...)
 
 	// The workload: one producer at a steady rate on a partitioned topic;
 	// "all" exists before the first send and is read whole at the end.
@@ -180,6 +188,20 @@ func TestAutoscalerScalesRealBookies(t *testing.T) {
 		}
 	}()
 
+	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		events, err := cp.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + stsName + ",reason=DryRunScaleUp"})
+		return err == nil && len(events.Items) > 0, nil
+	}); err != nil {
+		t.Fatalf("no DryRunScaleUp event under load: %v", err)
+	}
+	if s, err := cp.client.AppsV1().StatefulSets(ns).Get(ctx, stsName, metav1.GetOptions{}); err != nil || *s.Spec.Replicas != 3 {
+		t.Fatalf("the dry run changed the replicas: %v", err)
+	}
+	// The dry run stops; the real one takes the Lease over once it
+	// expires, and acts.
+	dry.Process.Signal(syscall.SIGTERM)
+	startProcess(t, "autoscaler", append(autoscalerArgs, "--id", "autoscaler-test")...)
+
 	// Under load: one more bookie, and it takes new ledgers.
 	waitReplicas(4, 2*time.Minute)
 	if err := poll(ctx, time.Minute, func() (bool, error) {
@@ -197,12 +219,35 @@ func TestAutoscalerScalesRealBookies(t *testing.T) {
 		t.Fatalf("the new bookie took no ledger: %v", err)
 	}
 	t.Logf("scaled up to 4; %s-3 holds ledgers", stsName)
+	// When the replicas go back to 3, the bookie removed must hold nothing
+	// already: drained first, removed after.
+	atScaleIn := make(chan autorecovery.BookieStatus, 1)
+	go func() {
+		for {
+			s, err := cp.client.AppsV1().StatefulSets(ns).Get(ctx, stsName, metav1.GetOptions{})
+			if err == nil && *s.Spec.Replicas == 3 {
+				st, _ := autorecovery.Bookies(ctx, store)
+				for _, b := range st {
+					if b.ID == stsName+"-3" {
+						atScaleIn <- b
+						return
+					}
+				}
+				atScaleIn <- autorecovery.BookieStatus{ID: "gone already"}
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	close(stop)
 	sends.Wait()
 	p.Close()
 
 	// No load: back to 3 through decommission, and bk-3 forgotten.
 	waitReplicas(3, 3*time.Minute)
+	if b := <-atScaleIn; b.State != autorecovery.StateDecommissioned || b.Ledgers != 0 {
+		t.Fatalf("when the replicas went down, the bookie removed was %+v", b)
+	}
 	if err := poll(ctx, time.Minute, func() (bool, error) {
 		st, err := autorecovery.Bookies(ctx, store)
 		if err != nil {
@@ -217,22 +262,42 @@ func TestAutoscalerScalesRealBookies(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the removed bookie was not forgotten: %v", err)
 	}
-	events, err := cp.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + stsName})
-	if err != nil {
-		t.Fatal(err)
+	// Every decision is an Event, in this order.
+	var seen map[string]corev1.Event
+	if err := poll(ctx, 30*time.Second, func() (bool, error) {
+		events, err := cp.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + stsName})
+		if err != nil {
+			return false, nil
+		}
+		seen = map[string]corev1.Event{}
+		for _, e := range events.Items {
+			if e.Source.Component == "magnetar-autoscaler" {
+				seen[e.Reason] = e
+			}
+		}
+		return len(seen) >= 4, nil
+	}); err != nil {
+		t.Fatalf("autoscaler events: %v", seen)
 	}
-	seen := map[string]string{}
-	for _, e := range events.Items {
-		if e.Source.Component == "magnetar-autoscaler" {
-			seen[e.Reason] = e.Message
+	order := []string{"ScaleUp", "Decommission", "ScaleDown", "Forget"}
+	for i, want := range order {
+		e, ok := seen[want]
+		if !ok {
+			t.Fatalf("no %s event; events: %v", want, seen)
+		}
+		if i == 0 {
+			continue
+		}
+		if prev := seen[order[i-1]]; e.FirstTimestamp.Before(&prev.FirstTimestamp) {
+			t.Fatalf("%s (%v) before %s (%v)", want, e.FirstTimestamp, order[i-1], prev.FirstTimestamp)
 		}
 	}
-	for _, want := range []string{"ScaleUp", "Decommission", "ScaleDown", "Forget"} {
-		if seen[want] == "" {
-			t.Errorf("no %s event from the autoscaler; events: %v", want, seen)
-		}
+	if s, _ := cp.client.AppsV1().StatefulSets(ns).Get(ctx, stsName, metav1.GetOptions{}); s.Annotations["magnetar.io/autoscaler-draining"] != "" {
+		t.Fatalf("the draining mark stayed: %v", s.Annotations)
 	}
-	t.Logf("autoscaler events: %v", seen)
+	for _, r := range order {
+		t.Logf("event %s: %s", r, seen[r].Message)
+	}
 
 	// Every acknowledged message is there.
 	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "all"})
@@ -297,4 +362,59 @@ func createPartitioned(t *testing.T, admin, topic string, n int) {
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("create %s: %s", topic, resp.Status)
 	}
+}
+
+// chartServiceAccount creates the autoscaler's ServiceAccount, Role and
+// RoleBinding as the chart renders them (release "rel" in ns) and returns
+// a kubeconfig that acts as that service account (impersonated by the
+// admin): the autoscaler gets exactly the chart's permissions.
+func chartServiceAccount(t *testing.T, cp *controlPlane, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	out := mustHelm(t, nil, "template", "rel", chart, "-n", ns, "--show-only", "templates/autoscaler.yaml")
+	for _, doc := range strings.Split(out, "\n---") {
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch head.Kind {
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			if err = yaml.Unmarshal([]byte(doc), &o); err == nil {
+				_, err = cp.client.CoreV1().ServiceAccounts(ns).Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "Role":
+			var o rbacv1.Role
+			if err = yaml.Unmarshal([]byte(doc), &o); err == nil {
+				_, err = cp.client.RbacV1().Roles(ns).Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			if err = yaml.Unmarshal([]byte(doc), &o); err == nil {
+				_, err = cp.client.RbacV1().RoleBindings(ns).Create(ctx, &o, metav1.CreateOptions{})
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", head.Kind, err)
+		}
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	conf := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: autoscaler
+  user: {token: %q, as: "system:serviceaccount:%s:rel-magnetar-autoscaler"}
+contexts:
+- name: test
+  context: {cluster: test, user: autoscaler}
+current-context: test
+`, cp.server, adminToken, ns)
+	if err := os.WriteFile(kc, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }

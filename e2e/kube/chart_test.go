@@ -313,11 +313,12 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	cp := plane(t)
 	ctx := context.Background()
 	const ns = "magnetar-install"
+	dumpOnFailure(t, cp, ns)
 	if _, err := cp.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	localVolumes(t, cp, "install-local", 3, "1Gi")
-	localVolumes(t, cp, "install-local", 4, "2Gi")
+	localVolumes(t, cp, "install-local", 5, "2Gi")
 	values := []string{"etcd.persistence.storageClass=install-local", "etcd.persistence.size=1Gi",
 		"bookies.persistence.storageClass=install-local", "bookies.persistence.size=2Gi"}
 	start := time.Now()
@@ -375,32 +376,72 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 		t.Fatalf("NOTES:\n%s", notes)
 	}
 
-	// An upgrade that changes both configurations rolls both, never more
-	// than one broker or bookie unready at once.
+	// The autoscaler and the HPA own the counts: scaled to 5 bookies and
+	// 3 brokers, an upgrade keeps them (a rendered 4 would remove a bookie
+	// without draining it).
+	scaleTo := func(kind string, n int32) {
+		t.Helper()
+		var err error
+		if kind == "StatefulSet" {
+			sc, _ := apps.StatefulSets(ns).GetScale(ctx, "rel-magnetar-bookie", metav1.GetOptions{})
+			sc.Spec.Replicas = n
+			_, err = apps.StatefulSets(ns).UpdateScale(ctx, "rel-magnetar-bookie", sc, metav1.UpdateOptions{})
+		} else {
+			sc, _ := apps.Deployments(ns).GetScale(ctx, "rel-magnetar-broker", metav1.GetOptions{})
+			sc.Spec.Replicas = n
+			_, err = apps.Deployments(ns).UpdateScale(ctx, "rel-magnetar-broker", sc, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	scaleTo("StatefulSet", 5)
+	scaleTo("Deployment", 3)
+	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		sts, err1 := apps.StatefulSets(ns).Get(ctx, "rel-magnetar-bookie", metav1.GetOptions{})
+		d, err2 := apps.Deployments(ns).Get(ctx, "rel-magnetar-broker", metav1.GetOptions{})
+		return err1 == nil && err2 == nil && sts.Status.ReadyReplicas == 5 && d.Status.AvailableReplicas == 3, nil
+	}); err != nil {
+		t.Fatalf("scaling to 5 bookies and 3 brokers: %v", err)
+	}
+
+	// An upgrade that changes both configurations rolls both: the bookies
+	// one at a time (4 of 5 ready at the lowest, each pod takes a second
+	// to turn ready), the brokers never below 3 available.
 	oldBroker, _ := apps.Deployments(ns).Get(ctx, "rel-magnetar-broker", metav1.GetOptions{})
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	minReady := make(chan int32, 1)
+	type lows struct{ bookies, brokers int32 }
+	low := make(chan lows, 1)
 	go func() {
-		low := int32(4)
+		l := lows{5, 3}
 		for watchCtx.Err() == nil {
 			if sts, err := apps.StatefulSets(ns).Get(watchCtx, "rel-magnetar-bookie", metav1.GetOptions{}); err == nil {
-				low = min(low, sts.Status.ReadyReplicas)
+				l.bookies = min(l.bookies, sts.Status.ReadyReplicas)
+			}
+			if d, err := apps.Deployments(ns).Get(watchCtx, "rel-magnetar-broker", metav1.GetOptions{}); err == nil {
+				l.brokers = min(l.brokers, d.Status.AvailableReplicas)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		minReady <- low
+		low <- l
 	}()
 	mustHelm(t, cp, append([]string{"upgrade", "rel", chart, "-n", ns, "--wait", "--timeout", "5m",
 		"--set", "brokers.config.retention-time=2h", "--set", "bookies.config.gc-interval=2m"}, setArgs(values)...)...)
-	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+	if err := poll(ctx, 3*time.Minute, func() (bool, error) {
 		sts, err := apps.StatefulSets(ns).Get(ctx, "rel-magnetar-bookie", metav1.GetOptions{})
-		return err == nil && sts.Status.CurrentRevision == sts.Status.UpdateRevision && sts.Status.UpdatedReplicas == 4 && sts.Status.ReadyReplicas == 4, nil
+		return err == nil && sts.Status.CurrentRevision == sts.Status.UpdateRevision && sts.Status.UpdatedReplicas == 5 && sts.Status.ReadyReplicas == 5, nil
 	}); err != nil {
 		t.Fatalf("the bookies' rolling update: %v", err)
 	}
 	stopWatch()
-	if low := <-minReady; low < 3 {
-		t.Fatalf("during the upgrade only %d bookies were ready", low)
+	if l := <-low; l.bookies != 4 || l.brokers != 3 {
+		t.Fatalf("during the upgrade, at the lowest: %d of 5 bookies ready (want 4: one at a time), %d of 3 brokers available", l.bookies, l.brokers)
+	}
+	if sts, _ := apps.StatefulSets(ns).Get(ctx, "rel-magnetar-bookie", metav1.GetOptions{}); *sts.Spec.Replicas != 5 {
+		t.Fatalf("the upgrade set the bookies to %d", *sts.Spec.Replicas)
+	}
+	if d, _ := apps.Deployments(ns).Get(ctx, "rel-magnetar-broker", metav1.GetOptions{}); *d.Spec.Replicas != 3 {
+		t.Fatalf("the upgrade set the brokers to %d", *d.Spec.Replicas)
 	}
 	cm, err := cp.client.CoreV1().ConfigMaps(ns).Get(ctx, "rel-magnetar-broker", metav1.GetOptions{})
 	if err != nil || !strings.Contains(cm.Data["broker.yaml"], "retention-time: 2h") {
@@ -433,7 +474,7 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 			t.Fatalf("after uninstall: %v", err)
 		}
 	}
-	if pvcs, err := cp.client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pvcs.Items) != 7 {
+	if pvcs, err := cp.client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pvcs.Items) != 8 {
 		t.Fatalf("claims after uninstall (kept): %v %d", err, len(pvcs.Items))
 	}
 }

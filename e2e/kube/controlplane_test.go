@@ -155,9 +155,23 @@ current-context: test
 	); err != nil {
 		return nil, err
 	}
+	// kwok's stages, with a pod taking a second to turn ready: long enough
+	// for a test to see a rolling update take one pod at a time.
+	stages, err := os.ReadFile(filepath.Join(tools, "kwok-stages.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	const ready = "  name: pod-ready\nspec:\n"
+	if !strings.Contains(string(stages), ready) {
+		return nil, fmt.Errorf("no pod-ready stage in kwok-stages.yaml")
+	}
+	stages = []byte(strings.Replace(string(stages), ready, ready+"  delay:\n    durationMilliseconds: 1000\n", 1))
+	if err := os.WriteFile(filepath.Join(dir, "kwok-stages.yaml"), stages, 0o644); err != nil {
+		return nil, err
+	}
 	if err := cp.start(tools, "kwok",
 		"--kubeconfig="+cp.kubeconfig,
-		"--config="+filepath.Join(tools, "kwok-stages.yaml"),
+		"--config="+filepath.Join(dir, "kwok-stages.yaml"),
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--cidr=10.244.0.0/16",
@@ -258,8 +272,8 @@ func (cp *controlPlane) logs() string {
 		if err != nil {
 			continue
 		}
-		if len(out) > 4000 {
-			out = out[len(out)-4000:]
+		if len(out) > 12000 {
+			out = out[len(out)-12000:]
 		}
 		fmt.Fprintf(&b, "--- %s:\n%s\n", name, out)
 	}
@@ -334,4 +348,51 @@ func plane(t *testing.T) *controlPlane {
 		t.Fatal(sharedPlane.err)
 	}
 	return sharedPlane.cp
+}
+
+// dumpOnFailure registers a cleanup that, if the test failed, logs what a
+// person would look at: the pods (phase, node, conditions), volume claims,
+// nodes, the namespace's last events and the components' logs.
+func dumpOnFailure(t *testing.T, cp *controlPlane, ns string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var b strings.Builder
+		if pods, err := cp.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, p := range pods.Items {
+				fmt.Fprintf(&b, "pod %s: %s on %q", p.Name, p.Status.Phase, p.Spec.NodeName)
+				for _, c := range p.Status.Conditions {
+					fmt.Fprintf(&b, " %s=%s(%s)", c.Type, c.Status, c.Reason)
+				}
+				b.WriteString("\n")
+			}
+		}
+		if pvcs, err := cp.client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, c := range pvcs.Items {
+				fmt.Fprintf(&b, "claim %s: %s on %q\n", c.Name, c.Status.Phase, c.Spec.VolumeName)
+			}
+		}
+		if nodes, err := cp.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+			for _, n := range nodes.Items {
+				fmt.Fprintf(&b, "node %s: taints %v", n.Name, n.Spec.Taints)
+				for _, c := range n.Status.Conditions {
+					fmt.Fprintf(&b, " %s=%s", c.Type, c.Status)
+				}
+				b.WriteString("\n")
+			}
+		}
+		if evs, err := cp.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			items := evs.Items
+			if len(items) > 60 {
+				items = items[len(items)-60:]
+			}
+			for _, e := range items {
+				fmt.Fprintf(&b, "event %s %s/%s %s: %s\n", e.LastTimestamp.Format(time.TimeOnly), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+		t.Logf("--- the cluster at the failure:\n%s\n%s", b.String(), cp.logs())
+	})
 }

@@ -55,7 +55,10 @@ func startHarness(t *testing.T, cp *controlPlane, ns, metastore string) *harness
 	h := &harness{t: t, cp: cp, ns: ns, node: "harness-" + ns, scheduler: "magnetar-harness", metastore: metastore,
 		dataRoot: t.TempDir(), procs: map[string]*bookieProc{}, done: make(chan struct{})}
 	ctx := context.Background()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.node, Labels: map[string]string{"kubernetes.io/hostname": h.node}}}
+	// Tainted: the scheduler places no other pod on it (the harness binds
+	// its own pods itself); deleted when the harness stops.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.node, Labels: map[string]string{"kubernetes.io/hostname": h.node}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "magnetar.io/harness", Effect: corev1.TaintEffectNoSchedule}}}}
 	if _, err := cp.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +240,12 @@ func (h *harness) startBookie(pod *corev1.Pod) (*bookieProc, error) {
 	return p, nil
 }
 
-// stop ends the harness and kills every bookie it started.
+// stop ends the harness, kills every bookie it started and removes its
+// node.
 func (h *harness) stop() {
 	h.cancel()
 	<-h.done
+	h.cp.client.CoreV1().Nodes().Delete(context.Background(), h.node, metav1.DeleteOptions{})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for name, p := range h.procs {

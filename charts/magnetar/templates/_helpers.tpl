@@ -1,6 +1,8 @@
-{{/* Names: <release>-magnetar-<component>, capped at 63 characters. */}}
+{{/* Names: <release>-magnetar-<component>. The prefix is capped at 40
+     characters: a StatefulSet's name must leave room for the pod label
+     controller-revision-hash (<name>-<10 characters>, at most 63). */}}
 {{- define "magnetar.fullname" -}}
-{{- printf "%s-magnetar" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-magnetar" .Release.Name | trunc 40 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "magnetar.name" -}}
