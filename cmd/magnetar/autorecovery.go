@@ -64,23 +64,7 @@ func defaultAutorecoveryConfig() autorecoveryConfig {
 }
 
 func (c *autorecoveryConfig) validate() error {
-	var errs []error
-	if c.ID == "" {
-		errs = append(errs, errors.New("--id is empty"))
-	}
-	if len(c.Metastore) == 0 {
-		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))
-	}
-	for _, e := range c.Metastore {
-		if err := netaddr.Endpoint(e); err != nil {
-			errs = append(errs, fmt.Errorf("--metastore %q: %w", e, err))
-		}
-	}
-	if c.HTTPListen != "" {
-		if err := netaddr.Listen(c.HTTPListen); err != nil {
-			errs = append(errs, fmt.Errorf("--http %q: %w", c.HTTPListen, err))
-		}
-	}
+	errs := checkProcess(c.ID, c.Metastore, c.HTTPListen)
 	if c.LostBookieRecoveryDelay < 0 {
 		errs = append(errs, fmt.Errorf("--lost-bookie-recovery-delay %v is negative", c.LostBookieRecoveryDelay))
 	}
@@ -106,6 +90,29 @@ func (c *autorecoveryConfig) validate() error {
 		return fmt.Errorf("autorecovery config: %w", err)
 	}
 	return nil
+}
+
+// checkProcess checks what the helper processes (autorecovery,
+// autoscaler) share: an id, etcd endpoints, an optional HTTP address.
+func checkProcess(id string, metastore []string, httpListen string) []error {
+	var errs []error
+	if id == "" {
+		errs = append(errs, errors.New("--id is empty"))
+	}
+	if len(metastore) == 0 {
+		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))
+	}
+	for _, e := range metastore {
+		if err := netaddr.Endpoint(e); err != nil {
+			errs = append(errs, fmt.Errorf("--metastore %q: %w", e, err))
+		}
+	}
+	if httpListen != "" {
+		if err := netaddr.Listen(httpListen); err != nil {
+			errs = append(errs, fmt.Errorf("--http %q: %w", httpListen, err))
+		}
+	}
+	return errs
 }
 
 func loadAutorecoveryConfig(flags *pflag.FlagSet, path string) (autorecoveryConfig, error) {

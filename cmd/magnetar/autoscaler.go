@@ -17,7 +17,6 @@ import (
 	"github.com/magnetar-io/magnetar/autoscaler"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/health"
-	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -66,23 +65,7 @@ func defaultAutoscalerConfig() autoscalerConfig {
 }
 
 func (c *autoscalerConfig) validate() error {
-	var errs []error
-	if c.ID == "" {
-		errs = append(errs, errors.New("--id is empty"))
-	}
-	if len(c.Metastore) == 0 {
-		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))
-	}
-	for _, e := range c.Metastore {
-		if err := netaddr.Endpoint(e); err != nil {
-			errs = append(errs, fmt.Errorf("--metastore %q: %w", e, err))
-		}
-	}
-	if c.HTTPListen != "" {
-		if err := netaddr.Listen(c.HTTPListen); err != nil {
-			errs = append(errs, fmt.Errorf("--http %q: %w", c.HTTPListen, err))
-		}
-	}
+	errs := checkProcess(c.ID, c.Metastore, c.HTTPListen)
 	for flag, v := range map[string]string{"namespace": c.Namespace, "statefulset": c.StatefulSet, "lease": c.Lease} {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("--%s is empty", flag))

@@ -455,6 +455,16 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 		t.Fatalf("broker rolling update: %+v", s)
 	}
 
+	// A bookie removed by a scale-in loses its claim (whenScaledDown:
+	// Delete, the default): the autoscaler removes only drained bookies.
+	scaleTo("StatefulSet", 4)
+	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		_, err := cp.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-rel-magnetar-bookie-4", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the removed bookie's claim: %v", err)
+	}
+
 	mustHelm(t, cp, "uninstall", "rel", "-n", ns, "--wait", "--timeout", "2m")
 	for _, check := range []func() error{
 		func() error {
@@ -474,7 +484,7 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 			t.Fatalf("after uninstall: %v", err)
 		}
 	}
-	if pvcs, err := cp.client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pvcs.Items) != 8 {
+	if pvcs, err := cp.client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pvcs.Items) != 7 {
 		t.Fatalf("claims after uninstall (kept): %v %d", err, len(pvcs.Items))
 	}
 }
