@@ -1,3 +1,5 @@
+//go:build kube
+
 // Package kube tests the Helm chart (charts/magnetar) and the bookie
 // autoscaler on a real Kubernetes control plane built from the module
 // proxy (tools/kube): kube-apiserver, kube-controller-manager,
