@@ -2,6 +2,7 @@ package broker
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 )
@@ -95,6 +96,9 @@ func (c *consumer) push(r *brokerpb.ConsumeResponse) {
 	c.mu.Lock()
 	if c.mu.err == nil {
 		c.mu.queue = append(c.mu.queue, r)
+		if h := testHookPushed.Load(); h != nil {
+			(*h)(r) // before the sender can take r
+		}
 	}
 	c.mu.Unlock()
 	select {
@@ -102,6 +106,10 @@ func (c *consumer) push(r *brokerpb.ConsumeResponse) {
 	default:
 	}
 }
+
+// testHookPushed, when set by a test, runs when a response is queued for
+// any consumer, with the consumer's mu held (it must not block).
+var testHookPushed atomic.Pointer[func(*brokerpb.ConsumeResponse)]
 
 // next returns what is queued, waiting for something; nil and the reason
 // once disconnected.

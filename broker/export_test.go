@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
@@ -131,6 +132,29 @@ func setHook[F any](p *atomic.Pointer[F], f F) {
 		return
 	}
 	p.Store(&f)
+}
+
+// SetTestHookAfterSeek installs f to run in a consumer stream's handler
+// after it handled a seek; f is given a channel that receives when a
+// message is queued for a consumer (any) after f was installed.
+func SetTestHookAfterSeek(f func(messageQueued <-chan struct{})) {
+	if f == nil {
+		testHookSeekHandled.Store(nil)
+		testHookPushed.Store(nil)
+		return
+	}
+	queued := make(chan struct{}, 1)
+	pushed := func(r *brokerpb.ConsumeResponse) {
+		if r.GetMessage() != nil {
+			select {
+			case queued <- struct{}{}:
+			default:
+			}
+		}
+	}
+	handled := func() { f(queued) }
+	testHookPushed.Store(&pushed)
+	testHookSeekHandled.Store(&handled)
 }
 
 // SetTestHookLoad installs f to run at the start of every topic load.

@@ -240,6 +240,53 @@ func TestSeekAndReaders(t *testing.T) {
 	}
 }
 
+// A seek's answer (SeekDone) is queued before any message from the seek's
+// target: the client drops what it received before SeekDone, so a message
+// dispatched from the target ahead of it would never be delivered. The
+// hook holds the stream's handler after each seek until the dispatcher
+// has queued a message, which is where SeekDone used to be queued from.
+func TestSeekAnswerPrecedesMessagesFromTheTarget(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "seek-order", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ids := produce(t, p, 0, 20)
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "seek-order", SubscriptionName: "s", SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	receiveN(t, cons, 20)
+	defer broker.SetTestHookAfterSeek(nil)
+	for _, from := range []int{5, 12, 0, 19} {
+		// Everything dispatched so far was received: the next message
+		// queued is one the seek sends.
+		waited := make(chan bool, 1)
+		broker.SetTestHookAfterSeek(func(queued <-chan struct{}) {
+			select {
+			case <-queued:
+				waited <- true
+			case <-time.After(10 * time.Second):
+				waited <- false
+			}
+		})
+		if err := cons.Seek(ids[from]); err != nil {
+			t.Fatal(err)
+		}
+		if !<-waited {
+			t.Fatalf("seek to %d: nothing was dispatched after it", from)
+		}
+		for i, m := range receiveN(t, cons, 20-from) {
+			if want := fmt.Sprintf("m-%05d", from+i); string(m.Payload()) != want {
+				t.Fatalf("seek to %d: message %d is %q, want %q", from, i, m.Payload(), want)
+			}
+		}
+	}
+}
+
 // Deduplication: a message re-sent with a sequence id already stored is
 // acknowledged but not stored again, also after a broker restart.
 func TestDeduplication(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -350,8 +351,10 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 			default:
 				return errorf(ErrInvalidArgument, "seek without a target")
 			}
-			sub.seek(target, c)
-			c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_SeekDone{SeekDone: &brokerpb.SeekDone{}}})
+			sub.seek(target, c) // answers SeekDone
+			if h := testHookSeekHandled.Load(); h != nil {
+				(*h)()
+			}
 		case *brokerpb.ConsumeRequest_Subscribe:
 			return errorf(ErrInvalidArgument, "already subscribed on this stream")
 		default:
@@ -359,6 +362,10 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 		}
 	}
 }
+
+// testHookSeekHandled, when set by a test, runs in a consumer stream's
+// handler after a seek was handled.
+var testHookSeekHandled atomic.Pointer[func()]
 
 func unaryErrors(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	resp, err := h(ctx, req)

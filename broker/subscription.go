@@ -247,11 +247,19 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 // disconnected, as Pulsar does: what they had received before the seek
 // would otherwise be processed next to its redelivery to others. They
 // reconnect and receive from p on.
+//
+// by (if not nil) is sent SeekDone, queued under mu with the new
+// generation: the client drops what it received before SeekDone, so every
+// message from before the seek must be queued before it and every message
+// from p on after it (see advance; the Shared dispatcher queues under mu).
 func (s *subscription) seek(p mledger.Position, by *consumer) {
 	s.mu.Lock()
 	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
 	s.resetMultiLocked()
 	s.rewindLocked()
+	if by != nil {
+		by.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_SeekDone{SeekDone: &brokerpb.SeekDone{}}})
+	}
 	var others []*consumer
 	if isMulti(s.mu.typ) {
 		for _, c := range s.mu.consumers {
@@ -431,7 +439,7 @@ func (s *subscription) backOff(ctx context.Context, err error, backoff *time.Dur
 func (s *subscription) deliver(c *consumer, gen int64, es []mledger.Entry) (blocked bool) {
 	for _, e := range es {
 		if s.cur.IsAcked(e.Pos) {
-			if !s.advance(gen, e.Pos) {
+			if !s.advance(gen, e.Pos, c, nil) {
 				return false
 			}
 			continue
@@ -448,28 +456,34 @@ func (s *subscription) deliver(c *consumer, gen int64, es []mledger.Entry) (bloc
 			s.mu.Unlock()
 			return true
 		}
-		if !s.advance(gen, e.Pos) {
-			c.give(n)
-			return false
-		}
 		msg := &brokerpb.Message{MessageId: s.t.messageID(e.Pos, -1, 0), Entry: e.Data}
 		if n > 1 {
 			msg.AckedBatchIndexes = s.cur.AckedBatchIndexes(e.Pos)
 		}
-		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: msg}})
+		if !s.advance(gen, e.Pos, c, &brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: msg}}) {
+			c.give(n)
+			return false
+		}
 	}
 	return false
 }
 
-// advance moves the read position past p, unless delivery restarted
-// meanwhile (then it reports false and the entries read are dropped).
-func (s *subscription) advance(gen int64, p mledger.Position) bool {
+// advance moves the read position past p and queues r (if not nil) for c,
+// unless delivery restarted meanwhile (then it reports false and the
+// entries read are dropped). Both happen under mu, in the same critical
+// section as the generation check: a message of an older generation is
+// never queued after what a rewind or seek queued (SeekDone), and one of
+// the new generation never before it.
+func (s *subscription) advance(gen int64, p mledger.Position, c *consumer, r *brokerpb.ConsumeResponse) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.gen != gen {
 		return false
 	}
 	s.cur.SetReadPosition(s.t.ml.Next(p))
+	if r != nil {
+		c.push(r)
+	}
 	return true
 }
 

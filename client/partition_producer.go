@@ -517,7 +517,14 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 			}
 		}
 	}()
-	drain := func() {
+	// Unless the receiver ended (it sent an error), something must take
+	// what it still sends until the stream ends, whichever way receive
+	// returns: a receiver blocked on a full ch would never end.
+	ended := false
+	defer func() {
+		if ended {
+			return
+		}
 		go func() {
 			for r := range ch {
 				if r.err != nil {
@@ -525,11 +532,10 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 				}
 			}
 		}()
-	}
+	}()
 	for {
 		select {
 		case <-pp.stop:
-			drain()
 			return progressed, ErrClosed
 		case <-timeouts:
 			if pp.expire() > 0 {
@@ -540,6 +546,7 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 			continue
 		case r := <-ch:
 			if r.err != nil {
+				ended = true
 				if r.err == io.EOF {
 					return progressed, ErrUnavailable
 				}
@@ -563,7 +570,6 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 					// reconnect for the broker to take the rest again.
 					pp.failBatch(resp.Error.SequenceId, err)
 				}
-				drain()
 				return progressed, err
 			}
 		}
