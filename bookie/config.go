@@ -16,8 +16,10 @@ type Config struct {
 	// Listen is the gRPC address. Default 127.0.0.1:3181.
 	Listen string `mapstructure:"listen" yaml:"listen"`
 	// HTTPListen is the address of the HTTP port: /healthz and /readyz for
-	// probes. Default empty: none.
+	// probes, /metrics. Default empty: none.
 	HTTPListen string `mapstructure:"http" yaml:"http"`
+	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP port.
+	Pprof bool `mapstructure:"pprof" yaml:"pprof"`
 	// AdvertisedAddress is the host:port other components dial. Default:
 	// the bound listen address.
 	AdvertisedAddress string `mapstructure:"advertised-address" yaml:"advertised-address"`

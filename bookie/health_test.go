@@ -122,3 +122,41 @@ func TestBookieReadyWhileDrainingAndGoneWhenClosed(t *testing.T) {
 		t.Fatalf("/healthz of a closed bookie answered %d", resp.StatusCode)
 	}
 }
+
+// The bookie's HTTP port serves its metrics (BookKeeper's names) with the
+// runtime's, and Go's profiles only with --pprof.
+func TestBookieMetricsPort(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(t.TempDir())
+	cfg.HTTPListen = "127.0.0.1:0"
+	s := e.startWith(t, cfg)
+	m := testutil.Scrape(t, s.HTTPAddr())
+	m.Want(t, 1, "bookie_SERVER_STATUS")
+	m.Want(t, 1, "magnetar_bookie_state", "state", "writable")
+	if _, ok := m.Value(t, "go_goroutines"); !ok {
+		t.Error("no Go runtime metrics")
+	}
+	s.SetReadOnly("test", true)
+	m = testutil.Scrape(t, s.HTTPAddr())
+	m.Want(t, 0, "bookie_SERVER_STATUS")
+	m.Want(t, 1, "magnetar_bookie_state", "state", "read_only")
+	s.SetReadOnly("test", false)
+
+	pprof := func(s *bookie.Server) int {
+		resp, err := http.Get("http://" + s.HTTPAddr() + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := pprof(s); code != http.StatusNotFound {
+		t.Errorf("pprof off: %d, want 404", code)
+	}
+	cfg2 := e.config(t.TempDir())
+	cfg2.HTTPListen = "127.0.0.1:0"
+	cfg2.Pprof = true
+	if code := pprof(e.startWith(t, cfg2)); code != http.StatusOK {
+		t.Errorf("pprof on: %d, want 200", code)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
@@ -26,6 +27,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/health"
+	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -44,11 +46,16 @@ var Version = "dev"
 type Option func(*options)
 
 type options struct {
-	store     *metastore.Store
-	logger    *zap.Logger
-	fs        vfs.FS
-	diskUsage DiskUsageFunc
+	store        *metastore.Store
+	logger       *zap.Logger
+	fs           vfs.FS
+	diskUsage    DiskUsageFunc
+	metricLabels prometheus.Labels
 }
+
+// WithMetricLabels adds labels to every metric of the bookie (a
+// standalone process tells its bookies apart by them).
+func WithMetricLabels(l prometheus.Labels) Option { return func(o *options) { o.metricLabels = l } }
 
 // WithStore shares an open metastore (standalone mode, tests); the server
 // does not close it.
@@ -90,6 +97,12 @@ type Server struct {
 	closed    bool
 	closeErr  error
 
+	// reg holds the bookie's metrics (served with the Go runtime's on
+	// the HTTP port); metricsReg registers on it with WithMetricLabels'.
+	reg        *prometheus.Registry
+	metricsReg prometheus.Registerer
+	metrics    *metrics
+
 	ledgers  *ledger.Client        // autorecovery's; nil when it is off
 	recovery *autorecovery.Service // nil when off
 
@@ -126,6 +139,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		stop: make(chan struct{}), served: make(chan error, 1), republish: make(chan struct{}, 1),
 		budget: semaphore.NewWeighted(cfg.MaxInflightBytes),
 	}
+	s.reg = prometheus.NewRegistry()
+	s.metricsReg = prometheus.WrapRegistererWith(o.metricLabels, s.reg)
+	s.metrics = newMetrics(s.metricsReg, s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Undo what was started if a later step fails.
 	undo := []func(){s.cancel}
@@ -159,6 +175,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		FS:              fs,
 		Logger:          s.log.Named("storage"),
 		ValueSeparation: cfg.ValueSeparation,
+		OnSync:          s.metrics.synced,
 	})
 	if err != nil {
 		return nil, err
@@ -245,7 +262,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		}
 	}
 	if s.httpLn != nil {
-		s.http = &http.Server{Handler: health.Handler(s.HealthChecks()), ReadHeaderTimeout: 10 * time.Second}
+		s.http = &http.Server{Handler: ops.Handler(ops.Options{Health: s.HealthChecks(), Metrics: s.Metrics(true), Pprof: cfg.Pprof}),
+			ReadHeaderTimeout: 10 * time.Second}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -332,7 +350,17 @@ func (s *Server) startAutorecovery() error {
 		return err
 	}
 	s.ledgers, s.recovery = lc, rs
+	s.metricsReg.MustRegister(rs.Collector())
 	return nil
+}
+
+// Metrics gathers the bookie's metrics, and with runtime the Go runtime's
+// and the process's (a standalone process serves those once).
+func (s *Server) Metrics(runtime bool) prometheus.Gatherer {
+	if runtime {
+		return prometheus.Gatherers{s.reg, ops.RuntimeMetrics()}
+	}
+	return s.reg
 }
 
 // Autorecovery is the bookie's autorecovery instance, nil when off.

@@ -73,11 +73,14 @@ func (v *service) AddEntry(ctx context.Context, req *bookiepb.AddEntryRequest) (
 		return nil, err
 	}
 	n := int64(len(e.Payload))
+	start := time.Now()
 	if err := v.s.budget.Acquire(ctx, n); err != nil {
 		return nil, err
 	}
 	defer v.s.budget.Release(n)
-	if err := v.s.db.AddEntry(ctx, e, req.MasterKey, req.Recovery); err != nil {
+	err = v.s.db.AddEntry(ctx, e, req.MasterKey, req.Recovery)
+	v.s.metrics.added(len(e.Payload), time.Since(start), err)
+	if err != nil {
 		return nil, err
 	}
 	return &bookiepb.AddEntryResponse{}, nil
@@ -130,6 +133,7 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 			return err
 		}
 		for _, req := range batch.Entries {
+			start := time.Now()
 			e, err := v.toEntry(req)
 			n := int64(len(req.Payload))
 			if err == nil {
@@ -146,6 +150,7 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 			id := req.RequestId
 			budgeted := err == nil
 			done := func(err error) {
+				v.s.metrics.added(int(n), time.Since(start), err)
 				code, reason, msg := wire.ToResult(err)
 				results.push(&bookiepb.AddResult{RequestId: id, Code: code, Reason: reason, Message: msg})
 				if budgeted {
@@ -267,10 +272,12 @@ func (q *resultQueue) sendLoop(stream bookiepb.Bookie_AddEntriesServer) error {
 	}
 }
 
-func (v *service) ReadEntry(ctx context.Context, req *bookiepb.ReadEntryRequest) (*bookiepb.ReadEntryResponse, error) {
+func (v *service) ReadEntry(ctx context.Context, req *bookiepb.ReadEntryRequest) (_ *bookiepb.ReadEntryResponse, err error) {
 	if err := checkEntry(req.LedgerId, req.EntryId); err != nil {
 		return nil, err
 	}
+	start, bytes := time.Now(), 0
+	defer func() { v.s.metrics.readDone(bytes, time.Since(start), err) }()
 	if req.Fence {
 		// A recovery read: the fence is durable before anything is read,
 		// so the old writer cannot get an add past us afterwards.
@@ -286,6 +293,7 @@ func (v *service) ReadEntry(ctx context.Context, req *bookiepb.ReadEntryRequest)
 	if err != nil {
 		return nil, err
 	}
+	bytes = len(e.Payload)
 	return &bookiepb.ReadEntryResponse{
 		EntryId:                e.EntryID,
 		LastAddConfirmed:       e.LAC,

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
-	"github.com/magnetar-io/magnetar/internal/health"
+	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -332,7 +332,7 @@ func (s *Server) adminHandler() http.Handler {
 			"entriesReadFromBookies": s.storageReads.Load()}, nil
 	})
 	s.bookieRoutes(h)
-	health.Register(mux, s.healthChecks())
+	ops.Register(mux, ops.Options{Health: s.healthChecks(), Metrics: s.gather, Pprof: s.cfg.Pprof})
 	return jsonRoutingErrors(mux)
 }
 

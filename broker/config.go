@@ -116,6 +116,19 @@ type Config struct {
 	// clients, releasing the session. What is not done by then is left to
 	// the next owners' recovery, as after a crash. Default 10s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown-timeout" yaml:"shutdown-timeout"`
+
+	// Metrics (GET /metrics on the admin port). ClusterName is their
+	// cluster label. StatsInterval is the window of rates and latency
+	// buckets (Pulsar's statsUpdateFrequencyInSecs), default 1m.
+	// MetricsTopicLevel exports per topic and subscription (Pulsar's
+	// exposeTopicLevelMetricsInPrometheus), else per namespace; past
+	// MetricsMaxTopics loaded topics they are per namespace anyway, to
+	// bound the series. Pprof serves /debug/pprof/ on the admin port.
+	ClusterName       string        `mapstructure:"cluster-name" yaml:"cluster-name"`
+	StatsInterval     time.Duration `mapstructure:"stats-interval" yaml:"stats-interval"`
+	MetricsTopicLevel bool          `mapstructure:"metrics-topic-level" yaml:"metrics-topic-level"`
+	MetricsMaxTopics  int           `mapstructure:"metrics-max-topics" yaml:"metrics-max-topics"`
+	Pprof             bool          `mapstructure:"pprof" yaml:"pprof"`
 }
 
 // DefaultConfig returns the defaults.
@@ -148,6 +161,11 @@ func DefaultConfig() Config {
 		DelayedDeliveryMaxIndexed:         100000,
 		LoadBalanceInterval:               time.Minute,
 		ShutdownTimeout:                   10 * time.Second,
+
+		ClusterName:       "magnetar",
+		StatsInterval:     time.Minute,
+		MetricsTopicLevel: true,
+		MetricsMaxTopics:  10000,
 	}
 }
 
@@ -205,6 +223,15 @@ func (c *Config) Validate() error {
 	}
 	if c.DelayedDeliveryMaxIndexed < 2 {
 		errs = append(errs, fmt.Errorf("delayed delivery index of %d messages: at least 2", c.DelayedDeliveryMaxIndexed))
+	}
+	if c.ClusterName == "" || len(c.ClusterName) > maxNameLength {
+		errs = append(errs, fmt.Errorf("--cluster-name %q: 1 to %d bytes", c.ClusterName, maxNameLength))
+	}
+	if c.StatsInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--stats-interval %v: at least 100ms", c.StatsInterval))
+	}
+	if c.MetricsMaxTopics < 0 {
+		errs = append(errs, fmt.Errorf("--metrics-max-topics %d: must not be negative", c.MetricsMaxTopics))
 	}
 	if c.DedupProducerInactivityTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--dedup-producer-inactivity-timeout %v: must be positive", c.DedupProducerInactivityTimeout))

@@ -72,6 +72,7 @@ func (c *consumer) take(n int) bool {
 	}
 	c.mu.delivered += int64(n)
 	if c.sub != nil {
+		c.sub.traffic.dispatched(n)
 		c.sub.t.traffic.dispatched(n)
 		c.sub.t.s.traffic.dispatched(n)
 	}
@@ -85,6 +86,7 @@ func (c *consumer) give(n int) {
 	c.mu.delivered -= int64(n)
 	c.mu.Unlock()
 	if c.sub != nil {
+		c.sub.traffic.dispatched(-n)
 		c.sub.t.traffic.dispatched(-n)
 		c.sub.t.s.traffic.dispatched(-n)
 	}

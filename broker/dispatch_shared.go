@@ -649,6 +649,7 @@ func (s *subscription) offer(gen int64, e mledger.Entry, fromReplay bool, blocke
 		MessageId: s.t.messageID(e.Pos, -1, 0), Entry: e.Data,
 		RedeliveryCount: m.redeliveries[e.Pos], AckedBatchIndexes: acked,
 	}}})
+	s.sent(len(e.Data))
 	return offerSent
 }
 

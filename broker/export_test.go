@@ -186,3 +186,7 @@ func (s *Server) Unload(ctx context.Context, topic string) error {
 	}
 	return s.unloadTopic(ctx, n)
 }
+
+// RefreshStats closes the stats window of every loaded topic now, as
+// statsLoop does every StatsInterval.
+func (s *Server) RefreshStats() { s.refreshStats(time.Now()) }

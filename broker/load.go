@@ -10,28 +10,35 @@ import (
 // traffic counts what flows through a topic partition (or a whole broker)
 // since it was loaded; rates come from differences between two readings.
 type traffic struct {
-	msgIn, bytesIn, msgOut atomic.Int64
+	msgIn, bytesIn, entriesIn, msgOut, bytesOut atomic.Int64
 }
 
+// published counts one entry of msgs messages stored.
 func (c *traffic) published(msgs, bytes int) {
 	c.msgIn.Add(int64(msgs))
 	c.bytesIn.Add(int64(bytes))
+	c.entriesIn.Add(1)
 }
 
+// dispatched counts messages handed to a consumer (negative: given back).
 func (c *traffic) dispatched(msgs int) { c.msgOut.Add(int64(msgs)) }
 
+// sent counts the bytes of an entry sent to a consumer.
+func (c *traffic) sent(bytes int) { c.bytesOut.Add(int64(bytes)) }
+
 type trafficReading struct {
-	at                     time.Time
-	msgIn, bytesIn, msgOut int64
+	at                                          time.Time
+	msgIn, bytesIn, entriesIn, msgOut, bytesOut int64
 }
 
 func (c *traffic) read(now time.Time) trafficReading {
-	return trafficReading{at: now, msgIn: c.msgIn.Load(), bytesIn: c.bytesIn.Load(), msgOut: c.msgOut.Load()}
+	return trafficReading{at: now, msgIn: c.msgIn.Load(), bytesIn: c.bytesIn.Load(), entriesIn: c.entriesIn.Load(),
+		msgOut: c.msgOut.Load(), bytesOut: c.bytesOut.Load()}
 }
 
 // rates are per second between two readings.
 type rates struct {
-	MsgIn, BytesIn, MsgOut float64
+	MsgIn, BytesIn, MsgOut, EntriesIn, BytesOut float64
 }
 
 func (r trafficReading) since(prev trafficReading) rates {
@@ -43,6 +50,9 @@ func (r trafficReading) since(prev trafficReading) rates {
 		MsgIn:   float64(r.msgIn-prev.msgIn) / d,
 		BytesIn: float64(r.bytesIn-prev.bytesIn) / d,
 		MsgOut:  float64(r.msgOut-prev.msgOut) / d,
+
+		EntriesIn: float64(r.entriesIn-prev.entriesIn) / d,
+		BytesOut:  float64(r.bytesOut-prev.bytesOut) / d,
 	}
 }
 

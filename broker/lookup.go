@@ -167,6 +167,7 @@ func (s *Server) unloadLost(t *topic) {
 		delete(s.mu.topics, t.path)
 	}
 	s.mu.Unlock()
+	s.metrics.ownership.WithLabelValues("lost").Inc()
 	ctx, cancel := context.WithTimeout(s.hardCtx, 5*time.Second)
 	defer cancel()
 	t.close(ctx)
@@ -202,6 +203,7 @@ func (s *Server) sessionLoop() {
 			return
 		}
 		s.log.Error("etcd session lost: unloading every partition", zap.Error(sess.Err()))
+		s.metrics.sessionsLost.Inc()
 		var wg sync.WaitGroup
 		for _, t := range s.loadedTopics() {
 			wg.Add(1)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -21,6 +22,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/internal/health"
+	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
@@ -30,9 +32,16 @@ import (
 type Option func(*options)
 
 type options struct {
-	store  *metastore.Store
-	logger *zap.Logger
-	health health.Checks
+	store   *metastore.Store
+	logger  *zap.Logger
+	health  health.Checks
+	metrics prometheus.Gatherers
+}
+
+// WithMetrics adds g to what the broker's /metrics serves (a standalone
+// process adds its bookies').
+func WithMetrics(g prometheus.Gatherer) Option {
+	return func(o *options) { o.metrics = append(o.metrics, g) }
 }
 
 // WithHealthChecks adds checks to the broker's /healthz and /readyz (a
@@ -52,9 +61,14 @@ func WithLogger(l *zap.Logger) Option { return func(o *options) { o.logger = l }
 
 // Server is a running broker.
 type Server struct {
-	cfg       Config
-	log       *zap.Logger
-	health    health.Checks // extra checks (WithHealthChecks)
+	cfg    Config
+	log    *zap.Logger
+	health health.Checks // extra checks (WithHealthChecks)
+	// reg holds the broker's metrics; gather serves them with the Go
+	// runtime's and those added by WithMetrics.
+	reg       *prometheus.Registry
+	gather    prometheus.Gatherers
+	metrics   *brokerMetrics
 	store     *metastore.Store
 	ownsStore bool
 	ledgers   *ledger.Client
@@ -132,6 +146,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	var inst [8]byte
 	rand.Read(inst[:])
 	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize), health: o.health}
+	s.reg = prometheus.NewRegistry()
+	s.metrics = newBrokerMetrics(s.reg, cfg.ClusterName)
+	s.reg.MustRegister(topicMetrics{s})
+	s.gather = append(prometheus.Gatherers{s.reg, ops.RuntimeMetrics()}, o.metrics...)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	s.persisting.m, s.retaining.m = map[*topic]bool{}, map[*topic]bool{}
@@ -228,7 +246,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			s.http.Serve(s.httpLn)
 		}()
 	}
-	s.wg.Add(6)
+	s.wg.Add(7)
+	go s.statsLoop()
 	go s.persistLoop()
 	go s.retentionLoop()
 	go s.sweepLoop()
@@ -440,6 +459,9 @@ func (s *Server) loadCalled(call *loadCall, n topicname.Name) {
 		s.mu.topics[path] = t
 	}
 	s.mu.Unlock()
+	if err == nil && !stopping {
+		s.metrics.ownership.WithLabelValues("acquired").Inc()
+	}
 	if stopping {
 		// Close has taken its list of topics: this one is closed here.
 		cctx, ccancel := context.WithTimeout(s.hardCtx, s.cfg.ShutdownTimeout)
@@ -470,6 +492,7 @@ func (s *Server) unloadTopic(ctx context.Context, n topicname.Name) error {
 	if t == nil {
 		return nil
 	}
+	s.metrics.ownership.WithLabelValues("released").Inc()
 	return t.close(ctx)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -56,7 +57,9 @@ func (v *service) Lookup(ctx context.Context, req *brokerpb.LookupRequest) (*bro
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	addr, err := v.s.lookup(ctx, n)
+	v.s.metrics.lookedUp(v.s.id, addr, err, time.Since(start))
 	if err != nil {
 		return nil, err
 	}

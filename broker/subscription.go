@@ -33,6 +33,11 @@ type subscription struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	// traffic counts what was dispatched to the subscription; win is its
+	// last stats window (metrics).
+	traffic traffic
+	win     window
+
 	mu struct {
 		sync.Mutex
 		typ       brokerpb.SubscriptionType
@@ -464,8 +469,16 @@ func (s *subscription) deliver(c *consumer, gen int64, es []mledger.Entry) (bloc
 			c.give(n)
 			return false
 		}
+		s.sent(len(e.Data))
 	}
 	return false
+}
+
+// sent counts the bytes of an entry sent to a consumer.
+func (s *subscription) sent(bytes int) {
+	s.traffic.sent(bytes)
+	s.t.traffic.sent(bytes)
+	s.t.s.traffic.sent(bytes)
 }
 
 // advance moves the read position past p and queues r (if not nil) for c,

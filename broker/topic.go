@@ -44,6 +44,11 @@ type topic struct {
 	subsMu sync.Mutex
 	// traffic counts what this partition published and dispatched.
 	traffic traffic
+	// win is the last stats window (metrics); latency and entrySize
+	// collect the window's publishes (statsLoop takes them).
+	win       window
+	latency   *buckets // microseconds
+	entrySize *buckets // bytes
 	// dedupWriteMu makes deduplication snapshots one write at a time, so
 	// that they are stored in the order they were taken. Taken before mu.
 	dedupWriteMu sync.Mutex
@@ -88,7 +93,8 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	if err != nil {
 		return nil, err
 	}
-	t := &topic{s: s, name: n, path: path, guard: guard, log: s.log.With(zap.String("topic", n.String()))}
+	t := &topic{s: s, name: n, path: path, guard: guard, log: s.log.With(zap.String("topic", n.String())),
+		latency: newBuckets(latencyBoundsUs), entrySize: newBuckets(entrySizeBounds)}
 	t.mu.set = s.md.settings(pol)
 	t.mu.producers = map[string]*producer{}
 	t.mu.subs = map[string]*subscription{}
@@ -306,10 +312,13 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 		return
 	}
 	msgs := max(int(md.GetNumMessagesInBatch()), 1)
+	start := time.Now()
 	t.ml.AppendAsync(ctx, data, func(pos mledger.Position, err error) {
 		if err == nil {
 			t.traffic.published(msgs, len(data))
 			t.s.traffic.published(msgs, len(data))
+			t.latency.add(time.Since(start).Microseconds())
+			t.entrySize.add(int64(len(data)))
 		}
 		if h := testHookAppendDone.Load(); h != nil {
 			(*h)()

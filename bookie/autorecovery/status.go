@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/metastore"
@@ -324,4 +325,60 @@ func largestEnsemble(ctx context.Context, store *metastore.Store) (int, error) {
 		return nil
 	})
 	return largest, err
+}
+
+// Collector exports the instance's work as Prometheus metrics:
+// replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED and
+// replication_worker_NUM_ENTRIES_WRITTEN (BookKeeper's names),
+// magnetar_autorecovery_bytes_written_total, magnetar_autorecovery_auditor
+// (1 on the instance that audits) and, on the auditor only,
+// magnetar_autorecovery_under_replicated_marks: the (ledger, bookie)
+// copies marked for repair, counted in etcd when scraped.
+func (s *Service) Collector() prometheus.Collector { return collector{s} }
+
+type collector struct{ s *Service }
+
+var (
+	repairedDesc = prometheus.NewDesc("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED", "Ledgers whose repair this instance completed.", nil, nil)
+	entriesDesc  = prometheus.NewDesc("replication_worker_NUM_ENTRIES_WRITTEN", "Entries this instance copied.", nil, nil)
+	bytesDesc    = prometheus.NewDesc("magnetar_autorecovery_bytes_written_total", "Payload bytes this instance copied.", nil, nil)
+	auditorDesc  = prometheus.NewDesc("magnetar_autorecovery_auditor", "1 while this instance is the auditor.", nil, nil)
+	marksDesc    = prometheus.NewDesc("magnetar_autorecovery_under_replicated_marks", "Copies (ledger, bookie) marked under-replicated, waiting for repair (auditor only).", nil, nil)
+)
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{repairedDesc, entriesDesc, bytesDesc, auditorDesc, marksDesc} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	ch <- prometheus.MustNewConstMetric(repairedDesc, prometheus.CounterValue, float64(s.repaired.Load()))
+	ch <- prometheus.MustNewConstMetric(entriesDesc, prometheus.CounterValue, float64(s.copiedEntries.Load()))
+	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.copiedBytes.Load()))
+	auditor := s.auditor.Load()
+	ch <- prometheus.MustNewConstMetric(auditorDesc, prometheus.GaugeValue, b2f(auditor))
+	if !auditor {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	defer cancel()
+	n := 0
+	err := s.store.ListAll(ctx, metastore.UnderReplicatedPrefix, metastore.ListOptions{KeysOnly: true}, func(metastore.KV) error {
+		n++
+		return nil
+	})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(marksDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(marksDesc, prometheus.GaugeValue, float64(n))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

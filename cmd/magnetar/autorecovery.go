@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -15,6 +16,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
+	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -28,8 +30,10 @@ type autorecoveryConfig struct {
 	Metastore []string `mapstructure:"metastore"`
 	// MetastoreRoot is the key prefix of the cluster. Default /magnetar.
 	MetastoreRoot string `mapstructure:"metastore-root"`
-	// HTTPListen serves /healthz and /readyz. Default empty: none.
+	// HTTPListen serves /healthz, /readyz and /metrics. Default empty: none.
 	HTTPListen string `mapstructure:"http"`
+	// Pprof serves /debug/pprof/ on the HTTP port.
+	Pprof bool `mapstructure:"pprof"`
 	// LostBookieRecoveryDelay: see bookie.Config. Default 30s; 0 allowed.
 	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
 	// CheckInterval: see bookie.Config.AutorecoveryCheckInterval. Default
@@ -176,13 +180,16 @@ environment variable or in the --config file.`,
 			}
 			var stopHTTP func()
 			if cfg.HTTPListen != "" {
-				addr, stop, err := serveHealth(cfg.HTTPListen, health.Checks{Ready: []health.Check{{Name: "session", Fn: s.Ready}}})
+				addr, stop, err := serveOps(cfg.HTTPListen, ops.Options{
+					Health:  health.Checks{Ready: []health.Check{{Name: "session", Fn: s.Ready}}},
+					Metrics: autorecoveryMetrics(s), Pprof: cfg.Pprof,
+				})
 				if err != nil {
 					s.Close()
 					return err
 				}
 				stopHTTP = stop
-				log.Info("health endpoints", zap.String("http", addr))
+				log.Info("HTTP endpoints (health, metrics)", zap.String("http", addr))
 			}
 			log.Info("autorecovery running", zap.String("id", cfg.ID), zap.Duration("lost-bookie-recovery-delay", cfg.LostBookieRecoveryDelay))
 			<-cmd.Context().Done()
@@ -197,7 +204,8 @@ environment variable or in the --config file.`,
 	f.String("id", def.ID, "instance name in the auditor key and ledger locks")
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of the cluster in etcd")
-	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz, HOST:PORT (empty: none)")
+	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz and /metrics, HOST:PORT (empty: none)")
+	f.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on the HTTP port")
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "how long a bookie must stay unregistered before its ledgers are re-replicated (0: at once)")
 	f.Duration("check-interval", def.CheckInterval, "how often the auditor compares every ledger's metadata with what each bookie holds (0: never)")
 	f.Int64("rereplication-max-bytes-per-sec", def.RereplicationMaxBytesPerSec, "throttle of the re-replication worker in bytes per second (0: unlimited)")
@@ -207,4 +215,11 @@ environment variable or in the --config file.`,
 	f.Duration("rebalance-interval", def.RebalanceInterval, "how often an automatic rebalance may run")
 	f.Float64("rebalance-target-spread", def.RebalanceTargetSpread, "rebalancing stops when (max - min) / mean of the bookies' usage is at most this")
 	return cmd
+}
+
+// autorecoveryMetrics gathers the instance's metrics with the runtime's.
+func autorecoveryMetrics(s *autorecovery.Service) prometheus.Gatherer {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collector())
+	return prometheus.Gatherers{reg, ops.RuntimeMetrics()}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/magnetar-io/magnetar/autoscaler"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/health"
+	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -31,6 +32,7 @@ type autoscalerConfig struct {
 	Lease         string        `mapstructure:"lease"`
 	LeaseDuration time.Duration `mapstructure:"lease-duration"`
 	HTTPListen    string        `mapstructure:"http"`
+	Pprof         bool          `mapstructure:"pprof"`
 	Interval      time.Duration `mapstructure:"interval"`
 	DryRun        bool          `mapstructure:"dry-run"`
 
@@ -175,18 +177,18 @@ file.`,
 				return err
 			}
 			if cfg.HTTPListen != "" {
-				addr, stop, err := serveHealth(cfg.HTTPListen, health.Checks{Ready: []health.Check{{Name: "metastore", Fn: func(ctx context.Context) error {
+				addr, stop, err := serveOps(cfg.HTTPListen, ops.Options{Health: health.Checks{Ready: []health.Check{{Name: "metastore", Fn: func(ctx context.Context) error {
 					_, err := store.Get(ctx, metastore.AuditorKey)
 					if errors.Is(err, metastore.ErrNotFound) {
 						return nil
 					}
 					return err
-				}}}})
+				}}}}, Metrics: ops.RuntimeMetrics(), Pprof: cfg.Pprof})
 				if err != nil {
 					return err
 				}
 				defer stop()
-				log.Info("health endpoints", zap.String("http", addr))
+				log.Info("HTTP endpoints (health, metrics)", zap.String("http", addr))
 			}
 			log.Info("autoscaler running", zap.String("id", cfg.ID), zap.String("statefulset", cfg.Namespace+"/"+cfg.StatefulSet), zap.Bool("dry-run", cfg.DryRun))
 			return a.Run(cmd.Context())
@@ -201,7 +203,8 @@ file.`,
 	f.String("statefulset", def.StatefulSet, "the bookie StatefulSet; its pods run bookies with --id=<pod name>")
 	f.String("lease", def.Lease, "name of the leader election Lease")
 	f.Duration("lease-duration", def.LeaseDuration, "leader election lease duration")
-	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz, HOST:PORT (empty: none)")
+	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz and /metrics, HOST:PORT (empty: none)")
+	f.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on the HTTP port")
 	f.Duration("interval", def.Interval, "how often the cluster is looked at")
 	f.Bool("dry-run", def.DryRun, "decide, log and record Events, but change nothing")
 	f.Int("min-bookies", def.MinBookies, "never fewer bookies than this (nor than the largest ensemble of any ledger)")

@@ -82,7 +82,8 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	}
 	f := cmd.Flags()
 	f.String("listen", def.Listen, "gRPC listen address")
-	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz, HOST:PORT (empty: none)")
+	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz and /metrics, HOST:PORT (empty: none)")
+	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the HTTP port")
 	f.String("advertised-address", def.AdvertisedAddress, "address clients dial (default: the listen address)")
 	f.String("id", def.ID, "bookie id in ledger metadata, fixed for the life of the data directory (default: the advertised address)")
 	f.String("data-dir", def.DataDir, "data directory")

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/logging"
+	"github.com/magnetar-io/magnetar/internal/ops"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -73,14 +73,15 @@ func newVersionCmd() *cobra.Command {
 	}
 }
 
-// serveHealth serves /healthz and /readyz on addr for a process with no
-// other HTTP port; stop ends the server and waits for it.
-func serveHealth(addr string, c health.Checks) (bound string, stop func(), err error) {
+// serveOps serves the operational endpoints (health, metrics, profiles
+// if asked) on addr for a process with no other HTTP port; stop ends the
+// server and waits for it.
+func serveOps(addr string, o ops.Options) (bound string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: health.Handler(c), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: ops.Handler(o), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

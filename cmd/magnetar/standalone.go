@@ -59,8 +59,11 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.String("bookie-listen", def.BookieListen, "address of the first bookie; bookie i uses port+i (port 0: free ports)")
 	f.Int("max-entry-size", def.MaxEntrySize, "largest entry (message or batch) accepted, in bytes")
 	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
-	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz and /readyz)")
+	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz, /readyz and /metrics)")
 	f.String("advertised-address", def.AdvertisedAddress, "broker address clients are sent to, HOST:PORT (default: --broker-listen, with 127.0.0.1 for 0.0.0.0)")
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "with several bookies: how long one must be gone before its copies are re-replicated to the others")
+	f.String("cluster-name", def.ClusterName, "the cluster label of the metrics")
+	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
+	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/bookie"
@@ -46,6 +47,13 @@ type Config struct {
 	// LostBookieRecoveryDelay: with several bookies, how long one must be
 	// gone before its copies are re-replicated. Default 30s.
 	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
+	// ClusterName is the cluster label of the metrics. Default
+	// "standalone" (Pulsar's).
+	ClusterName string `mapstructure:"cluster-name"`
+	// StatsInterval is the window of the metrics' rates. Default 1m.
+	StatsInterval time.Duration `mapstructure:"stats-interval"`
+	// Pprof serves /debug/pprof/ on the admin port.
+	Pprof bool `mapstructure:"pprof"`
 }
 
 // DefaultConfig returns the defaults.
@@ -60,6 +68,8 @@ func DefaultConfig() Config {
 		HTTPListen:      "127.0.0.1:8080",
 
 		LostBookieRecoveryDelay: bookie.DefaultConfig().LostBookieRecoveryDelay,
+		ClusterName:             "standalone",
+		StatsInterval:           broker.DefaultConfig().StatsInterval,
 	}
 }
 
@@ -165,7 +175,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		// copies move to the others.
 		bc.Autorecovery = cfg.Bookies > 1
 		bc.LostBookieRecoveryDelay = cfg.LostBookieRecoveryDelay
-		b, err := bookie.Start(ctx, bc, bookie.WithStore(s.Store), bookie.WithLogger(log.Named(bc.ID)))
+		b, err := bookie.Start(ctx, bc, bookie.WithStore(s.Store), bookie.WithLogger(log.Named(bc.ID)),
+			bookie.WithMetricLabels(prometheus.Labels{"bookie": bc.ID}))
 		if err != nil {
 			return nil, err
 		}
@@ -177,6 +188,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.Metastore = s.Etcd.Endpoints()
 	bc.Ensemble, bc.WriteQuorum, bc.AckQuorum = replication(cfg.Bookies)
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
+	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
 	// The process is live and ready only with all its bookies.
 	var checks health.Checks
 	for _, b := range s.Bookies {
@@ -184,7 +196,11 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		checks.Live = append(checks.Live, prefixed(b.ID(), c.Live)...)
 		checks.Ready = append(checks.Ready, prefixed(b.ID(), c.Ready)...)
 	}
-	s.Broker, err = broker.Start(ctx, bc, broker.WithStore(s.Store), broker.WithLogger(log.Named("broker")), broker.WithHealthChecks(checks))
+	bopts := []broker.Option{broker.WithStore(s.Store), broker.WithLogger(log.Named("broker")), broker.WithHealthChecks(checks)}
+	for _, b := range s.Bookies {
+		bopts = append(bopts, broker.WithMetrics(b.Metrics(false))) // labelled bookie=<id>
+	}
+	s.Broker, err = broker.Start(ctx, bc, bopts...)
 	if err != nil {
 		return nil, err
 	}

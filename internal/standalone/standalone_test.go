@@ -231,3 +231,79 @@ func TestReadyzCoversBookies(t *testing.T) {
 		t.Fatalf("/readyz with a bookie stopped: %d %+v", code, r)
 	}
 }
+
+// The admin port's /metrics covers the bookies too, each labelled with
+// its id, under BookKeeper's names; the runtime's metrics appear once.
+func TestMetricsCoverBookies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Bookies = 2
+	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cl, err := ledger.New(s.Store, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 2, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := 0; i < n; i++ {
+		if _, err := w.Append(ctx, []byte("0123456789")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cl.Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(ctx, 0, n-1); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Broker.HTTPAddr()
+	m := testutil.Scrape(t, addr)
+	reads := 0.0
+	for _, b := range s.Bookies {
+		l := []string{"bookie", b.ID()}
+		m.Want(t, n, "bookkeeper_server_ADD_ENTRY_REQUEST", append(l, "success", "true")...)
+		m.Want(t, n, "bookkeeper_server_ADD_ENTRY", append(l, "success", "true")...)
+		m.Want(t, 10*n, "bookie_WRITE_BYTES", l...)
+		m.Want(t, 1, "bookie_SERVER_STATUS", l...)
+		m.Want(t, 1, "magnetar_bookie_state", append(l, "state", "writable")...)
+		m.Want(t, 0, "magnetar_bookie_state", append(l, "state", "draining")...)
+		if v, _ := m.Value(t, "bookie_journal_JOURNAL_SYNC", append(l, "success", "true")...); v < 1 {
+			t.Errorf("bookie %s: %v group commits, want at least 1", b.ID(), v)
+		}
+		v, _ := m.Value(t, "bookkeeper_server_READ_ENTRY_REQUEST", append(l, "success", "true")...)
+		reads += v
+	}
+	if reads < n {
+		t.Errorf("%v reads counted, want at least %d", reads, n)
+	}
+	if _, ok := m.Value(t, "go_goroutines"); !ok {
+		t.Error("no Go runtime metrics")
+	}
+	// One of the two autorecovery instances audits.
+	testutil.Eventually(t, time.Minute, "an auditor", func() bool {
+		m := testutil.Scrape(t, addr)
+		auditors := 0.0
+		for _, b := range s.Bookies {
+			v, _ := m.Value(t, "magnetar_autorecovery_auditor", "bookie", b.ID())
+			auditors += v
+		}
+		_, marks := m.Value(t, "magnetar_autorecovery_under_replicated_marks")
+		return auditors == 1 && marks
+	})
+}

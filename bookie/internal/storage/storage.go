@@ -34,6 +34,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -62,6 +63,11 @@ type Options struct {
 	// MaxBatchBytes caps the payload bytes of one group commit; default
 	// 16 MiB.
 	MaxBatchBytes int
+	// OnSync, if set, is told of each group commit once its WAL sync
+	// ended: the requests and payload bytes it held, how long it took
+	// from its write to the end of the sync, and the sync's error (metrics).
+	// Called by the syncer: it must not block.
+	OnSync func(requests, bytes int, took time.Duration, err error)
 }
 
 // Entry is a stored ledger entry.
@@ -149,8 +155,9 @@ func (r *request) finish(err error) {
 }
 
 type inflight struct {
-	batch *pebble.Batch
-	reqs  []*request
+	batch   *pebble.Batch
+	reqs    []*request
+	started time.Time // when the batch was handed to Pebble
 }
 
 // DB is a bookie's storage. It is safe for concurrent use.
@@ -768,6 +775,7 @@ func (d *DB) commit(reqs []*request) {
 		b.Close()
 		return
 	}
+	started := time.Now()
 	if err := d.applyNoSyncWait(b); err != nil {
 		d.fail(err)
 		err = d.writeErr()
@@ -777,7 +785,7 @@ func (d *DB) commit(reqs []*request) {
 		b.Close()
 		return
 	}
-	d.syncs <- inflight{batch: b, reqs: accepted}
+	d.syncs <- inflight{batch: b, reqs: accepted, started: started}
 }
 
 // applyNoSyncWait applies b to the memtable and WAL without waiting for the
@@ -802,6 +810,13 @@ func (d *DB) syncLoop() {
 	defer d.stopped.Done()
 	for f := range d.syncs {
 		err := f.batch.SyncWait()
+		if d.opts.OnSync != nil {
+			bytes := 0
+			for _, r := range f.reqs {
+				bytes += len(r.entry.Payload)
+			}
+			d.opts.OnSync(len(f.reqs), bytes, time.Since(f.started), err)
+		}
 		if err != nil {
 			d.fail(err)
 			err = d.writeErr()

@@ -1,0 +1,146 @@
+package bookie
+
+import (
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Prometheus metrics of a bookie, under BookKeeper's names where it has
+// one (as a BookKeeper bookie exports them with its Prometheus provider),
+// so that BookKeeper dashboards and alerts carry over:
+//
+//   - bookkeeper_server_ADD_ENTRY_REQUEST and _READ_ENTRY_REQUEST:
+//     summaries in milliseconds with a success label (true/false), from
+//     the request's arrival to its answer; bookkeeper_server_ADD_ENTRY
+//     and _READ_ENTRY observe the same (dashboards take their rates from
+//     the _count).
+//   - bookie_WRITE_BYTES, bookie_READ_BYTES: payload bytes (counters).
+//   - bookie_journal_JOURNAL_SYNC: the group commit's write and WAL sync,
+//     milliseconds, success label; _FORCE_WRITE_BATCH_ENTRIES and
+//     _BATCH_BYTES: what one group commit held.
+//   - bookie_SERVER_STATUS: 1 writable, 0 read-only (a draining bookie is
+//     read-only); magnetar_bookie_state says which of the three.
+//   - magnetar_bookie_disk_{total,used,free}_bytes, bookie_ledger_writable_dirs,
+//     magnetar_bookie_stored_bytes.
+//
+// Quantiles cover the last minute, as BookKeeper's do.
+type metrics struct {
+	addRequest, add   *prometheus.SummaryVec
+	readRequest, read *prometheus.SummaryVec
+	writeBytes        prometheus.Counter
+	readBytes         prometheus.Counter
+	sync              *prometheus.SummaryVec
+	batchEntries      prometheus.Summary
+	batchBytes        prometheus.Summary
+}
+
+var objectives = map[float64]float64{0.5: 0.05, 0.75: 0.02, 0.95: 0.005, 0.99: 0.001, 0.999: 0.0001}
+
+func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
+	summary := func(name, help string) *prometheus.SummaryVec {
+		return prometheus.NewSummaryVec(prometheus.SummaryOpts{Name: name, Help: help, Objectives: objectives, MaxAge: time.Minute}, []string{"success"})
+	}
+	m := &metrics{
+		addRequest:  summary("bookkeeper_server_ADD_ENTRY_REQUEST", "Add requests, arrival to answer, milliseconds."),
+		add:         summary("bookkeeper_server_ADD_ENTRY", "Adds, milliseconds (the same as the requests)."),
+		readRequest: summary("bookkeeper_server_READ_ENTRY_REQUEST", "Read requests, arrival to answer, milliseconds."),
+		read:        summary("bookkeeper_server_READ_ENTRY", "Reads, milliseconds (the same as the requests)."),
+		writeBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_WRITE_BYTES", Help: "Payload bytes added."}),
+		readBytes:   prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_READ_BYTES", Help: "Payload bytes read."}),
+		sync:        summary("bookie_journal_JOURNAL_SYNC", "Group commits: write and WAL sync, milliseconds."),
+		batchEntries: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+			Help: "Requests per group commit.", Objectives: objectives, MaxAge: time.Minute}),
+		batchBytes: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
+			Help: "Payload bytes per group commit.", Objectives: objectives, MaxAge: time.Minute}),
+	}
+	reg.MustRegister(m.addRequest, m.add, m.readRequest, m.read, m.writeBytes, m.readBytes, m.sync, m.batchEntries, m.batchBytes,
+		stateCollector{s})
+	return m
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func success(err error) string {
+	if err != nil {
+		return "false"
+	}
+	return "true"
+}
+
+// added records an add's outcome.
+func (m *metrics) added(bytes int, took time.Duration, err error) {
+	m.addRequest.WithLabelValues(success(err)).Observe(ms(took))
+	m.add.WithLabelValues(success(err)).Observe(ms(took))
+	if err == nil {
+		m.writeBytes.Add(float64(bytes))
+	}
+}
+
+// readDone records a read's outcome.
+func (m *metrics) readDone(bytes int, took time.Duration, err error) {
+	m.readRequest.WithLabelValues(success(err)).Observe(ms(took))
+	m.read.WithLabelValues(success(err)).Observe(ms(took))
+	if err == nil {
+		m.readBytes.Add(float64(bytes))
+	}
+}
+
+// synced records a group commit (storage.Options.OnSync).
+func (m *metrics) synced(requests, bytes int, took time.Duration, err error) {
+	m.sync.WithLabelValues(success(err)).Observe(ms(took))
+	m.batchEntries.Observe(float64(requests))
+	m.batchBytes.Observe(float64(bytes))
+}
+
+// stateCollector reports the bookie's state and disk when scraped.
+type stateCollector struct{ s *Server }
+
+var (
+	statusDesc   = prometheus.NewDesc("bookie_SERVER_STATUS", "1 when the bookie is writable, 0 when read-only (draining included).", nil, nil)
+	stateDesc    = prometheus.NewDesc("magnetar_bookie_state", "1 for the bookie's state: writable, read_only or draining.", []string{"state"}, nil)
+	dirsDesc     = prometheus.NewDesc("bookie_ledger_writable_dirs", "Writable data directories (the bookie has one).", nil, nil)
+	totalDesc    = prometheus.NewDesc("magnetar_bookie_disk_total_bytes", "Size of the data directory's filesystem, at the last disk check.", nil, nil)
+	usedDesc     = prometheus.NewDesc("magnetar_bookie_disk_used_bytes", "Bytes in use on that filesystem (by anyone), at the last disk check.", nil, nil)
+	freeDesc     = prometheus.NewDesc("magnetar_bookie_disk_free_bytes", "Bytes the bookie may still write there, at the last disk check.", nil, nil)
+	storedDesc   = prometheus.NewDesc("magnetar_bookie_stored_bytes", "Bytes the bookie's storage takes on disk.", nil, nil)
+	stateLabels  = []string{"writable", "read_only", "draining"}
+	collectDescs = []*prometheus.Desc{statusDesc, stateDesc, dirsDesc, totalDesc, usedDesc, freeDesc, storedDesc}
+)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range collectDescs {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	reasons := c.s.ReadOnly()
+	state := "writable"
+	switch {
+	case slices.Contains(reasons, ReadOnlyDraining):
+		state = "draining"
+	case len(reasons) > 0:
+		state = "read_only"
+	}
+	writable := 0.0
+	if state == "writable" {
+		writable = 1
+	}
+	ch <- prometheus.MustNewConstMetric(statusDesc, prometheus.GaugeValue, writable)
+	ch <- prometheus.MustNewConstMetric(dirsDesc, prometheus.GaugeValue, writable)
+	for _, st := range stateLabels {
+		v := 0.0
+		if st == state {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, st)
+	}
+	if u := c.s.lastUsage.Load(); u != nil {
+		ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.GaugeValue, float64(u.Total))
+		ch <- prometheus.MustNewConstMetric(usedDesc, prometheus.GaugeValue, float64(u.Used))
+		ch <- prometheus.MustNewConstMetric(freeDesc, prometheus.GaugeValue, float64(u.Avail))
+	}
+	ch <- prometheus.MustNewConstMetric(storedDesc, prometheus.GaugeValue, float64(c.s.db.DiskSpaceUsage()))
+}

@@ -1,0 +1,147 @@
+package broker_test
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+)
+
+// /metrics on the admin port: Pulsar's names and labels per topic and
+// subscription, the stats window's rates and latency buckets, the broker
+// aggregates and lookups.
+func TestMetricsPerTopic(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) {
+		c.StatsInterval = time.Hour // windows are closed by the test (RefreshStats)
+		c.ClusterName = "c1"
+	})
+	cl := e.client()
+	const topic = "persistent://public/default/metered"
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	e.b.RefreshStats() // the window starts here
+	const n = 20
+	produce(t, p, 0, n)
+	receiveN(t, cons, n)
+	e.b.RefreshStats()
+
+	m := testutil.Scrape(t, e.b.HTTPAddr())
+	tl := []string{"cluster", "c1", "namespace", "public/default", "topic", topic}
+	sl := append(slices.Clone(tl), "subscription", "s")
+	m.Want(t, n, "pulsar_in_messages_total", tl...)
+	m.Want(t, 1, "pulsar_producers_count", tl...)
+	m.Want(t, 1, "pulsar_subscriptions_count", tl...)
+	m.Want(t, 1, "pulsar_consumers_count", tl...)
+	m.Want(t, n, "pulsar_storage_write_latency_count", tl...)
+	m.Want(t, n, "pulsar_entry_size_count", tl...)
+	m.Want(t, n, "pulsar_out_messages_total", sl...)
+	m.Want(t, 1, "pulsar_topics_count", "cluster", "c1", "namespace", "public/default")
+	m.Want(t, 1, "pulsar_broker_topics_count", "cluster", "c1")
+	m.Want(t, n, "pulsar_broker_in_messages_total", "cluster", "c1")
+	m.Want(t, 1, "magnetar_broker_session_up", "cluster", "c1")
+	// The buckets count the window's publishes, each bucket on its own.
+	var inBuckets float64
+	for _, b := range []string{"le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow"} {
+		v, ok := m.Value(t, "pulsar_storage_write_latency_"+b, tl...)
+		if !ok {
+			t.Errorf("no pulsar_storage_write_latency_%s", b)
+		}
+		inBuckets += v
+	}
+	if inBuckets != n {
+		t.Errorf("write latency buckets hold %v publishes, want %d", inBuckets, n)
+	}
+	for _, name := range []string{"pulsar_rate_in", "pulsar_throughput_in", "pulsar_rate_out", "pulsar_throughput_out", "pulsar_storage_write_rate",
+		"pulsar_storage_size", "pulsar_storage_logical_size"} {
+		if v, ok := m.Value(t, name, tl...); !ok || v <= 0 {
+			t.Errorf("%s = %v (found %v), want > 0", name, v, ok)
+		}
+	}
+	for _, name := range []string{"pulsar_subscription_msg_rate_out", "pulsar_subscription_msg_throughput_out"} {
+		if v, ok := m.Value(t, name, sl...); !ok || v <= 0 {
+			t.Errorf("%s = %v (found %v), want > 0", name, v, ok)
+		}
+	}
+	if v, _ := m.Value(t, "pulsar_broker_lookup_answers_total", "cluster", "c1"); v < 1 {
+		t.Errorf("lookups answered: %v, want at least 1 (the producer's and the consumer's)", v)
+	}
+	if v, _ := m.Value(t, "pulsar_broker_lookup", "cluster", "c1"); v < 1 {
+		t.Errorf("lookup latencies observed: %v, want at least 1", v)
+	}
+	m.Want(t, 1, "magnetar_broker_ownership_changes_total", "cluster", "c1", "change", "acquired")
+	if _, ok := m.Value(t, "go_goroutines"); !ok {
+		t.Error("no Go runtime metrics")
+	}
+
+	// The next window saw nothing.
+	e.b.RefreshStats()
+	m = testutil.Scrape(t, e.b.HTTPAddr())
+	m.Want(t, 0, "pulsar_storage_write_latency_count", tl...)
+	m.Want(t, 0, "pulsar_rate_in", tl...)
+	m.Want(t, n, "pulsar_in_messages_total", tl...)
+}
+
+// Topic-level metrics off, or more topics than --metrics-max-topics:
+// everything is per namespace, and no series names a topic.
+func TestMetricsPerNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		configure func(*broker.Config)
+	}{
+		{"topic level off", func(c *broker.Config) { c.MetricsTopicLevel = false }},
+		{"over the topic cap", func(c *broker.Config) { c.MetricsMaxTopics = 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.configure)
+			cl := e.client()
+			for _, topic := range []string{"ns-a", "ns-b"} {
+				p, err := cl.CreateProducer(client.ProducerOptions{Topic: topic, DisableBatching: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				produce(t, p, 0, 3)
+				p.Close()
+			}
+			m := testutil.Scrape(t, e.b.HTTPAddr())
+			l := []string{"cluster", "magnetar", "namespace", "public/default"}
+			m.Want(t, 6, "pulsar_in_messages_total", l...)
+			m.Want(t, 2, "pulsar_topics_count", l...)
+			for name := range m {
+				if slices.Contains(m.Labels(name), "topic") {
+					t.Errorf("%s has a topic label", name)
+				}
+			}
+		})
+	}
+}
+
+// Profiles are served only with --pprof.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		e := newEnv(t, func(c *broker.Config) { c.Pprof = on })
+		resp, err := http.Get("http://" + e.b.HTTPAddr() + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("pprof %v: GET /debug/pprof/cmdline: %s, want %d", on, resp.Status, want)
+		}
+	}
+}
