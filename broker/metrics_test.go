@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/testutil"
@@ -144,4 +146,60 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 			t.Errorf("pprof %v: GET /debug/pprof/cmdline: %s, want %d", on, resp.Status, want)
 		}
 	}
+}
+
+// The SDK's optional collectors (pulsar-client-go's names), shared by the
+// clients that register on one Registerer.
+func TestClientMetrics(t *testing.T) {
+	e := newEnv(t, nil)
+	reg := prometheus.NewRegistry()
+	newClient := func() client.Client {
+		c, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr(), MetricsRegisterer: reg,
+			MetricsCardinality: client.MetricsCardinalityTopic, CustomMetricsLabels: map[string]string{"app": "test"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	c1, c2 := newClient(), newClient()
+	const topic = "persistent://public/default/client-metrics"
+	cons, err := c2.Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c1.CreateProducer(client.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	produce(t, p, 0, n) // payloads of 7 bytes
+	for _, m := range receiveN(t, cons, n) {
+		if err := cons.Ack(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := []string{"client", "go", "app", "test", "pulsar_tenant", "public", "pulsar_namespace", "public/default", "topic", topic}
+	m := testutil.Gather(t, reg)
+	m.Want(t, n, "pulsar_client_messages_published", l...)
+	m.Want(t, 7*n, "pulsar_client_bytes_published", l...)
+	m.Want(t, n, "pulsar_client_producer_latency_seconds", l...)
+	m.Want(t, 0, "pulsar_client_producer_pending_messages", l...)
+	m.Want(t, 1, "pulsar_client_producers_opened", l...)
+	m.Want(t, 1, "pulsar_client_producers_partitions_active", l...)
+	m.Want(t, 1, "pulsar_client_consumers_opened", l...)
+	m.Want(t, 1, "pulsar_client_consumers_partitions_active", l...)
+	m.Want(t, n, "pulsar_client_messages_received", l...)
+	m.Want(t, 7*n, "pulsar_client_bytes_received", l...)
+	m.Want(t, n, "pulsar_client_consumer_acks", l...)
+	if v, _ := m.Value(t, "pulsar_client_lookup_count", "client", "go"); v < 2 {
+		t.Errorf("lookups: %v, want at least 2 (the producer's and the consumer's)", v)
+	}
+	p.Close()
+	cons.Close()
+	m = testutil.Gather(t, reg)
+	m.Want(t, 1, "pulsar_client_producers_closed", l...)
+	m.Want(t, 0, "pulsar_client_producers_partitions_active", l...)
+	m.Want(t, 1, "pulsar_client_consumers_closed", l...)
+	m.Want(t, 0, "pulsar_client_consumers_partitions_active", l...)
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -36,6 +37,20 @@ type ClientOptions struct {
 	// the broker's limit applies. A message over the limit fails at once
 	// with ErrMessageTooLarge.
 	MaxMessageSize int
+
+	// MetricsRegisterer, if set, gets the client's Prometheus collectors,
+	// pulsar-client-go's pulsar_client_* (messages and bytes published and
+	// received, publish latency, pending sends, errors, acks, nacks,
+	// producers, consumers and readers opened and closed, lookups).
+	// Clients registering on one Registerer share them. Unlike
+	// pulsar-client-go, nothing is registered by default: pass
+	// prometheus.DefaultRegisterer for that.
+	MetricsRegisterer prometheus.Registerer
+	// MetricsCardinality: which labels the series carry (tenant,
+	// namespace, topic). Default MetricsCardinalityNamespace.
+	MetricsCardinality MetricsCardinality
+	// CustomMetricsLabels are added to every series (beside client="go").
+	CustomMetricsLabels map[string]string
 }
 
 // maxBrokerMessageSize is the largest limit a broker may have (its
@@ -61,6 +76,7 @@ type Client interface {
 type client struct {
 	opts    ClientOptions
 	brokers []string
+	metrics *metrics // nil without MetricsRegisterer
 	// lookupFrom is the broker calls to any broker start with (the one
 	// after the last that failed).
 	lookupFrom atomic.Int32
@@ -104,7 +120,10 @@ func NewClient(opts ClientOptions) (Client, error) {
 	if opts.MaxMessageSize < 0 {
 		return nil, fmt.Errorf("%w: negative max message size", ErrInvalidOptions)
 	}
-	c := &client{opts: opts, brokers: brokers}
+	if opts.MetricsCardinality < 0 || opts.MetricsCardinality > MetricsCardinalityTopic {
+		return nil, fmt.Errorf("%w: metrics cardinality %d", ErrInvalidOptions, opts.MetricsCardinality)
+	}
+	c := &client{opts: opts, brokers: brokers, metrics: newMetrics(opts)}
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.closers = map[closer]struct{}{}
 	return c, nil
@@ -194,6 +213,9 @@ func (c *client) anyBroker(ctx context.Context, fn func(ctx context.Context, bc 
 func (c *client) lookup(ctx context.Context, topic string) (brokerpb.BrokerClient, error) {
 	var addr string
 	err := c.anyBroker(ctx, func(ctx context.Context, bc brokerpb.BrokerClient) error {
+		if c.metrics != nil {
+			c.metrics.lookups.Inc()
+		}
 		resp, err := bc.Lookup(ctx, &brokerpb.LookupRequest{Topic: topic})
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -302,6 +303,9 @@ type consumer struct {
 	retry Producer   // created on the first ReconsumeLater
 
 	closed chan struct{} // closed by Close: Receive returns ErrClosed
+	// metered: counted as opened in the metrics (by Subscribe), not yet
+	// as closed (by Close).
+	metered atomic.Bool
 }
 
 func (c *client) Subscribe(opts ConsumerOptions) (Consumer, error) {
@@ -344,6 +348,7 @@ func (c *client) Subscribe(opts ConsumerOptions) (Consumer, error) {
 			cons.parts = append(cons.parts, pc)
 		}
 	}
+	cons.meter(true)
 	if err := c.register(cons); err != nil {
 		cons.Close()
 		return nil, err
@@ -404,7 +409,11 @@ func (cons *consumer) partitionOf(id MessageID) (*partitionConsumer, error) {
 
 func (cons *consumer) ackMessage(msg Message, cumulative bool) error {
 	if m, ok := msg.(*message); ok && m.consumer != nil {
-		return m.consumer.ack(m.id, cumulative)
+		err := m.consumer.ack(m.id, cumulative)
+		if err == nil {
+			m.consumer.tm.acked()
+		}
+		return err
 	}
 	return cons.ackID(msg.ID(), cumulative)
 }
@@ -414,7 +423,35 @@ func (cons *consumer) ackID(id MessageID, cumulative bool) error {
 	if err != nil {
 		return err
 	}
-	return pc.ack(toMessageID(id), cumulative)
+	if err := pc.ack(toMessageID(id), cumulative); err != nil {
+		return err
+	}
+	pc.tm.acked()
+	return nil
+}
+
+// meter counts the consumer as opened or closed in the metrics: once per
+// topic, with its partitions.
+func (cons *consumer) meter(open bool) {
+	if open == cons.metered.Load() || cons.c.metrics == nil {
+		return
+	}
+	cons.metered.Store(open)
+	n := map[string]int{}
+	var first []*partitionConsumer
+	for _, pc := range cons.parts {
+		if n[pc.baseTopic] == 0 {
+			first = append(first, pc)
+		}
+		n[pc.baseTopic]++
+	}
+	for _, pc := range first {
+		if open {
+			pc.tm.opened(false, n[pc.baseTopic], false)
+		} else {
+			pc.tm.closed(false, n[pc.baseTopic], false)
+		}
+	}
 }
 
 func (cons *consumer) Ack(m Message) error { return cons.ackMessage(m, false) }
@@ -503,6 +540,7 @@ func (cons *consumer) Close() {
 			}()
 		}
 		wg.Wait()
+		cons.meter(false)
 		cons.dlqMu.Lock()
 		for _, p := range []Producer{cons.dlq, cons.retry} {
 			if p != nil {
@@ -539,6 +577,7 @@ func (cons *consumer) toDeadLetter(pc *partitionConsumer, m *message) error {
 		pc.nack(m.id, m.redeliveryCount)
 		return err
 	}
+	pc.tm.deadLettered()
 	return pc.ack(m.id, false)
 }
 

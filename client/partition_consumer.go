@@ -38,7 +38,8 @@ type partitionConsumer struct {
 	sub       *brokerpb.Subscribe
 	queueSize int
 	nackDelay time.Duration
-	baseTopic string // the topic as subscribed (of a partition: its partitioned topic)
+	baseTopic string        // the topic as subscribed (of a partition: its partitioned topic)
+	tm        *topicMetrics // baseTopic's; nil without metrics
 	// multi: Shared or Key_Shared, where nacks and ack timeouts redeliver
 	// the messages concerned only.
 	multi       bool
@@ -82,6 +83,7 @@ func newPartitionConsumer(ctx context.Context, c *client, parent deliverer, base
 	pc := &partitionConsumer{c: c, parent: parent, topic: topic, partition: partition, sub: sub, queueSize: queueSize,
 		signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	pc.baseTopic = baseTopic
+	pc.tm = c.metrics.forTopic(baseTopic)
 	if cons, ok := parent.(*consumer); ok {
 		pc.nackDelay = cons.opts.NackRedeliveryDelay
 		pc.nackBackoff = cons.opts.NackBackoffPolicy
@@ -489,6 +491,7 @@ func (pc *partitionConsumer) pump() {
 		if !pc.parent.deliver(m, pc.stop) {
 			return
 		}
+		pc.tm.delivered(m)
 		pc.mu.Lock()
 		if pc.mu.gen == gen {
 			id := m.id
@@ -601,6 +604,7 @@ func (pc *partitionConsumer) flushAcks() error {
 // the nack delay or the backoff policy's delay for its redelivery count;
 // of everything unacknowledged otherwise.
 func (pc *partitionConsumer) nack(id messageID, redeliveries uint32) {
+	pc.tm.nacked()
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	delay := pc.nackDelay

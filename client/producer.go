@@ -158,8 +158,11 @@ type producer struct {
 	topic string
 	opts  ProducerOptions
 	parts []*partitionProducer
-	rr    atomic.Uint64
-	last  atomic.Int64 // time of the last round-robin switch, unix nanos
+	tm    *topicMetrics // nil without metrics
+	// metered: counted as opened in the metrics, not yet as closed.
+	metered atomic.Bool
+	rr      atomic.Uint64
+	last    atomic.Int64 // time of the last round-robin switch, unix nanos
 }
 
 func (c *client) CreateProducer(opts ProducerOptions) (Producer, error) {
@@ -172,7 +175,7 @@ func (c *client) CreateProducer(opts ProducerOptions) (Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &producer{c: c, topic: opts.Topic, opts: opts}
+	p := &producer{c: c, topic: opts.Topic, opts: opts, tm: c.metrics.forTopic(opts.Topic)}
 	for i, name := range names {
 		part := int32(-1)
 		if n > 0 {
@@ -185,6 +188,8 @@ func (c *client) CreateProducer(opts ProducerOptions) (Producer, error) {
 		}
 		p.parts = append(p.parts, pp)
 	}
+	p.tm.opened(true, len(p.parts), false)
+	p.metered.Store(true)
 	if err := c.register(p); err != nil {
 		p.Close()
 		return nil, err
@@ -269,7 +274,7 @@ func (p *producer) SendAsync(ctx context.Context, msg *ProducerMessage, cb func(
 		cb(nil, msg, fmt.Errorf("%w: nil message", ErrInvalidOptions))
 		return
 	}
-	p.parts[p.route(msg)].sendAsync(ctx, msg, cb)
+	p.parts[p.route(msg)].sendAsync(ctx, msg, p.tm.sending(msg, cb))
 }
 
 func (p *producer) Flush() error {
@@ -290,5 +295,8 @@ func (p *producer) Close() {
 		}()
 	}
 	wg.Wait()
+	if p.metered.Swap(false) {
+		p.tm.closed(true, len(p.parts), false)
+	}
 	p.c.unregister(p)
 }

@@ -91,6 +91,7 @@ func (c *client) CreateReader(opts ReaderOptions) (Reader, error) {
 	if r.pc, err = newPartitionConsumer(ctx, c, r, opts.Topic, names[0], -1, sub, opts.ReceiverQueueSize); err != nil {
 		return nil, err
 	}
+	r.pc.tm.opened(false, 1, true)
 	if err := c.register(r); err != nil {
 		r.Close()
 		return nil, err
@@ -167,6 +168,7 @@ func (r *reader) Close() {
 	r.once.Do(func() {
 		close(r.closed)
 		r.pc.close()
+		r.pc.tm.closed(false, 1, true)
 		r.c.unregister(r)
 	})
 }

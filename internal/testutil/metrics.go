@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
@@ -110,4 +111,18 @@ func hasLabels(s *dto.Metric, labels []string) bool {
 		}
 	}
 	return true
+}
+
+// Gather collects g's metrics, as Scrape reads them from a server.
+func Gather(t testing.TB, g prometheus.Gatherer) Metrics {
+	t.Helper()
+	fams, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	m := Metrics{}
+	for _, f := range fams {
+		m[f.GetName()] = f
+	}
+	return m
 }
