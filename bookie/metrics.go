@@ -57,6 +57,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	}
 	reg.MustRegister(m.addRequest, m.add, m.readRequest, m.read, m.writeBytes, m.readBytes, m.sync, m.batchEntries, m.batchBytes,
 		stateCollector{s})
+	for _, v := range []*prometheus.SummaryVec{m.addRequest, m.add, m.readRequest, m.read, m.sync} {
+		v.WithLabelValues("true") // exported from the start, as BookKeeper's are
+		v.WithLabelValues("false")
+	}
 	return m
 }
 

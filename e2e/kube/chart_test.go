@@ -51,7 +51,8 @@ var valueSets = []struct {
 	set  []string
 }{
 	{"default", nil},
-	{"external-etcd", []string{"etcd.enabled=false", "etcd.endpoints={etcd-a.example:2379,http://etcd-b.example:2379}", "etcd.root=/team-a"}},
+	{"external-etcd", []string{"etcd.enabled=false", "etcd.endpoints={etcd-a.example:2379,http://etcd-b.example:2379}", "etcd.root=/team-a",
+		"dashboards.enabled=true"}},
 	{"autorecovery-deployment", []string{"autorecovery.mode=deployment", "autorecovery.replicas=2", "autoscaler.enabled=false", "brokers.hpa.enabled=false", "bookies.podAntiAffinity=hard"}},
 }
 
@@ -248,9 +249,19 @@ func TestChartRendersValidObjects(t *testing.T) {
 				if !strings.Contains(bookieArgs, "--autorecovery=true") || has("Deployment/rel-magnetar-autorecovery") {
 					t.Errorf("autorecovery is not inside the bookies by default")
 				}
+				if !strings.Contains(bookieArgs, "prometheus.io/scrape:true") || has("ConfigMap/rel-magnetar-dashboards") {
+					t.Errorf("by default: scrape annotations on the bookies, no dashboards ConfigMap: %s", bookieArgs)
+				}
 			case "external-etcd":
 				if has("StatefulSet/rel-magnetar-etcd") || !strings.Contains(bookieArgs, "etcd-a.example:2379,http://etcd-b.example:2379") || !strings.Contains(bookieArgs, "/team-a") {
 					t.Errorf("external etcd: etcd StatefulSet %v, bookie spec %s", has("StatefulSet/rel-magnetar-etcd"), bookieArgs)
+				}
+				// The dashboards ConfigMap, for Grafana's sidecar.
+				dash := fmt.Sprint(objs["ConfigMap/rel-magnetar-dashboards"])
+				for _, want := range []string{"grafana_dashboard:1", "magnetar-cluster.json", "magnetar-topic.json", "magnetar-bookie.json"} {
+					if !strings.Contains(dash, want) {
+						t.Errorf("dashboards ConfigMap lacks %s: %.300s", want, dash)
+					}
 				}
 			case "autorecovery-deployment":
 				if !has("Deployment/rel-magnetar-autorecovery") || !strings.Contains(bookieArgs, "--autorecovery=false") ||

@@ -109,3 +109,13 @@ securityContext:
   readOnlyRootFilesystem: true
   capabilities: {drop: [ALL]}
 {{- end -}}
+
+{{/* Prometheus scrape annotations of a pod whose metrics are on port
+     .port (values: metrics.scrapeAnnotations). */}}
+{{- define "magnetar.scrapeAnnotations" -}}
+{{- if .root.Values.metrics.scrapeAnnotations -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
