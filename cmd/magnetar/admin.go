@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
@@ -193,6 +194,9 @@ func newAdminCmd(g *globals) *cobra.Command {
 	cmd.PersistentFlags().DurationVar(&a.attemptTimeout, "attempt-timeout", 15*time.Second,
 		"give up on one URL after this long without an answer, and try the next (a broker waits up to 10s for the others when it gathers their stats)")
 	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if err := config.ApplyToFlags(c.Flags(), g.config); err != nil {
+			return err
+		}
 		a.out = c.OutOrStdout()
 		if a.timeout <= 0 || a.attemptTimeout <= 0 {
 			return fmt.Errorf("--timeout %v and --attempt-timeout %v must be positive", a.timeout, a.attemptTimeout)

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -273,4 +275,65 @@ func TestAdminCommandWithSeveralURLs(t *testing.T) {
 			t.Errorf("%v: got %v", flags, err)
 		}
 	}
+}
+
+// The client-side commands (admin, client, perf) take their settings from
+// MAGNETAR_* variables and --config too, below the command line.
+func TestClientCommandsReadEnvAndConfigFile(t *testing.T) {
+	good := answering(t, "good")
+	dead := deadURL(t)
+	tenants := func(t *testing.T, args ...string) (string, error) {
+		var out strings.Builder
+		err := run(context.Background(), &out, append([]string{"admin", "tenants", "list", "--timeout", "2s"}, args...)...)
+		return out.String(), err
+	}
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("MAGNETAR_ADMIN_URL", good.URL)
+		if out, err := tenants(t); err != nil || !strings.Contains(out, "good") {
+			t.Fatalf("with MAGNETAR_ADMIN_URL: %q %v", out, err)
+		}
+	})
+	file := filepath.Join(t.TempDir(), "admin.yaml")
+	if err := os.WriteFile(file, []byte("admin-url: "+good.URL+"\ntimeout: 3s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("file", func(t *testing.T) {
+		if err := run(context.Background(), io.Discard, "admin", "tenants", "list", "--config", file); err != nil {
+			t.Fatalf("with admin-url in --config: %v", err)
+		}
+	})
+	t.Run("env over file", func(t *testing.T) {
+		t.Setenv("MAGNETAR_ADMIN_URL", dead)
+		if err := run(context.Background(), io.Discard, "admin", "tenants", "list", "--config", file); err == nil {
+			t.Fatal("the environment's dead URL was not used over the file's")
+		}
+	})
+	t.Run("flag over env", func(t *testing.T) {
+		t.Setenv("MAGNETAR_ADMIN_URL", dead)
+		if out, err := tenants(t, "--admin-url", good.URL); err != nil || !strings.Contains(out, "good") {
+			t.Fatalf("--admin-url did not win over the environment: %q %v", out, err)
+		}
+	})
+	t.Run("unknown key", func(t *testing.T) {
+		bad := filepath.Join(t.TempDir(), "bad.yaml")
+		os.WriteFile(bad, []byte("admin-ulr: x\n"), 0o644)
+		if err := run(context.Background(), io.Discard, "admin", "tenants", "list", "--config", bad); err == nil || !strings.Contains(err.Error(), `unknown key "admin-ulr"`) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("client url from env", func(t *testing.T) {
+		t.Setenv("MAGNETAR_URL", "magnetar://no-port")
+		err := run(context.Background(), io.Discard, "client", "produce", "t", "-m", "x")
+		if err == nil || !strings.Contains(err.Error(), "no-port") {
+			t.Fatalf("client produce with MAGNETAR_URL: %v", err)
+		}
+	})
+	t.Run("perf url from file", func(t *testing.T) {
+		f := filepath.Join(t.TempDir(), "perf.yaml")
+		os.WriteFile(f, []byte("url: magnetar://from-file\n"), 0o644)
+		err := run(context.Background(), io.Discard, "perf", "produce", "t", "--config", f)
+		if err == nil || !strings.Contains(err.Error(), "from-file") {
+			t.Fatalf("perf with url in --config: %v", err)
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 )
 
@@ -17,7 +18,12 @@ const defaultURL = "magnetar://127.0.0.1:6650"
 func newClientCmd(g *globals) *cobra.Command {
 	var url string
 	cmd := &cobra.Command{Use: "client", Short: "Produce and consume messages",
-		PersistentPreRunE: func(*cobra.Command, []string) error { return checkURL(url) }}
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			if err := config.ApplyToFlags(c.Flags(), g.config); err != nil {
+				return err
+			}
+			return checkURL(url)
+		}}
 	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL: magnetar://HOST:PORT (several brokers comma-separated)")
 
 	var (

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/config"
 )
 
 // stats accumulates a perf run: counts and an HDR latency histogram
@@ -243,7 +244,12 @@ func produceOptions(topic string, batchDelay time.Duration, disableBatching bool
 func newPerfCmd(g *globals) *cobra.Command {
 	var url string
 	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency",
-		PersistentPreRunE: func(*cobra.Command, []string) error { return checkURL(url) }}
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			if err := config.ApplyToFlags(c.Flags(), g.config); err != nil {
+				return err
+			}
+			return checkURL(url)
+		}}
 	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL: magnetar://HOST:PORT (several brokers comma-separated)")
 
 	var (

@@ -9,8 +9,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -87,4 +89,80 @@ func stringToMap(from, to reflect.Type, data any) (any, error) {
 		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	return out, nil
+}
+
+// ApplyToFlags fills the flags of a command that keeps its settings in
+// flag variables (the client-side commands: client, admin, perf) from the
+// same sources as Load: a flag given on the command line wins, then its
+// MAGNETAR_* environment variable, then the YAML file at path (none if
+// empty), then its default. Unknown keys in the file are an error.
+func ApplyToFlags(flags *pflag.FlagSet, path string) error {
+	skip := map[string]bool{"config": true, "help": true, "log-level": true, "log-format": true}
+	given := map[string]bool{}
+	flags.Visit(func(f *pflag.Flag) { given[f.Name] = true })
+	set := func(f *pflag.Flag, values []string, source string) error {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			if err := sv.Replace(values); err != nil {
+				return fmt.Errorf("%s: --%s: %w", source, f.Name, err)
+			}
+			f.Changed = true
+			return nil
+		}
+		if err := flags.Set(f.Name, strings.Join(values, ",")); err != nil {
+			return fmt.Errorf("%s: --%s: %w", source, f.Name, err)
+		}
+		return nil
+	}
+	if path != "" {
+		v := viper.New()
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("config file: %w", err)
+		}
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
+		}
+		settings := v.AllSettings() // top-level keys; a map stays one value
+		for _, k := range slices.Sorted(maps.Keys(settings)) {
+			f := flags.Lookup(k)
+			if f == nil || skip[k] {
+				return fmt.Errorf("config file %s: unknown key %q", path, k)
+			}
+			if given[k] {
+				continue
+			}
+			var values []string
+			switch x := settings[k].(type) {
+			case []any:
+				for _, e := range x {
+					values = append(values, fmt.Sprint(e))
+				}
+			case map[string]any:
+				for mk, mv := range x {
+					values = append(values, fmt.Sprintf("%s=%v", mk, mv))
+				}
+			default:
+				values = []string{fmt.Sprint(x)}
+			}
+			if err := set(f, values, "config file "+path); err != nil {
+				return err
+			}
+		}
+	}
+	var err error
+	flags.VisitAll(func(f *pflag.Flag) {
+		if err != nil || skip[f.Name] || given[f.Name] {
+			return
+		}
+		env := EnvPrefix + "_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(f.Name))
+		if val, ok := os.LookupEnv(env); ok {
+			values := []string{val}
+			if _, slice := f.Value.(pflag.SliceValue); slice {
+				values = strings.Split(val, ",")
+			}
+			err = set(f, values, env)
+		}
+	})
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,35 @@ func TestErrors(t *testing.T) {
 	}
 	if err := Load(flags(), writeFile(t, "listen: [unclosed\n"), &c); err == nil {
 		t.Fatal("bad YAML accepted")
+	}
+}
+
+// ApplyToFlags: command line over environment over file over defaults,
+// lists and maps from both.
+func TestApplyToFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	url := fs.String("url", "default", "")
+	msgs := fs.StringArray("messages", nil, "")
+	eps := fs.StringSlice("metastore", []string{"d:1"}, "")
+	props := fs.StringToString("properties", nil, "")
+	n := fs.Int("num", 1, "")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("url: from-file\nmessages: [a, b]\nmetastore: [f:1, f:2]\nproperties: {k: v}\nnum: 5\n"), 0o644)
+	t.Setenv("MAGNETAR_METASTORE", "e:1,e:2,e:3")
+	if err := fs.Parse([]string{"--num", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyToFlags(fs, file); err != nil {
+		t.Fatal(err)
+	}
+	if *url != "from-file" || !slices.Equal(*msgs, []string{"a", "b"}) || !slices.Equal(*eps, []string{"e:1", "e:2", "e:3"}) ||
+		(*props)["k"] != "v" || *n != 7 {
+		t.Fatalf("url %q messages %q metastore %q properties %v num %d", *url, *msgs, *eps, *props, *n)
+	}
+	t.Setenv("MAGNETAR_NUM", "x")
+	fs2 := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs2.Int("num", 1, "")
+	if err := ApplyToFlags(fs2, ""); err == nil || !strings.Contains(err.Error(), "MAGNETAR_NUM: --num") {
+		t.Fatalf("a bad value from the environment: %v", err)
 	}
 }
