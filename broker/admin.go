@@ -333,7 +333,20 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	s.bookieRoutes(h)
 	ops.Register(mux, ops.Options{Health: s.healthChecks(), Metrics: s.gather, Pprof: s.cfg.Pprof})
-	return jsonRoutingErrors(mux)
+	// With authentication on, every path needs credentials but the
+	// probes' (and /metrics unless --authenticate-metrics-endpoint).
+	open := func(r *http.Request) bool {
+		switch r.URL.Path {
+		case "/healthz", "/readyz":
+			return true
+		case "/metrics":
+			return !s.cfg.AuthenticateMetricsEndpoint
+		}
+		return false
+	}
+	return s.auth.HTTP(jsonRoutingErrors(mux), open, func(w http.ResponseWriter, _ *http.Request, err error) {
+		writeResult(w, nil, err)
+	})
 }
 
 // jsonRoutingErrors serves requests with mux, answering those it has no
@@ -530,7 +543,7 @@ func (s *Server) forPartitions(r *http.Request, what string, fn func(*topic) (an
 			// Path is unescaped; String escapes it.
 			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + "/" + what
 			u.RawPath, u.RawQuery = "", ""
-			if out[pn.String()], err = fetchJSON(r.Context(), u.String()); err != nil {
+			if out[pn.String()], err = s.fetchJSON(r.Context(), u.String()); err != nil {
 				return nil, err
 			}
 			continue
@@ -550,14 +563,14 @@ func (s *Server) forPartitions(r *http.Request, what string, fn func(*topic) (an
 }
 
 // fetchJSON gets a JSON document from another broker's admin API.
-func fetchJSON(ctx context.Context, u string) (json.RawMessage, error) {
+func (s *Server) fetchJSON(ctx context.Context, u string) (json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.peerDo(req)
 	if err != nil {
 		return nil, errorf(ErrServiceNotReady, "ask the owner: %v", err)
 	}

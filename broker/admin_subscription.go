@@ -167,7 +167,7 @@ func (s *Server) createSubscriptionOnPartition(r *http.Request, pn topicname.Nam
 		// Path is unescaped; String escapes it.
 		u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + "/subscription/" + name
 		u.RawPath, u.RawQuery = "", ""
-		return putJSON(ctx, u.String(), start.body())
+		return s.putJSON(ctx, u.String(), start.body())
 	}
 	if err != nil {
 		return err
@@ -181,7 +181,7 @@ func (s *Server) createSubscriptionOnPartition(r *http.Request, pn topicname.Nam
 
 // putJSON sends a PUT with a JSON body to another broker's admin API and
 // turns its error answer back into our sentinel.
-func putJSON(ctx context.Context, u string, body any) error {
+func (s *Server) putJSON(ctx context.Context, u string, body any) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	b, err := json.Marshal(body)
@@ -193,7 +193,7 @@ func putJSON(ctx context.Context, u string, body any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.peerDo(req)
 	if err != nil {
 		return errorf(ErrServiceNotReady, "ask the owner: %v", err)
 	}

@@ -129,6 +129,19 @@ type Config struct {
 	MetricsTopicLevel bool          `mapstructure:"metrics-topic-level" yaml:"metrics-topic-level"`
 	MetricsMaxTopics  int           `mapstructure:"metrics-max-topics" yaml:"metrics-max-topics"`
 	Pprof             bool          `mapstructure:"pprof" yaml:"pprof"`
+
+	// Authentication of clients (gRPC and admin REST) with JWT tokens:
+	// checked with the secret key (HS256) or the public key (RS256, ES256)
+	// given, a path, file:// or data:;base64, URL (internal/auth). The
+	// health probes are always open; /metrics unless
+	// AuthenticateMetricsEndpoint. ClientAuthTokenFile holds the token the
+	// broker presents to other brokers (their admin API); it is read at
+	// each use, so that it can be rotated.
+	AuthenticationEnabled       bool   `mapstructure:"authentication-enabled" yaml:"authentication-enabled"`
+	TokenSecretKey              string `mapstructure:"token-secret-key" yaml:"token-secret-key"`
+	TokenPublicKey              string `mapstructure:"token-public-key" yaml:"token-public-key"`
+	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint" yaml:"authenticate-metrics-endpoint"`
+	ClientAuthTokenFile         string `mapstructure:"client-auth-token-file" yaml:"client-auth-token-file"`
 }
 
 // DefaultConfig returns the defaults.
@@ -229,6 +242,12 @@ func (c *Config) Validate() error {
 	}
 	if c.StatsInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--stats-interval %v: at least 100ms", c.StatsInterval))
+	}
+	switch {
+	case c.AuthenticationEnabled && (c.TokenSecretKey == "") == (c.TokenPublicKey == ""):
+		errs = append(errs, errors.New("--authentication-enabled needs exactly one of --token-secret-key and --token-public-key"))
+	case !c.AuthenticationEnabled && (c.TokenSecretKey != "" || c.TokenPublicKey != "" || c.AuthenticateMetricsEndpoint):
+		errs = append(errs, errors.New("a token key or --authenticate-metrics-endpoint without --authentication-enabled: set it, or drop them"))
 	}
 	if c.MetricsMaxTopics < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-max-topics %d: must not be negative", c.MetricsMaxTopics))

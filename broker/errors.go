@@ -14,6 +14,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/cursor"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
@@ -66,6 +67,10 @@ var errorTable = []struct {
 	// refused while no ledger can be created) wraps it, as do cursor
 	// ledger creations and a writer that found no replacement bookie.
 	{ledger.ErrNotEnoughBookies, brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES, codes.Unavailable, http.StatusServiceUnavailable},
+	{auth.ErrUnauthenticated, brokerpb.ErrorReason_AUTHENTICATION_ERROR, codes.Unauthenticated, http.StatusUnauthorized},
+	// A stream whose token expired: the client reconnects with a fresh
+	// one (retriable).
+	{auth.ErrExpired, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusUnauthorized},
 }
 
 // Errors of the admin REST API alone; they never reach the client

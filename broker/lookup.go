@@ -483,7 +483,7 @@ func (s *Server) unloadRemote(ctx context.Context, owner, path string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.peerDo(req)
 	if err != nil {
 		return errorf(ErrServiceNotReady, "broker %s: %v", owner, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -66,6 +67,8 @@ type Server struct {
 	health health.Checks // extra checks (WithHealthChecks)
 	// reg holds the broker's metrics; gather serves them with the Go
 	// runtime's and those added by WithMetrics.
+	// auth checks clients' credentials; nil with authentication off.
+	auth      *auth.Verifier
 	reg       *prometheus.Registry
 	gather    prometheus.Gatherers
 	metrics   *brokerMetrics
@@ -146,6 +149,11 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	var inst [8]byte
 	rand.Read(inst[:])
 	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize), health: o.health}
+	if cfg.AuthenticationEnabled {
+		if s.auth, err = auth.NewVerifier(cfg.TokenSecretKey, cfg.TokenPublicKey); err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+	}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newBrokerMetrics(s.reg, cfg.ClusterName)
 	s.reg.MustRegister(topicMetrics{s})
@@ -228,8 +236,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
 		grpc.ConnectionTimeout(5*time.Second),
 		grpc.WaitForHandlers(true),
-		grpc.ChainUnaryInterceptor(unaryErrors, recoverUnary(s.log)),
-		grpc.ChainStreamInterceptor(streamErrors, recoverStream(s.log)),
+		grpc.ChainUnaryInterceptor(unaryErrors, recoverUnary(s.log), s.auth.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(streamErrors, recoverStream(s.log), s.auth.StreamInterceptor()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	brokerpb.RegisterBrokerServer(s.grpc, &service{s: s})
@@ -631,4 +639,26 @@ func (s *Server) retentionLoop() {
 		}
 		s.eachTopic(&s.retaining, sem, retainTimeout, (*topic).retain)
 	}
+}
+
+// peerDo sends an admin request to another broker, with this broker's
+// token (--client-auth-token-file) when it has one.
+func (s *Server) peerDo(req *http.Request) (*http.Response, error) {
+	if f := s.cfg.ClientAuthTokenFile; f != "" {
+		tok, err := readToken(f)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return http.DefaultClient.Do(req)
+}
+
+// readToken reads a token file (surrounding space dropped).
+func readToken(path string) (string, error) {
+	b, err := auth.ReadKey(path)
+	if err != nil {
+		return "", fmt.Errorf("client token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

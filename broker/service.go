@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
@@ -198,7 +199,14 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 			})
 		}
 	}()
+	// A stream ends when its token expires; the client reconnects with a
+	// fresh one.
+	expired, stopExpiry := auth.ExpiryTimer(ctx)
+	defer stopExpiry()
 	select {
+	case <-expired:
+		p.disconnect(io.EOF)
+		return auth.ExpiredError(auth.Expiry(ctx))
 	case err := <-recvErr:
 		// Answer what was taken before ending the stream.
 		for i := 0; i < cap(pending); i++ {
@@ -308,7 +316,13 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 		defer v.s.wg.Done()
 		recvDone <- v.consumeRequests(ctx, stream, t, sub, c)
 	}()
+	expired, stopExpiry := auth.ExpiryTimer(ctx)
+	defer stopExpiry()
 	select {
+	case <-expired:
+		c.disconnect(io.EOF)
+		<-sendDone
+		return auth.ExpiredError(auth.Expiry(ctx))
 	case err := <-recvDone:
 		c.disconnect(io.EOF)
 		<-sendDone

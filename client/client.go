@@ -38,6 +38,10 @@ type ClientOptions struct {
 	// with ErrMessageTooLarge.
 	MaxMessageSize int
 
+	// Authentication, if set, presents credentials (a token) to the
+	// brokers: NewAuthenticationToken, NewAuthenticationTokenFromFile.
+	Authentication Authentication
+
 	// MetricsRegisterer, if set, gets the client's Prometheus collectors,
 	// pulsar-client-go's pulsar_client_* (messages and bytes published and
 	// received, publish latency, pending sends, errors, acks, nacks,
@@ -140,15 +144,18 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 	if cc == nil {
 		maxMsg := max(c.opts.MaxMessageSize, maxBrokerMessageSize) + 1<<20
 		var err error
-		cc, err = grpc.NewClient(addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if c.opts.Authentication != nil {
+			opts = append(opts, grpc.WithPerRPCCredentials(perRPC{c.opts.Authentication}))
+		}
+		cc, err = grpc.NewClient(addr, append(opts,
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
 			// A broker that stops answering (paused, cut off) is noticed
 			// within about 8 s (the broker permits pings every 5 s).
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 3 * time.Second}),
 			grpc.WithWriteBufferSize(256<<10), grpc.WithReadBufferSize(256<<10),
 			grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20),
-		)
+		)...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

@@ -42,6 +42,11 @@ var (
 	// producer keeps resending within its SendTimeout, and a send that
 	// times out meanwhile fails with an ErrSendTimeout that wraps it.
 	ErrNotEnoughBookies error = retriableError("client: not enough bookies to store messages")
+	// ErrUnauthenticated: the broker refused the credentials (none, a bad
+	// signature, another algorithm, expired). Not retried.
+	ErrUnauthenticated = errors.New("client: authentication failed")
+	// ErrUnauthorized: the role may not do this.
+	ErrUnauthorized = errors.New("client: not authorized")
 )
 
 // retriableError is a package error that a retry may cure: it is also an
@@ -75,6 +80,9 @@ var reasonErrors = map[brokerpb.ErrorReason]error{
 	brokerpb.ErrorReason_TOPIC_CLOSED:       ErrUnavailable,
 	brokerpb.ErrorReason_PERSISTENCE_ERROR:  ErrUnavailable,
 	brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES: ErrNotEnoughBookies,
+
+	brokerpb.ErrorReason_AUTHENTICATION_ERROR: ErrUnauthenticated,
+	brokerpb.ErrorReason_AUTHORIZATION_ERROR:  ErrUnauthorized,
 }
 
 // reasonError is the client error of a broker's reason. A reason this
@@ -113,6 +121,10 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message())
 	case codes.Canceled:
 		return fmt.Errorf("%w: %s", ErrClosed, st.Message())
+	case codes.Unauthenticated:
+		return fmt.Errorf("%w: %s", ErrUnauthenticated, st.Message())
+	case codes.PermissionDenied:
+		return fmt.Errorf("%w: %s", ErrUnauthorized, st.Message())
 	}
 	return err
 }

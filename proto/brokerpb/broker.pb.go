@@ -48,6 +48,12 @@ const (
 	// can be stored for now (what is stored stays readable). Retriable,
 	// with the gRPC code UNAVAILABLE.
 	ErrorReason_NOT_ENOUGH_BOOKIES ErrorReason = 14
+	// No credentials, or credentials that do not authenticate (a bad
+	// signature, another algorithm, expired). gRPC code UNAUTHENTICATED;
+	// not retriable.
+	ErrorReason_AUTHENTICATION_ERROR ErrorReason = 15
+	// The role may not do this. gRPC code PERMISSION_DENIED.
+	ErrorReason_AUTHORIZATION_ERROR ErrorReason = 16
 )
 
 // Enum value maps for ErrorReason.
@@ -68,6 +74,8 @@ var (
 		12: "NOT_ALLOWED",
 		13: "TOPIC_CLOSED",
 		14: "NOT_ENOUGH_BOOKIES",
+		15: "AUTHENTICATION_ERROR",
+		16: "AUTHORIZATION_ERROR",
 	}
 	ErrorReason_value = map[string]int32{
 		"UNKNOWN":                0,
@@ -85,6 +93,8 @@ var (
 		"NOT_ALLOWED":            12,
 		"TOPIC_CLOSED":           13,
 		"NOT_ENOUGH_BOOKIES":     14,
+		"AUTHENTICATION_ERROR":   15,
+		"AUTHORIZATION_ERROR":    16,
 	}
 )
 
@@ -2306,7 +2316,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"X\n" +
 	"\x18GetLastMessageIdResponse\x12<\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xc3\x02\n" +
+	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xf6\x02\n" +
 	"\vErrorReason\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x16\n" +
 	"\x12INVALID_TOPIC_NAME\x10\x01\x12\x13\n" +
@@ -2323,7 +2333,9 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x10INVALID_ARGUMENT\x10\v\x12\x0f\n" +
 	"\vNOT_ALLOWED\x10\f\x12\x10\n" +
 	"\fTOPIC_CLOSED\x10\r\x12\x16\n" +
-	"\x12NOT_ENOUGH_BOOKIES\x10\x0e*K\n" +
+	"\x12NOT_ENOUGH_BOOKIES\x10\x0e\x12\x18\n" +
+	"\x14AUTHENTICATION_ERROR\x10\x0f\x12\x17\n" +
+	"\x13AUTHORIZATION_ERROR\x10\x10*K\n" +
 	"\x10SubscriptionType\x12\r\n" +
 	"\tEXCLUSIVE\x10\x00\x12\n" +
 	"\n" +
