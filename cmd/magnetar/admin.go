@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/proto/topicname"
@@ -38,6 +39,8 @@ type adminClient struct {
 	// failed, if set, is told of every attempt that failed and is retried
 	// (tests).
 	failed func(url string, err error)
+	// auth, if set, gives the token every request carries.
+	auth client.Authentication
 }
 
 // Backoff between rounds over every URL: doubling from backoffMin up to
@@ -125,6 +128,9 @@ func (a *adminClient) attempt(ctx context.Context, base, method, path string, bo
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if err := a.authorize(req); err != nil {
+		return nil, err
+	}
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
@@ -193,9 +199,23 @@ func newAdminCmd(g *globals) *cobra.Command {
 		"give up a call after this long (until then every URL is tried again, with backoff)")
 	cmd.PersistentFlags().DurationVar(&a.attemptTimeout, "attempt-timeout", 15*time.Second,
 		"give up on one URL after this long without an answer, and try the next (a broker waits up to 10s for the others when it gathers their stats)")
+	var af authFlags
+	af.register(cmd.PersistentFlags())
 	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		if err := config.ApplyToFlags(c.Flags(), g.config); err != nil {
 			return err
+		}
+		var err error
+		if a.auth, err = af.authentication(); err != nil {
+			return err
+		}
+		// A redirect goes to another broker of the cluster: it gets the
+		// token too (Go drops it for another host).
+		a.http.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			return a.authorize(req)
 		}
 		a.out = c.OutOrStdout()
 		if a.timeout <= 0 || a.attemptTimeout <= 0 {
@@ -444,4 +464,17 @@ func parseMB(s string) (int64, error) {
 		return 0, fmt.Errorf("--size %q: want e.g. 500M, 10G or -1", s)
 	}
 	return n * mult, nil
+}
+
+// authorize sets the request's Authorization header from the token.
+func (a *adminClient) authorize(req *http.Request) error {
+	if a.auth == nil {
+		return nil
+	}
+	tok, err := a.auth.Token()
+	if err != nil {
+		return fmt.Errorf("auth token: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	return nil
 }

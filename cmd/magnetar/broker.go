@@ -79,5 +79,7 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.Bool("metrics-topic-level", def.MetricsTopicLevel, "metrics per topic and subscription (false: per namespace)")
 	f.Int("metrics-max-topics", def.MetricsMaxTopics, "with more topics loaded than this, metrics are per namespace (bounds the series)")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
+	addAuthServerFlags(f)
+	f.String("client-auth-token-file", "", "token this broker presents to other brokers' admin API (read at each use)")
 	return cmd
 }

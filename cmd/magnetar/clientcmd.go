@@ -17,14 +17,19 @@ const defaultURL = "magnetar://127.0.0.1:6650"
 
 func newClientCmd(g *globals) *cobra.Command {
 	var url string
+	var af authFlags
 	cmd := &cobra.Command{Use: "client", Short: "Produce and consume messages",
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
 			if err := config.ApplyToFlags(c.Flags(), g.config); err != nil {
 				return err
 			}
+			if _, err := af.authentication(); err != nil {
+				return err
+			}
 			return checkURL(url)
 		}}
 	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL: magnetar://HOST:PORT (several brokers comma-separated)")
+	af.register(cmd.PersistentFlags())
 
 	var (
 		messages []string
@@ -42,7 +47,7 @@ func newClientCmd(g *globals) *cobra.Command {
 			if count < 1 {
 				return fmt.Errorf("-n %d: must be at least 1", count)
 			}
-			c, err := client.NewClient(client.ClientOptions{URL: url})
+			c, err := newCLIClient(url, &af)
 			if err != nil {
 				return err
 			}
@@ -97,7 +102,7 @@ func newClientCmd(g *globals) *cobra.Command {
 			if n < 0 {
 				return fmt.Errorf("-n %d: must not be negative", n)
 			}
-			c, err := client.NewClient(client.ClientOptions{URL: url})
+			c, err := newCLIClient(url, &af)
 			if err != nil {
 				return err
 			}

@@ -43,7 +43,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file with the command's settings (keys are flag names)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "console", "log format: console or json")
-	root.AddCommand(newStandaloneCmd(g), newBookieCmd(g), newAutorecoveryCmd(g), newAutoscalerCmd(g), newBrokerCmd(g), newClientCmd(g), newAdminCmd(g), newPerfCmd(g), newVersionCmd())
+	root.AddCommand(newStandaloneCmd(g), newBookieCmd(g), newAutorecoveryCmd(g), newAutoscalerCmd(g), newBrokerCmd(g), newClientCmd(g), newAdminCmd(g), newPerfCmd(g), newTokensCmd(), newVersionCmd())
 	return root
 }
 

@@ -49,6 +49,10 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		{[]string{"autorecovery", "--metastor", "127.0.0.1:1"}, "unknown flag: --metastor"},
 		{[]string{"standalone", "--config", "/nonexistent.yaml"}, "config file"},
 		{[]string{"standalone", "extra-arg"}, "unknown command"},
+		{[]string{"standalone", "--authentication-enabled"}, "exactly one of --token-secret-key and --token-public-key"},
+		{[]string{"broker", "--metastore", "127.0.0.1:1", "--token-secret-key", "k"}, "without --authentication-enabled"},
+		{[]string{"broker", "--metastore", "127.0.0.1:1", "--authentication-enabled", "--token-secret-key", "/nonexistent/key"}, "no such file"},
+		{[]string{"client", "produce", "t", "-m", "x", "--auth-token", "a", "--auth-token-file", "f"}, "not both"},
 	} {
 		err := run(context.Background(), io.Discard, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

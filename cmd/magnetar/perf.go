@@ -243,14 +243,19 @@ func produceOptions(topic string, batchDelay time.Duration, disableBatching bool
 
 func newPerfCmd(g *globals) *cobra.Command {
 	var url string
+	var af authFlags
 	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency",
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
 			if err := config.ApplyToFlags(c.Flags(), g.config); err != nil {
 				return err
 			}
+			if _, err := af.authentication(); err != nil {
+				return err
+			}
 			return checkURL(url)
 		}}
 	cmd.PersistentFlags().StringVar(&url, "url", defaultURL, "cluster URL: magnetar://HOST:PORT (several brokers comma-separated)")
+	af.register(cmd.PersistentFlags())
 
 	var (
 		rate            float64
@@ -290,7 +295,7 @@ printing the reasons.`,
 			if err != nil {
 				return err
 			}
-			c, err := client.NewClient(client.ClientOptions{URL: url})
+			c, err := newCLIClient(url, &af)
 			if err != nil {
 				return err
 			}
@@ -381,7 +386,7 @@ printing the reasons.`,
 			if err != nil {
 				return err
 			}
-			c, err := client.NewClient(client.ClientOptions{URL: url})
+			c, err := newCLIClient(url, &af)
 			if err != nil {
 				return err
 			}

@@ -65,5 +65,6 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.String("cluster-name", def.ClusterName, "the cluster label of the metrics")
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
+	addAuthServerFlags(f)
 	return cmd
 }

@@ -54,6 +54,11 @@ type Config struct {
 	StatsInterval time.Duration `mapstructure:"stats-interval"`
 	// Pprof serves /debug/pprof/ on the admin port.
 	Pprof bool `mapstructure:"pprof"`
+	// Authentication of the broker's clients (see broker.Config).
+	AuthenticationEnabled       bool   `mapstructure:"authentication-enabled"`
+	TokenSecretKey              string `mapstructure:"token-secret-key"`
+	TokenPublicKey              string `mapstructure:"token-public-key"`
+	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint"`
 }
 
 // DefaultConfig returns the defaults.
@@ -87,6 +92,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Bookies < 1 || c.Bookies > MaxBookies {
 		errs = append(errs, fmt.Errorf("bookies %d must be in 1..%d", c.Bookies, MaxBookies))
+	}
+	// The broker's own checks, before anything starts.
+	bc := broker.DefaultConfig()
+	bc.AuthenticationEnabled, bc.TokenSecretKey, bc.TokenPublicKey = c.AuthenticationEnabled, c.TokenSecretKey, c.TokenPublicKey
+	bc.AuthenticateMetricsEndpoint = c.AuthenticateMetricsEndpoint
+	bc.ClusterName, bc.StatsInterval = c.ClusterName, c.StatsInterval
+	bc.Metastore = []string{"127.0.0.1:2379"}
+	if err := bc.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	listen := func(flag, value string) {
 		if err := netaddr.Listen(value); err != nil {
@@ -189,6 +203,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.Ensemble, bc.WriteQuorum, bc.AckQuorum = replication(cfg.Bookies)
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
 	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
+	bc.AuthenticationEnabled, bc.TokenSecretKey, bc.TokenPublicKey = cfg.AuthenticationEnabled, cfg.TokenSecretKey, cfg.TokenPublicKey
+	bc.AuthenticateMetricsEndpoint = cfg.AuthenticateMetricsEndpoint
 	// The process is live and ready only with all its bookies.
 	var checks health.Checks
 	for _, b := range s.Bookies {

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The tokens commands make keys and tokens that a standalone started with
+// --authentication-enabled checks; the client-side commands present them
+// with --auth-token and --auth-token-file, and without one are refused.
+func TestTokensAndAnAuthenticatedStandalone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	cmd := func(args ...string) (string, error) {
+		var out strings.Builder
+		err := run(ctx, &out, args...)
+		return strings.TrimSpace(out.String()), err
+	}
+	secret := filepath.Join(dir, "secret.key")
+	if _, err := cmd("tokens", "create-secret-key", "--output", secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd("tokens", "create-secret-key", "--output", secret); err == nil {
+		t.Fatal("create-secret-key overwrote an existing key")
+	}
+	token, err := cmd("tokens", "create", "--secret-key", secret, "--subject", "alice", "--expiry-time", "1d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd("tokens", "validate", "--secret-key", "file://"+secret, token); err != nil || !strings.Contains(out, "subject: alice") {
+		t.Fatalf("validate: %q %v", out, err)
+	}
+	priv, pub := filepath.Join(dir, "private.key"), filepath.Join(dir, "public.key")
+	if _, err := cmd("tokens", "create-key-pair", "--output-private-key", priv, "--output-public-key", pub); err != nil {
+		t.Fatal(err)
+	}
+	rsaToken, err := cmd("tokens", "create", "--private-key", priv, "--subject", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd("tokens", "validate", "--public-key", pub, rsaToken); err != nil || !strings.Contains(out, "subject: bob") || !strings.Contains(out, "expires: never") {
+		t.Fatalf("validate with the public key: %q %v", out, err)
+	}
+	if _, err := cmd("tokens", "validate", "--secret-key", secret, rsaToken); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("an RS256 token checked with the secret key: %v", err)
+	}
+	if _, err := cmd("tokens", "create", "--secret-key", secret); err == nil || !strings.Contains(err.Error(), "subject") {
+		t.Fatalf("create without a subject: %v", err)
+	}
+	if _, err := cmd("tokens", "create", "--secret-key", secret, "--subject", "a", "--expiry-time", "soon"); err == nil || !strings.Contains(err.Error(), "--expiry-time") {
+		t.Fatalf("a bad expiry: %v", err)
+	}
+
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, pw, "standalone", "--data-dir", filepath.Join(dir, "data"), "--metastore-listen", "127.0.0.1:0",
+			"--bookie-listen", "127.0.0.1:0", "--broker-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "warn",
+			"--authentication-enabled", "--token-secret-key", secret)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var lines []string
+	timeout := time.AfterFunc(time.Minute, func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
+	defer timeout.Stop()
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	out := strings.Join(lines, "\n")
+	url := "magnetar://" + field(t, out, "clients           magnetar://")
+	admin := "http://" + field(t, out, "admin (HTTP)      http://")
+
+	if _, err := cmd("client", "produce", "t", "-m", "x", "--url", url); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("produce without a token: %v", err)
+	}
+	if _, err := cmd("client", "produce", "t", "-m", "x", "--url", url, "--auth-token", rsaToken); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("produce with a token the broker cannot check: %v", err)
+	}
+	if out, err := cmd("client", "produce", "t", "-m", "x", "--url", url, "--auth-token", token); err != nil || !strings.HasPrefix(out, "sent ") {
+		t.Fatalf("produce with a token: %q %v", out, err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+	if out, err := cmd("client", "consume", "t", "-s", "s", "-p", "earliest", "-n", "1", "--url", url, "--auth-token-file", tokenFile); err != nil || !strings.HasPrefix(out, "x\t") {
+		t.Fatalf("consume with a token file: %q %v", out, err)
+	}
+	if _, err := cmd("admin", "tenants", "list", "--admin-url", admin, "--timeout", "5s"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("admin without a token: %v", err)
+	}
+	t.Setenv("MAGNETAR_AUTH_TOKEN_FILE", tokenFile)
+	if out, err := cmd("admin", "tenants", "list", "--admin-url", admin); err != nil || !strings.Contains(out, "public") {
+		t.Fatalf("admin with MAGNETAR_AUTH_TOKEN_FILE: %q %v", out, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil && !strings.Contains(err.Error(), "context canceled") {
+			t.Fatalf("standalone: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("standalone did not stop")
+	}
+}
