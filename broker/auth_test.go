@@ -239,7 +239,10 @@ func TestAuthenticationSettingsAreChecked(t *testing.T) {
 		configure func(*broker.Config)
 		want      string
 	}{
-		{func(c *broker.Config) { c.AuthenticationEnabled = true }, "exactly one of --token-secret-key and --token-public-key"},
+		{func(c *broker.Config) { c.AuthenticationEnabled = true }, "needs a token key"},
+		{func(c *broker.Config) { c.AuthenticationEnabled, c.TokenSecretKey, c.TokenPublicKey = true, "a", "b" }, "not both"},
+		{func(c *broker.Config) { c.TLSCertFile = "c.pem" }, "both --tls-cert-file and --tls-key-file"},
+		{func(c *broker.Config) { c.TLSTrustCertsFile = "ca.pem" }, "need TLS"},
 		{func(c *broker.Config) { c.TokenSecretKey = "k" }, "without --authentication-enabled"},
 	} {
 		c := broker.DefaultConfig()

@@ -142,6 +142,17 @@ type Config struct {
 	TokenPublicKey              string `mapstructure:"token-public-key" yaml:"token-public-key"`
 	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint" yaml:"authenticate-metrics-endpoint"`
 	ClientAuthTokenFile         string `mapstructure:"client-auth-token-file" yaml:"client-auth-token-file"`
+
+	// TLS on both the client and the admin port (PEM files, reloaded when
+	// they change): TLSCertFile and TLSKeyFile are served;
+	// TLSTrustCertsFile holds the authorities of client certificates
+	// (with authentication on, a verified client certificate's common
+	// name is the role) and of other brokers' certificates.
+	// TLSRequireTrustedClientCert refuses clients without one.
+	TLSCertFile                 string `mapstructure:"tls-cert-file" yaml:"tls-cert-file"`
+	TLSKeyFile                  string `mapstructure:"tls-key-file" yaml:"tls-key-file"`
+	TLSTrustCertsFile           string `mapstructure:"tls-trust-certs-file" yaml:"tls-trust-certs-file"`
+	TLSRequireTrustedClientCert bool   `mapstructure:"tls-require-trusted-client-cert" yaml:"tls-require-trusted-client-cert"`
 }
 
 // DefaultConfig returns the defaults.
@@ -244,10 +255,18 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--stats-interval %v: at least 100ms", c.StatsInterval))
 	}
 	switch {
-	case c.AuthenticationEnabled && (c.TokenSecretKey == "") == (c.TokenPublicKey == ""):
-		errs = append(errs, errors.New("--authentication-enabled needs exactly one of --token-secret-key and --token-public-key"))
+	case c.AuthenticationEnabled && c.TokenSecretKey != "" && c.TokenPublicKey != "":
+		errs = append(errs, errors.New("--authentication-enabled takes one of --token-secret-key and --token-public-key, not both"))
+	case c.AuthenticationEnabled && c.TokenSecretKey == "" && c.TokenPublicKey == "" && c.TLSTrustCertsFile == "":
+		errs = append(errs, errors.New("--authentication-enabled needs a token key (--token-secret-key or --token-public-key) or client certificates (--tls-trust-certs-file)"))
 	case !c.AuthenticationEnabled && (c.TokenSecretKey != "" || c.TokenPublicKey != "" || c.AuthenticateMetricsEndpoint):
 		errs = append(errs, errors.New("a token key or --authenticate-metrics-endpoint without --authentication-enabled: set it, or drop them"))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("TLS needs both --tls-cert-file and --tls-key-file"))
+	}
+	if (c.TLSTrustCertsFile != "" || c.TLSRequireTrustedClientCert) && c.TLSCertFile == "" {
+		errs = append(errs, errors.New("--tls-trust-certs-file and --tls-require-trusted-client-cert need TLS (--tls-cert-file, --tls-key-file)"))
 	}
 	if c.MetricsMaxTopics < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-max-topics %d: must not be negative", c.MetricsMaxTopics))

@@ -268,7 +268,7 @@ func (s *Server) ownedElsewhere(ctx context.Context, path string, r *http.Reques
 		return errorf(ErrServiceNotReady, "%s is owned by broker %s, which serves no admin API now; try again", path, owner)
 	}
 	u := *r.URL
-	u.Scheme, u.Host = "http", info.HTTP
+	u.Scheme, u.Host = s.httpScheme(), info.HTTP
 	return &redirectError{owner: owner, url: u.String()}
 }
 

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/magnetar-io/magnetar/bookie/ledger"
@@ -24,6 +25,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
+	"github.com/magnetar-io/magnetar/internal/tlsutil"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
@@ -68,7 +70,11 @@ type Server struct {
 	// reg holds the broker's metrics; gather serves them with the Go
 	// runtime's and those added by WithMetrics.
 	// auth checks clients' credentials; nil with authentication off.
-	auth      *auth.Verifier
+	auth *auth.Verifier
+	// tls serves the client and admin ports (nil: plaintext); peerHTTP
+	// calls other brokers' admin API.
+	tls       *tlsutil.Server
+	peerHTTP  *http.Client
 	reg       *prometheus.Registry
 	gather    prometheus.Gatherers
 	metrics   *brokerMetrics
@@ -149,8 +155,21 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	var inst [8]byte
 	rand.Read(inst[:])
 	s := &Server{cfg: cfg, log: o.logger, stop: make(chan struct{}), instance: hex.EncodeToString(inst[:]), cache: mledger.NewCache(cfg.CacheSize), health: o.health}
+	if cfg.TLSCertFile != "" {
+		files := tlsutil.Files{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile, Trust: cfg.TLSTrustCertsFile}
+		if s.tls, err = tlsutil.NewServer(files, cfg.TLSRequireTrustedClientCert); err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+		// Other brokers' admin API: their certificates are signed by the
+		// trusted authorities; this broker presents its own.
+		tc, err := tlsutil.NewClient(files, false)
+		if err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+		s.peerHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	}
 	if cfg.AuthenticationEnabled {
-		if s.auth, err = auth.NewVerifier(cfg.TokenSecretKey, cfg.TokenPublicKey); err != nil {
+		if s.auth, err = auth.NewServerVerifier(cfg.TokenSecretKey, cfg.TokenPublicKey, cfg.TLSTrustCertsFile != ""); err != nil {
 			return nil, fmt.Errorf("broker: %w", err)
 		}
 	}
@@ -232,14 +251,18 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 
 	maxMsg := cfg.MaxMessageSize + 1<<20
-	s.grpc = grpc.NewServer(
+	gopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
-		grpc.ConnectionTimeout(5*time.Second),
+		grpc.ConnectionTimeout(5 * time.Second),
 		grpc.WaitForHandlers(true),
 		grpc.ChainUnaryInterceptor(unaryErrors, recoverUnary(s.log), s.auth.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(streamErrors, recoverStream(s.log), s.auth.StreamInterceptor()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if s.tls != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.tls.Config)))
+	}
+	s.grpc = grpc.NewServer(gopts...)
 	brokerpb.RegisterBrokerServer(s.grpc, &service{s: s})
 	s.wg.Add(1)
 	go func() {
@@ -251,6 +274,11 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			if s.tls != nil {
+				s.http.TLSConfig = s.tls.Config
+				s.http.ServeTLS(s.httpLn, "", "")
+				return
+			}
 			s.http.Serve(s.httpLn)
 		}()
 	}
@@ -651,7 +679,19 @@ func (s *Server) peerDo(req *http.Request) (*http.Response, error) {
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	if s.peerHTTP != nil {
+		req.URL.Scheme = "https"
+		return s.peerHTTP.Do(req)
+	}
 	return http.DefaultClient.Do(req)
+}
+
+// httpScheme is the admin API's: https with TLS.
+func (s *Server) httpScheme() string {
+	if s.tls != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // readToken reads a token file (surrounding space dropped).

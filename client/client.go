@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -38,9 +40,18 @@ type ClientOptions struct {
 	// with ErrMessageTooLarge.
 	MaxMessageSize int
 
-	// Authentication, if set, presents credentials (a token) to the
-	// brokers: NewAuthenticationToken, NewAuthenticationTokenFromFile.
+	// Authentication, if set, presents credentials to the brokers: a
+	// token (NewAuthenticationToken, NewAuthenticationTokenFromFile) or a
+	// client certificate (NewAuthenticationTLS, with TLS).
 	Authentication Authentication
+
+	// TLS, with a magnetar+ssl:// URL: the brokers' certificates must be
+	// signed by the authorities in TLSTrustCertsFilePath (PEM; default:
+	// the system's) and name the host dialed.
+	// TLSAllowInsecureConnection skips that check (tests only: anyone on
+	// the path can then read and change the traffic).
+	TLSTrustCertsFilePath      string
+	TLSAllowInsecureConnection bool
 
 	// MetricsRegisterer, if set, gets the client's Prometheus collectors,
 	// pulsar-client-go's pulsar_client_* (messages and bytes published and
@@ -80,7 +91,8 @@ type Client interface {
 type client struct {
 	opts    ClientOptions
 	brokers []string
-	metrics *metrics // nil without MetricsRegisterer
+	metrics *metrics    // nil without MetricsRegisterer
+	tls     *tls.Config // nil: plaintext (magnetar://)
 	// lookupFrom is the broker calls to any broker start with (the one
 	// after the last that failed).
 	lookupFrom atomic.Int32
@@ -102,11 +114,23 @@ type closer interface{ Close() }
 // when first needed.
 func NewClient(opts ClientOptions) (Client, error) {
 	rest, ok := strings.CutPrefix(opts.URL, "magnetar://")
+	var tlsConf *tls.Config
+	if !ok {
+		if rest, ok = strings.CutPrefix(opts.URL, "magnetar+ssl://"); ok {
+			var err error
+			if tlsConf, err = opts.tlsConfig(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if !ok {
 		if opts.URL == "" {
 			return nil, fmt.Errorf("%w: URL is required (magnetar://host:port)", ErrInvalidOptions)
 		}
-		return nil, fmt.Errorf("%w: URL %q must start with magnetar://", ErrInvalidOptions, opts.URL)
+		return nil, fmt.Errorf("%w: URL %q must start with magnetar:// or magnetar+ssl://", ErrInvalidOptions, opts.URL)
+	}
+	if _, isTLS := opts.Authentication.(tlsAuth); isTLS && tlsConf == nil {
+		return nil, fmt.Errorf("%w: a client certificate (NewAuthenticationTLS) needs a magnetar+ssl:// URL", ErrInvalidOptions)
 	}
 	var brokers []string
 	for _, h := range strings.Split(strings.TrimSuffix(rest, "/"), ",") {
@@ -127,7 +151,7 @@ func NewClient(opts ClientOptions) (Client, error) {
 	if opts.MetricsCardinality < 0 || opts.MetricsCardinality > MetricsCardinalityTopic {
 		return nil, fmt.Errorf("%w: metrics cardinality %d", ErrInvalidOptions, opts.MetricsCardinality)
 	}
-	c := &client{opts: opts, brokers: brokers, metrics: newMetrics(opts)}
+	c := &client{opts: opts, brokers: brokers, metrics: newMetrics(opts), tls: tlsConf}
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.closers = map[closer]struct{}{}
 	return c, nil
@@ -145,7 +169,10 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 		maxMsg := max(c.opts.MaxMessageSize, maxBrokerMessageSize) + 1<<20
 		var err error
 		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-		if c.opts.Authentication != nil {
+		if c.tls != nil {
+			opts[0] = grpc.WithTransportCredentials(credentials.NewTLS(c.tls))
+		}
+		if _, isTLS := c.opts.Authentication.(tlsAuth); c.opts.Authentication != nil && !isTLS {
 			opts = append(opts, grpc.WithPerRPCCredentials(perRPC{c.opts.Authentication}))
 		}
 		cc, err = grpc.NewClient(addr, append(opts,

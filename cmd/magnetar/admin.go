@@ -19,6 +19,7 @@ import (
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
+	"github.com/magnetar-io/magnetar/internal/tlsutil"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
@@ -208,6 +209,13 @@ func newAdminCmd(g *globals) *cobra.Command {
 		var err error
 		if a.auth, err = af.authentication(); err != nil {
 			return err
+		}
+		if af.tlsTrust != "" || af.tlsCert != "" || af.tlsAllowInsecure {
+			tc, err := tlsutil.NewClient(tlsutil.Files{Cert: af.tlsCert, Key: af.tlsKey, Trust: af.tlsTrust}, af.tlsAllowInsecure)
+			if err != nil {
+				return err
+			}
+			a.http.Transport = &http.Transport{TLSClientConfig: tc}
 		}
 		// A redirect goes to another broker of the cluster: it gets the
 		// token too (Go drops it for another host).
@@ -475,6 +483,8 @@ func (a *adminClient) authorize(req *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("auth token: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+tok)
+	if tok != "" { // "" with a client certificate
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	return nil
 }

@@ -80,6 +80,7 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.Int("metrics-max-topics", def.MetricsMaxTopics, "with more topics loaded than this, metrics are per namespace (bounds the series)")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	addAuthServerFlags(f)
+	addTLSServerFlags(f)
 	f.String("client-auth-token-file", "", "token this broker presents to other brokers' admin API (read at each use)")
 	return cmd
 }

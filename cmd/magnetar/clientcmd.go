@@ -142,7 +142,10 @@ func newClientCmd(g *globals) *cobra.Command {
 func checkURL(url string) error {
 	rest, ok := strings.CutPrefix(url, "magnetar://")
 	if !ok {
-		return fmt.Errorf("--url %q: want magnetar://HOST:PORT[,HOST:PORT...]", url)
+		rest, ok = strings.CutPrefix(url, "magnetar+ssl://")
+	}
+	if !ok {
+		return fmt.Errorf("--url %q: want magnetar://HOST:PORT[,HOST:PORT...] (or magnetar+ssl:// for TLS)", url)
 	}
 	for _, b := range strings.Split(strings.TrimSuffix(rest, "/"), ",") {
 		if err := netaddr.Dial(b); err != nil {

@@ -40,8 +40,12 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 			out := cmd.OutOrStdout()
 			abs, _ := filepath.Abs(cfg.DataDir)
 			fmt.Fprintf(out, "Magnetar standalone is running (data in %s)\n", abs)
-			fmt.Fprintf(out, "  clients           magnetar://%s\n", s.Broker.ID())
-			fmt.Fprintf(out, "  admin (HTTP)      http://%s\n", s.Broker.AdvertisedHTTPAddr())
+			scheme, http := "magnetar", "http"
+			if cfg.TLSCertFile != "" {
+				scheme, http = "magnetar+ssl", "https"
+			}
+			fmt.Fprintf(out, "  clients           %s://%s\n", scheme, s.Broker.ID())
+			fmt.Fprintf(out, "  admin (HTTP)      %s://%s\n", http, s.Broker.AdvertisedHTTPAddr())
 			fmt.Fprintf(out, "  metastore (etcd)  %s\n", s.Etcd.Endpoints()[0])
 			for _, b := range s.Bookies {
 				fmt.Fprintf(out, "  bookie            %s  (id %s)\n", b.AdvertisedAddress(), b.ID())
@@ -66,5 +70,6 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	addAuthServerFlags(f)
+	addTLSServerFlags(f)
 	return cmd
 }

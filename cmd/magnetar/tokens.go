@@ -200,20 +200,38 @@ func parseExpiry(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// authFlags are the client-side commands' credentials: --auth-token or
-// --auth-token-file (also MAGNETAR_AUTH_TOKEN... and --config).
-type authFlags struct{ token, tokenFile string }
+// authFlags are the client-side commands' credentials and TLS settings:
+// --auth-token or --auth-token-file, or a client certificate; the
+// authorities the brokers' certificates come from (also MAGNETAR_* and
+// --config).
+type authFlags struct {
+	token, tokenFile string
+	tlsTrust         string
+	tlsCert, tlsKey  string
+	tlsAllowInsecure bool
+}
 
 func (f *authFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.token, "auth-token", "", "token (JWT) to present to the brokers")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the token to present, read at each call (it may be rotated)")
+	fs.StringVar(&f.tlsTrust, "tls-trust-certs-file", "", "authorities (PEM) the brokers' certificates must come from (magnetar+ssl://, https://; default: the system's)")
+	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "client certificate (PEM) to authenticate with (mutual TLS)")
+	fs.StringVar(&f.tlsKey, "tls-key-file", "", "the client certificate's key (PEM)")
+	fs.BoolVar(&f.tlsAllowInsecure, "tls-allow-insecure-connection", false, "do not check the brokers' certificates (tests only)")
 }
 
 // authentication is the SDK's Authentication for the flags, nil for none.
 func (f *authFlags) authentication() (client.Authentication, error) {
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, errors.New("give both --tls-cert-file and --tls-key-file")
+	}
 	switch {
 	case f.token != "" && f.tokenFile != "":
 		return nil, errors.New("give --auth-token or --auth-token-file, not both")
+	case f.tlsCert != "" && (f.token != "" || f.tokenFile != ""):
+		return nil, errors.New("give a token or a client certificate, not both")
+	case f.tlsCert != "":
+		return client.NewAuthenticationTLS(f.tlsCert, f.tlsKey), nil
 	case f.token != "":
 		return client.NewAuthenticationToken(f.token), nil
 	case f.tokenFile != "":
@@ -228,7 +246,16 @@ func newCLIClient(url string, af *authFlags) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.NewClient(client.ClientOptions{URL: url, Authentication: a})
+	return client.NewClient(client.ClientOptions{URL: url, Authentication: a,
+		TLSTrustCertsFilePath: af.tlsTrust, TLSAllowInsecureConnection: af.tlsAllowInsecure})
+}
+
+// addTLSServerFlags adds the servers' TLS flags.
+func addTLSServerFlags(f *pflag.FlagSet) {
+	f.String("tls-cert-file", "", "serve TLS with this certificate (PEM; reloaded when it changes)")
+	f.String("tls-key-file", "", "the certificate's private key (PEM)")
+	f.String("tls-trust-certs-file", "", "authorities (PEM) of the client certificates accepted (with authentication: the role is the common name)")
+	f.Bool("tls-require-trusted-client-cert", false, "refuse TLS clients without a certificate from those authorities")
 }
 
 // addAuthServerFlags adds the servers' authentication flags.

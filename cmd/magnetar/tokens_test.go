@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 // The tokens commands make keys and tokens that a standalone started with
@@ -111,4 +113,61 @@ func TestTokensAndAnAuthenticatedStandalone(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("standalone did not stop")
 	}
+}
+
+// startStandalone runs `magnetar standalone` with args (on free ports) until
+// ctx ends, and returns what its banner says.
+func startStandalone(t *testing.T, ctx context.Context, args ...string) (banner string, done <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	d := make(chan error, 1)
+	go func() {
+		d <- run(ctx, pw, append([]string{"standalone", "--data-dir", t.TempDir(), "--metastore-listen", "127.0.0.1:0",
+			"--bookie-listen", "127.0.0.1:0", "--broker-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "warn"}, args...)...)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var lines []string
+	timeout := time.AfterFunc(time.Minute, func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
+	defer timeout.Stop()
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	return strings.Join(lines, "\n"), d
+}
+
+// A standalone serving TLS, with client certificates as authentication:
+// the banner gives magnetar+ssl:// and https:// URLs, and the client-side
+// commands reach it with the authority's certificate and their own.
+func TestTLSStandaloneFromTheCLI(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ca := testutil.NewCA(t, "cluster")
+	cert, key := ca.Issue(t, "standalone")
+	ccert, ckey := ca.Issue(t, "app1")
+	out, done := startStandalone(t, ctx, "--tls-cert-file", cert, "--tls-key-file", key, "--tls-trust-certs-file", ca.CertFile,
+		"--authentication-enabled")
+	url := "magnetar+ssl://" + field(t, out, "clients           magnetar+ssl://")
+	admin := "https://" + field(t, out, "admin (HTTP)      https://")
+	cmd := func(args ...string) (string, error) {
+		var b strings.Builder
+		err := run(ctx, &b, args...)
+		return strings.TrimSpace(b.String()), err
+	}
+	tlsArgs := []string{"--tls-trust-certs-file", ca.CertFile, "--tls-cert-file", ccert, "--tls-key-file", ckey}
+	if o, err := cmd(append([]string{"client", "produce", "t", "-m", "x", "--url", url}, tlsArgs...)...); err != nil || !strings.HasPrefix(o, "sent ") {
+		t.Fatalf("produce over TLS with a client certificate: %q %v", o, err)
+	}
+	if _, err := cmd("client", "produce", "t", "-m", "x", "--url", url, "--tls-trust-certs-file", ca.CertFile); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("produce without a client certificate: %v", err)
+	}
+	if o, err := cmd(append([]string{"admin", "tenants", "list", "--admin-url", admin}, tlsArgs...)...); err != nil || !strings.Contains(o, "public") {
+		t.Fatalf("admin over https with a client certificate: %q %v", o, err)
+	}
+	cancel()
+	<-done
 }

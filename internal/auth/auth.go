@@ -119,10 +119,16 @@ func ecMethod(c elliptic.Curve) (jwt.SigningMethod, error) {
 	return nil, fmt.Errorf("unsupported elliptic curve %s", c.Params().Name)
 }
 
-// Verifier checks tokens with one key.
+// Verifier authenticates callers: by a token checked with one key, and
+// (with TLSClientCerts) by a verified TLS client certificate, whose
+// common name is the role.
 type Verifier struct {
-	key    any
+	key    any // nil: no token is accepted
 	method jwt.SigningMethod
+	// TLSClientCerts: a caller without a token but with a client
+	// certificate the TLS layer verified is authenticated as its common
+	// name (mTLS, Pulsar's "tls" provider).
+	TLSClientCerts bool
 }
 
 // NewVerifier checks tokens with the secret key at secretRef, or the
@@ -160,6 +166,24 @@ func NewVerifier(secretRef, publicRef string) (*Verifier, error) {
 	return &Verifier{key: pub, method: m}, nil
 }
 
+// NewServerVerifier is a server's authentication: tokens checked with the
+// secret or public key (at most one), and with tlsClientCerts verified
+// client certificates; at least one of the two.
+func NewServerVerifier(secretRef, publicRef string, tlsClientCerts bool) (*Verifier, error) {
+	if secretRef == "" && publicRef == "" {
+		if !tlsClientCerts {
+			return nil, errors.New("authentication needs a token key (--token-secret-key or --token-public-key) or client certificates (--tls-trust-certs-file)")
+		}
+		return &Verifier{TLSClientCerts: true}, nil
+	}
+	v, err := NewVerifier(secretRef, publicRef)
+	if err != nil {
+		return nil, err
+	}
+	v.TLSClientCerts = tlsClientCerts
+	return v, nil
+}
+
 // Claims are what a token says of its bearer.
 type Claims struct {
 	Role    string
@@ -168,6 +192,9 @@ type Claims struct {
 
 // Verify checks token and returns its claims.
 func (v *Verifier) Verify(token string) (Claims, error) {
+	if v.key == nil {
+		return Claims{}, fmt.Errorf("%w: tokens are not accepted here (no token key configured): use a client certificate", ErrUnauthenticated)
+	}
 	if token == "" {
 		return Claims{}, fmt.Errorf("%w: no token", ErrUnauthenticated)
 	}

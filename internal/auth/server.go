@@ -2,13 +2,16 @@ package auth
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 )
 
 // MetadataKey is the gRPC metadata of the credentials: "Bearer TOKEN", as
@@ -54,11 +57,28 @@ func ExpiredError(at time.Time) error {
 	return fmt.Errorf("%w: the token expired at %s: reconnect with a fresh one", ErrExpired, at.UTC().Format(time.RFC3339))
 }
 
+// certRole is the role of a verified client certificate: its common name.
+func certRole(chains [][]*x509.Certificate) (string, bool) {
+	if len(chains) == 0 || len(chains[0]) == 0 || chains[0][0].Subject.CommonName == "" {
+		return "", false
+	}
+	return chains[0][0].Subject.CommonName, true
+}
+
 func (v *Verifier) fromMetadata(ctx context.Context) (context.Context, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(MetadataKey)
+	if len(vals) == 0 && v.TLSClientCerts {
+		if p, ok := peer.FromContext(ctx); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+				if role, ok := certRole(ti.State.VerifiedChains); ok {
+					return withClaims(ctx, Claims{Role: role}), nil
+				}
+			}
+		}
+	}
 	if len(vals) == 0 {
-		return nil, fmt.Errorf("%w: no credentials (a token: authorization metadata \"Bearer TOKEN\")", ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: no credentials (a token: authorization metadata \"Bearer TOKEN\"%s)", ErrUnauthenticated, v.certHint())
 	}
 	c, err := v.Verify(bearer(vals[0]))
 	if err != nil {
@@ -116,8 +136,14 @@ func (v *Verifier) HTTP(next http.Handler, open func(*http.Request) bool, fail f
 			return
 		}
 		h := r.Header.Get("Authorization")
+		if h == "" && v.TLSClientCerts && r.TLS != nil {
+			if role, ok := certRole(r.TLS.VerifiedChains); ok {
+				next.ServeHTTP(w, r.WithContext(withClaims(r.Context(), Claims{Role: role})))
+				return
+			}
+		}
 		if h == "" {
-			fail(w, r, fmt.Errorf("%w: no credentials (a token: header \"Authorization: Bearer TOKEN\")", ErrUnauthenticated))
+			fail(w, r, fmt.Errorf("%w: no credentials (a token: header \"Authorization: Bearer TOKEN\"%s)", ErrUnauthenticated, v.certHint()))
 			return
 		}
 		c, err := v.Verify(bearer(h))
@@ -127,4 +153,11 @@ func (v *Verifier) HTTP(next http.Handler, open func(*http.Request) bool, fail f
 		}
 		next.ServeHTTP(w, r.WithContext(withClaims(r.Context(), c)))
 	})
+}
+
+func (v *Verifier) certHint() string {
+	if v.TLSClientCerts {
+		return ", or a client certificate from a trusted authority"
+	}
+	return ""
 }

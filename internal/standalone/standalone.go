@@ -59,6 +59,11 @@ type Config struct {
 	TokenSecretKey              string `mapstructure:"token-secret-key"`
 	TokenPublicKey              string `mapstructure:"token-public-key"`
 	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint"`
+	// TLS of the broker's ports (see broker.Config).
+	TLSCertFile                 string `mapstructure:"tls-cert-file"`
+	TLSKeyFile                  string `mapstructure:"tls-key-file"`
+	TLSTrustCertsFile           string `mapstructure:"tls-trust-certs-file"`
+	TLSRequireTrustedClientCert bool   `mapstructure:"tls-require-trusted-client-cert"`
 }
 
 // DefaultConfig returns the defaults.
@@ -97,6 +102,8 @@ func (c *Config) Validate() error {
 	bc := broker.DefaultConfig()
 	bc.AuthenticationEnabled, bc.TokenSecretKey, bc.TokenPublicKey = c.AuthenticationEnabled, c.TokenSecretKey, c.TokenPublicKey
 	bc.AuthenticateMetricsEndpoint = c.AuthenticateMetricsEndpoint
+	bc.TLSCertFile, bc.TLSKeyFile, bc.TLSTrustCertsFile = c.TLSCertFile, c.TLSKeyFile, c.TLSTrustCertsFile
+	bc.TLSRequireTrustedClientCert = c.TLSRequireTrustedClientCert
 	bc.ClusterName, bc.StatsInterval = c.ClusterName, c.StatsInterval
 	bc.Metastore = []string{"127.0.0.1:2379"}
 	if err := bc.Validate(); err != nil {
@@ -205,6 +212,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
 	bc.AuthenticationEnabled, bc.TokenSecretKey, bc.TokenPublicKey = cfg.AuthenticationEnabled, cfg.TokenSecretKey, cfg.TokenPublicKey
 	bc.AuthenticateMetricsEndpoint = cfg.AuthenticateMetricsEndpoint
+	bc.TLSCertFile, bc.TLSKeyFile, bc.TLSTrustCertsFile = cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSTrustCertsFile
+	bc.TLSRequireTrustedClientCert = cfg.TLSRequireTrustedClientCert
 	// The process is live and ready only with all its bookies.
 	var checks health.Checks
 	for _, b := range s.Bookies {
