@@ -798,9 +798,18 @@ func TestDelayedDeliveryBeyondTheIndex(t *testing.T) {
 	}
 	const n = 200
 	start := time.Now()
+	// Due between 3 and 5 s from now, in shuffled order; sent at once (not
+	// one by one, which under load could take until they are due).
+	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
-		// Due between 2 and 4 s from now, in shuffled order.
-		sendDelayed(t, p, start.Add(2*time.Second+time.Duration(i*7919%n)*10*time.Millisecond))
+		at := start.Add(3*time.Second + time.Duration(i*7919%n)*10*time.Millisecond)
+		p.SendAsync(ctxT(t), &client.ProducerMessage{Payload: []byte("d-" + strconv.FormatInt(at.UnixMilli(), 10)), DeliverAt: at},
+			func(_ client.MessageID, _ *client.ProducerMessage, err error) { errs <- err })
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	if st := waitSub(t, e, "many-later", "s", func(st subStats) bool { return st.DelayedSpilled }); st.MsgDelayed > 10 {
 		t.Fatalf("index of %d delayed messages, bounded to 10", st.MsgDelayed)
