@@ -616,8 +616,12 @@ func (s *Server) deleteTopic(ctx context.Context, n topicname.Name, force bool) 
 			return err
 		}
 		s.mu.Lock()
+		_, loaded := s.mu.topics[topicPath(pn)]
 		delete(s.mu.topics, topicPath(pn))
 		s.mu.Unlock()
+		if loaded {
+			s.metrics.ownership.WithLabelValues("released").Inc()
+		}
 	}
 	if parts > 0 {
 		return s.store.Delete(ctx, metastore.PartitionedKey(topicPath(n)))

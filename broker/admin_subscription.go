@@ -215,6 +215,11 @@ func (s *Server) putJSON(ctx context.Context, u string, body any) error {
 // remoteSentinel maps another broker's admin answer back to the sentinel
 // it came from (the inverse of restCodeOf, as far as it matters here).
 func remoteSentinel(status int, code string) error {
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		// The other broker refused this broker's credentials, not the
+		// caller's (see --client-auth-token-file).
+		return errorf(ErrServiceNotReady, "another broker refused this broker's credentials (%d %s): check --client-auth-token-file and the TLS certificates", status, code)
+	}
 	for _, row := range errorTable {
 		if row.http == status && row.reason.String() == code {
 			return row.err

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -208,15 +209,43 @@ func TestStreamEndsWhenItsTokenExpires(t *testing.T) {
 	receiveN(t, cons, 1)
 	short.Store(false)
 	before := asked.Load()
-	// The broker ends both streams at the expiry (2 s, to the second);
-	// the producer and the consumer open new ones, asking the supplier
-	// again.
+	// The broker ends both streams at the expiry (2 s, to the second,
+	// plus the leeway); the producer and the consumer open new ones,
+	// asking the supplier again. Sends go on across it: none may be
+	// stored twice (a send stored but not answered before the stream
+	// ended would be resent).
 	deadline := time.Now().Add(30 * time.Second)
+	var sent []string
+	errs := make(chan error, 20000)
 	for asked.Load() < before+2 {
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || len(sent) == cap(errs) {
 			t.Fatalf("the streams were not ended at their token's expiry (supplier asked %d times more)", asked.Load()-before)
 		}
-		time.Sleep(50 * time.Millisecond)
+		payload := fmt.Sprint("across-", len(sent))
+		sent = append(sent, payload)
+		p.SendAsync(ctxT(t), &client.ProducerMessage{Payload: []byte(payload)}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { errs <- err })
+		time.Sleep(2 * time.Millisecond)
+	}
+	for range sent {
+		if err := <-errs; err != nil {
+			t.Fatalf("a send across the expiry: %v", err)
+		}
+	}
+	ids := map[string]string{} // payload: the id it was stored at
+	for len(ids) < len(sent) {
+		m, err := cons.Receive(ctxT(t))
+		if err != nil {
+			t.Fatalf("received %d of %d sent across the expiry: %v", len(ids), len(sent), err)
+		}
+		pl := string(m.Payload())
+		if !strings.HasPrefix(pl, "across-") {
+			continue
+		}
+		if id, seen := ids[pl]; seen && id != m.ID().String() {
+			t.Fatalf("%s stored twice, at %s and %s", pl, id, m.ID())
+		}
+		ids[pl] = m.ID().String()
+		cons.Ack(m)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

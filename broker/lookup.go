@@ -163,11 +163,14 @@ func (s *Server) leastLoaded(ctx context.Context, path string) (string, error) {
 // and look it up again; its metadata writes fail if another broker owns it.
 func (s *Server) unloadLost(t *topic) {
 	s.mu.Lock()
-	if s.mu.topics[t.path] == t {
+	removed := s.mu.topics[t.path] == t
+	if removed {
 		delete(s.mu.topics, t.path)
 	}
 	s.mu.Unlock()
-	s.metrics.ownership.WithLabelValues("lost").Inc()
+	if removed { // once per topic, whoever unloads it first
+		s.metrics.ownership.WithLabelValues("lost").Inc()
+	}
 	ctx, cancel := context.WithTimeout(s.hardCtx, 5*time.Second)
 	defer cancel()
 	t.close(ctx)

@@ -316,7 +316,12 @@ func (m topicMetrics) Collect(ch chan<- prometheus.Metric) {
 		})
 	}
 	gauge := func(name, help string, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc(name, help, labels), prometheus.GaugeValue, v, labelValues(cluster, labels)...)
+		d := desc(name, help, labels)
+		m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, labelValues(cluster, labels)...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err) // a bad label value fails this series, never the process
+		}
+		ch <- m
 	}
 	var broker topicFigures
 	namespaces := map[string]*topicFigures{}
@@ -373,7 +378,12 @@ func (m topicMetrics) Collect(ch chan<- prometheus.Metric) {
 	gauge("pulsar_ml_cache_hits_rate", "Reads served from the cache per second, over the last stats window.", hitRate)
 	gauge("pulsar_ml_cache_misses_rate", "Reads that missed the cache per second, over the last stats window.", missRate)
 	counter := func(name, help string, v float64) {
-		ch <- prometheus.MustNewConstMetric(desc(name, help, nil), prometheus.CounterValue, v, cluster)
+		d := desc(name, help, nil)
+		m, err := prometheus.NewConstMetric(d, prometheus.CounterValue, v, cluster)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
 	}
 	counter("magnetar_ml_cache_hits_total", "Reads served from the cache.", float64(hits))
 	counter("magnetar_ml_cache_misses_total", "Reads that missed the cache.", float64(misses))

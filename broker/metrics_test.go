@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"testing"
@@ -163,6 +164,12 @@ func TestClientMetrics(t *testing.T) {
 		return c
 	}
 	c1, c2 := newClient(), newClient()
+	// A custom label that collides with a series label is refused, not
+	// silently dropped with every metric.
+	if _, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr(), MetricsRegisterer: prometheus.NewRegistry(),
+		MetricsCardinality: client.MetricsCardinalityTopic, CustomMetricsLabels: map[string]string{"topic": "x"}}); !errors.Is(err, client.ErrInvalidOptions) {
+		t.Fatalf("a custom label named topic: %v, want ErrInvalidOptions", err)
+	}
 	const topic = "persistent://public/default/client-metrics"
 	cons, err := c2.Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
 	if err != nil {
@@ -202,4 +209,25 @@ func TestClientMetrics(t *testing.T) {
 	m.Want(t, 0, "pulsar_client_producers_partitions_active", l...)
 	m.Want(t, 1, "pulsar_client_consumers_closed", l...)
 	m.Want(t, 0, "pulsar_client_consumers_partitions_active", l...)
+}
+
+// A name that is not UTF-8 is refused at the REST edge (names are metric
+// label values, which must be UTF-8): /metrics keeps working.
+func TestNonUTF8NamesRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	p, err := e.client().CreateProducer(client.ProducerOptions{Topic: "utf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req, _ := http.NewRequest(http.MethodPut, "http://"+e.b.HTTPAddr()+"/admin/v2/persistent/public/default/utf/subscription/%FF", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("PUT of a subscription named \\xff: %s, want 400", resp.Status)
+	}
+	testutil.Scrape(t, e.b.HTTPAddr())
 }

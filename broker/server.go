@@ -172,6 +172,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		if s.auth, err = auth.NewServerVerifier(cfg.TokenSecretKey, cfg.TokenPublicKey, cfg.TLSTrustCertsFile != ""); err != nil {
 			return nil, fmt.Errorf("broker: %w", err)
 		}
+		if cfg.ClientAuthTokenFile == "" && cfg.TLSCertFile == "" {
+			s.log.Warn("authentication is on but this broker has no credentials for other brokers' admin API (--client-auth-token-file): " +
+				"requests they must answer (partitioned stats, remote unloads) will fail")
+		}
 	}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newBrokerMetrics(s.reg, cfg.ClusterName)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -49,6 +50,9 @@ func checkName(what, s string) error {
 		return errorf(ErrInvalidArgument, "%s name of %d bytes (at most %d)", what, len(s), maxNameLength)
 	case strings.ContainsAny(s, "/\x00\n"):
 		return errorf(ErrInvalidArgument, "%s name %q contains '/', NUL or a newline", what, s)
+	case !utf8.ValidString(s):
+		// Names are metric label values too, which must be UTF-8.
+		return errorf(ErrInvalidArgument, "%s name %q is not valid UTF-8", what, s)
 	}
 	return nil
 }
@@ -205,7 +209,18 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	defer stopExpiry()
 	select {
 	case <-expired:
+		// As below: every send taken is answered before the stream ends
+		// (holding every pending slot stops the receiver taking more);
+		// what the client sent after is not stored, and it resends it.
+		for i := 0; i < cap(pending); i++ {
+			select {
+			case pending <- struct{}{}:
+			case <-ctx.Done():
+				i = cap(pending)
+			}
+		}
 		p.disconnect(io.EOF)
+		<-sendDone
 		return auth.ExpiredError(auth.Expiry(ctx))
 	case err := <-recvErr:
 		// Answer what was taken before ending the stream.

@@ -151,7 +151,11 @@ func NewClient(opts ClientOptions) (Client, error) {
 	if opts.MetricsCardinality < 0 || opts.MetricsCardinality > MetricsCardinalityTopic {
 		return nil, fmt.Errorf("%w: metrics cardinality %d", ErrInvalidOptions, opts.MetricsCardinality)
 	}
-	c := &client{opts: opts, brokers: brokers, metrics: newMetrics(opts), tls: tlsConf}
+	m, err := newMetrics(opts)
+	if err != nil {
+		return nil, err
+	}
+	c := &client{opts: opts, brokers: brokers, metrics: m, tls: tlsConf}
 	c.mu.conns = map[string]*grpc.ClientConn{}
 	c.mu.closers = map[closer]struct{}{}
 	return c, nil

@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,9 +46,9 @@ type metrics struct {
 	lookups                     prometheus.Counter
 }
 
-func newMetrics(o ClientOptions) *metrics {
+func newMetrics(o ClientOptions) (_ *metrics, err error) {
 	if o.MetricsRegisterer == nil {
-		return nil
+		return nil, nil
 	}
 	m := &metrics{card: o.MetricsCardinality}
 	var labels []string
@@ -65,7 +66,7 @@ func newMetrics(o ClientOptions) *metrics {
 	for k, v := range o.CustomMetricsLabels {
 		constLabels[k] = v
 	}
-	r := o.MetricsRegisterer
+	r := &registerer{r: o.MetricsRegisterer}
 	counter := func(name, help string, extra ...string) *prometheus.CounterVec {
 		return register(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: constLabels}, append(labels[:len(labels):len(labels)], extra...)))
 	}
@@ -94,20 +95,32 @@ func newMetrics(o ClientOptions) *metrics {
 	m.readClosed = counter("pulsar_client_readers_closed", "Readers closed.")
 	m.lookups = register(r, prometheus.NewCounter(prometheus.CounterOpts{Name: "pulsar_client_lookup_count",
 		Help: "Topic lookups.", ConstLabels: constLabels}))
-	return m
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: metrics: %v", ErrInvalidOptions, r.err)
+	}
+	return m, nil
+}
+
+// registerer registers collectors, keeping the first refusal.
+type registerer struct {
+	r   prometheus.Registerer
+	err error
 }
 
 // register registers c on r, or returns the collector registered before
-// under the same description (another client's). A collector r refuses
-// otherwise (labels that disagree with another client's) still counts,
-// unexported.
-func register[C prometheus.Collector](r prometheus.Registerer, c C) C {
-	if err := r.Register(c); err != nil {
+// under the same description (another client's). Any other refusal (a
+// bad custom label, labels that disagree with another client's) is kept
+// in r.err, for NewClient to report.
+func register[C prometheus.Collector](r *registerer, c C) C {
+	if err := r.r.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
 			if existing, ok := are.ExistingCollector.(C); ok {
 				return existing
 			}
+		}
+		if r.err == nil {
+			r.err = err
 		}
 	}
 	return c

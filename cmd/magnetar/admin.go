@@ -223,6 +223,9 @@ func newAdminCmd(g *globals) *cobra.Command {
 			if len(via) >= 10 {
 				return errors.New("stopped after 10 redirects")
 			}
+			if req.URL.Scheme != via[0].URL.Scheme {
+				return fmt.Errorf("refusing a redirect from %s to %s (another scheme)", via[0].URL.Scheme, req.URL.Scheme)
+			}
 			return a.authorize(req)
 		}
 		a.out = c.OutOrStdout()

@@ -51,7 +51,7 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		{[]string{"standalone", "extra-arg"}, "unknown command"},
 		{[]string{"standalone", "--authentication-enabled"}, "needs a token key (--token-secret-key or --token-public-key) or client certificates"},
 		{[]string{"standalone", "--tls-cert-file", "c.pem"}, "both --tls-cert-file and --tls-key-file"},
-		{[]string{"client", "produce", "t", "-m", "x", "--tls-cert-file", "c.pem"}, "both --tls-cert-file and --tls-key-file"},
+		{[]string{"client", "produce", "t", "-m", "x", "--auth-tls-cert-file", "c.pem"}, "both --auth-tls-cert-file and --auth-tls-key-file"},
 		{[]string{"broker", "--metastore", "127.0.0.1:1", "--token-secret-key", "k"}, "without --authentication-enabled"},
 		{[]string{"broker", "--metastore", "127.0.0.1:1", "--authentication-enabled", "--token-secret-key", "/nonexistent/key"}, "no such file"},
 		{[]string{"client", "produce", "t", "-m", "x", "--auth-token", "a", "--auth-token-file", "f"}, "not both"},

@@ -215,15 +215,17 @@ func (f *authFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.token, "auth-token", "", "token (JWT) to present to the brokers")
 	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the token to present, read at each call (it may be rotated)")
 	fs.StringVar(&f.tlsTrust, "tls-trust-certs-file", "", "authorities (PEM) the brokers' certificates must come from (magnetar+ssl://, https://; default: the system's)")
-	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "client certificate (PEM) to authenticate with (mutual TLS)")
-	fs.StringVar(&f.tlsKey, "tls-key-file", "", "the client certificate's key (PEM)")
+	// Not --tls-cert-file: a server's MAGNETAR_TLS_CERT_FILE must not
+	// become the certificate of a command run beside it.
+	fs.StringVar(&f.tlsCert, "auth-tls-cert-file", "", "client certificate (PEM) to authenticate with (mutual TLS)")
+	fs.StringVar(&f.tlsKey, "auth-tls-key-file", "", "the client certificate's key (PEM)")
 	fs.BoolVar(&f.tlsAllowInsecure, "tls-allow-insecure-connection", false, "do not check the brokers' certificates (tests only)")
 }
 
 // authentication is the SDK's Authentication for the flags, nil for none.
 func (f *authFlags) authentication() (client.Authentication, error) {
 	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return nil, errors.New("give both --tls-cert-file and --tls-key-file")
+		return nil, errors.New("give both --auth-tls-cert-file and --auth-tls-key-file")
 	}
 	switch {
 	case f.token != "" && f.tokenFile != "":

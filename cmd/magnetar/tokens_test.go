@@ -158,7 +158,7 @@ func TestTLSStandaloneFromTheCLI(t *testing.T) {
 		err := run(ctx, &b, args...)
 		return strings.TrimSpace(b.String()), err
 	}
-	tlsArgs := []string{"--tls-trust-certs-file", ca.CertFile, "--tls-cert-file", ccert, "--tls-key-file", ckey}
+	tlsArgs := []string{"--tls-trust-certs-file", ca.CertFile, "--auth-tls-cert-file", ccert, "--auth-tls-key-file", ckey}
 	if o, err := cmd(append([]string{"client", "produce", "t", "-m", "x", "--url", url}, tlsArgs...)...); err != nil || !strings.HasPrefix(o, "sent ") {
 		t.Fatalf("produce over TLS with a client certificate: %q %v", o, err)
 	}

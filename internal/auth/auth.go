@@ -42,6 +42,10 @@ var (
 	ErrExpired = errors.New("authentication expired")
 )
 
+// Leeway is the clock skew tolerated on a token's expiry: it is accepted
+// until then, and a stream using it ends then.
+const Leeway = 5 * time.Second
+
 // maxKeySize caps a key file.
 const maxKeySize = 64 << 10
 
@@ -203,7 +207,7 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	}
 	var rc jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &rc, func(*jwt.Token) (any, error) { return v.key, nil },
-		jwt.WithValidMethods([]string{v.method.Alg()}), jwt.WithLeeway(5*time.Second))
+		jwt.WithValidMethods([]string{v.method.Alg()}), jwt.WithLeeway(Leeway))
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}

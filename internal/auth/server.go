@@ -40,14 +40,16 @@ func Expiry(ctx context.Context) time.Time {
 	return c.Expires
 }
 
-// ExpiryTimer fires when the caller's credentials expire; nil (never
-// fires) without an expiry. stop releases it.
+// ExpiryTimer fires when the caller's credentials expire (with Leeway, as
+// Verify accepts them: a token accepted at a stream's start is never
+// already expired for it); nil (never fires) without an expiry. stop
+// releases it.
 func ExpiryTimer(ctx context.Context) (fired <-chan time.Time, stop func()) {
 	at := Expiry(ctx)
 	if at.IsZero() {
 		return nil, func() {}
 	}
-	t := time.NewTimer(time.Until(at))
+	t := time.NewTimer(time.Until(at.Add(Leeway)))
 	return t.C, func() { t.Stop() }
 }
 

@@ -59,6 +59,12 @@ func NewCA(t testing.TB, name string) *CA {
 // with the same cn overwrites them (a renewal).
 func (ca *CA) Issue(t testing.TB, cn string) (certFile, keyFile string) {
 	t.Helper()
+	return ca.IssueFor(t, cn, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+// IssueFor is Issue with these extended key usages only.
+func (ca *CA) IssueFor(t testing.TB, cn string, usage ...x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +72,7 @@ func (ca *CA) Issue(t testing.TB, cn string) (certFile, keyFile string) {
 	tmpl := &x509.Certificate{SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage: usage,
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

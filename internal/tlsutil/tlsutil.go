@@ -206,8 +206,32 @@ func NewClient(f Files, insecure bool) (*tls.Config, error) {
 	if f.Cert != "" {
 		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			cert, _ := r.current()
+			if !forClients(cert) {
+				// A server certificate (serverAuth only) would fail the
+				// handshake: present none, and let the caller's token
+				// authenticate.
+				return &tls.Certificate{}, nil
+			}
 			return cert, nil
 		}
 	}
 	return c, nil
+}
+
+// forClients reports whether cert may authenticate a client: it names no
+// extended key usage, or clientAuth (or any).
+func forClients(cert *tls.Certificate) bool {
+	leaf := cert.Leaf
+	if leaf == nil && len(cert.Certificate) > 0 {
+		leaf, _ = x509.ParseCertificate(cert.Certificate[0])
+	}
+	if leaf == nil || len(leaf.ExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range leaf.ExtKeyUsage {
+		if u == x509.ExtKeyUsageClientAuth || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package tlsutil
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"strings"
 	"testing"
@@ -64,5 +65,28 @@ func TestReload(t *testing.T) {
 	s.r.mu.Unlock()
 	if serving() == first || s.Err() != nil {
 		t.Fatalf("a renewed certificate is not served (%v)", s.Err())
+	}
+}
+
+// A server-only certificate is not presented as a client certificate.
+func TestClientPresentsOnlyClientCertificates(t *testing.T) {
+	ca := testutil.NewCA(t, "ca")
+	for _, tc := range []struct {
+		usage []x509.ExtKeyUsage
+		want  bool
+	}{
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, false},
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, true},
+		{nil, true},
+	} {
+		cert, key := ca.IssueFor(t, "peer", tc.usage...)
+		c, err := NewClient(Files{Cert: cert, Key: key, Trust: ca.CertFile}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.GetClientCertificate(&tls.CertificateRequestInfo{})
+		if presented := len(got.Certificate) > 0; presented != tc.want {
+			t.Errorf("usage %v: presented %v, want %v", tc.usage, presented, tc.want)
+		}
 	}
 }
