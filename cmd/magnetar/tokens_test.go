@@ -60,26 +60,7 @@ func TestTokensAndAnAuthenticatedStandalone(t *testing.T) {
 		t.Fatalf("a bad expiry: %v", err)
 	}
 
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, pw, "standalone", "--data-dir", filepath.Join(dir, "data"), "--metastore-listen", "127.0.0.1:0",
-			"--bookie-listen", "127.0.0.1:0", "--broker-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "warn",
-			"--authentication-enabled", "--token-secret-key", secret)
-		pw.Close()
-	}()
-	sc := bufio.NewScanner(pr)
-	var lines []string
-	timeout := time.AfterFunc(time.Minute, func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
-	defer timeout.Stop()
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
-			break
-		}
-	}
-	go io.Copy(io.Discard, pr)
-	out := strings.Join(lines, "\n")
+	out, done := startStandalone(t, ctx, "--authentication-enabled", "--token-secret-key", secret)
 	url := "magnetar://" + field(t, out, "clients           magnetar://")
 	admin := "http://" + field(t, out, "admin (HTTP)      http://")
 
