@@ -289,18 +289,21 @@ func TestLoadBalancingMovesPartitionsToANewBroker(t *testing.T) {
 		return n
 	}
 	// The producers keep sending: each send looks the partition up again
-	// if it moved. One partition moves per balancing round and lookup;
-	// under a loaded CI machine that took more than 30 s once.
-	testutil.Eventually(t, 90*time.Second, "the new broker owns half the partitions", func() bool {
+	// if it moved. The first broker unloads its excess (5) at once; a
+	// moved partition's lookup may land back on it (lookups place by the
+	// registered counts, which lag), and 6 against 4 is balanced by the
+	// balancer's rule (no broker above 1.2 x the mean + 1): so the new
+	// broker ends with 4 or 5, the first with the rest.
+	testutil.Eventually(t, 90*time.Second, "the new broker owns its share of the partitions", func() bool {
 		for i, p := range producers {
 			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))}); err != nil {
 				t.Fatalf("send to busy-%d: %v", i, err)
 			}
 		}
-		return owned(other.Addr()) == 5
+		return owned(other.Addr()) >= 4
 	})
-	if n := owned(e.b.Addr()); n != 5 {
-		t.Fatalf("the first broker owns %d partitions, want 5", n)
+	if a, b := owned(e.b.Addr()), owned(other.Addr()); a+b != 10 || a > 6 || b > 6 {
+		t.Fatalf("the brokers own %d and %d partitions, want 10 split 5/5 or 6/4", a, b)
 	}
 }
 
