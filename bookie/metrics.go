@@ -1,7 +1,7 @@
 package bookie
 
 import (
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,14 +120,8 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
-	reasons := c.s.ReadOnly()
-	state := "writable"
-	switch {
-	case slices.Contains(reasons, ReadOnlyDraining):
-		state = "draining"
-	case len(reasons) > 0:
-		state = "read_only"
-	}
+	st, _ := c.s.state()
+	state := strings.ReplaceAll(st, "-", "_") // a label value, as the others
 	writable := 0.0
 	if state == "writable" {
 		writable = 1

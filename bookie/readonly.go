@@ -176,3 +176,16 @@ func (s *Server) checkDisk() {
 		s.SetReadOnly(ReadOnlyDisk, false)
 	}
 }
+
+// state is the bookie's state, "writable", "read-only" or "draining",
+// with the read-only reasons.
+func (s *Server) state() (string, []string) {
+	reasons := s.ReadOnly()
+	switch {
+	case slices.Contains(reasons, ReadOnlyDraining):
+		return "draining", reasons
+	case len(reasons) > 0:
+		return "read-only", reasons
+	}
+	return "writable", reasons
+}

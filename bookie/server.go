@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,14 +310,7 @@ func (s *Server) HealthChecks() health.Checks {
 			}},
 		},
 		Info: func() map[string]any {
-			reasons := s.ReadOnly()
-			state := "writable"
-			switch {
-			case slices.Contains(reasons, ReadOnlyDraining):
-				state = "draining"
-			case len(reasons) > 0:
-				state = "read-only"
-			}
+			state, reasons := s.state()
 			return map[string]any{"id": s.id, "state": state, "readOnlyReasons": reasons}
 		},
 	}

@@ -315,13 +315,16 @@ func (m topicMetrics) Collect(ch chan<- prometheus.Metric) {
 				zap.Int("topics", len(topics)), zap.Int("max", s.cfg.MetricsMaxTopics))
 		})
 	}
-	gauge := func(name, help string, v float64, labels ...string) {
+	emit := func(typ prometheus.ValueType, name, help string, v float64, labels ...string) {
 		d := desc(name, help, labels)
-		m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, labelValues(cluster, labels)...)
+		m, err := prometheus.NewConstMetric(d, typ, v, labelValues(cluster, labels)...)
 		if err != nil {
 			m = prometheus.NewInvalidMetric(d, err) // a bad label value fails this series, never the process
 		}
 		ch <- m
+	}
+	gauge := func(name, help string, v float64, labels ...string) {
+		emit(prometheus.GaugeValue, name, help, v, labels...)
 	}
 	var broker topicFigures
 	namespaces := map[string]*topicFigures{}
@@ -377,14 +380,7 @@ func (m topicMetrics) Collect(ch chan<- prometheus.Metric) {
 	s.metrics.cacheMu.Unlock()
 	gauge("pulsar_ml_cache_hits_rate", "Reads served from the cache per second, over the last stats window.", hitRate)
 	gauge("pulsar_ml_cache_misses_rate", "Reads that missed the cache per second, over the last stats window.", missRate)
-	counter := func(name, help string, v float64) {
-		d := desc(name, help, nil)
-		m, err := prometheus.NewConstMetric(d, prometheus.CounterValue, v, cluster)
-		if err != nil {
-			m = prometheus.NewInvalidMetric(d, err)
-		}
-		ch <- m
-	}
+	counter := func(name, help string, v float64) { emit(prometheus.CounterValue, name, help, v) }
 	counter("magnetar_ml_cache_hits_total", "Reads served from the cache.", float64(hits))
 	counter("magnetar_ml_cache_misses_total", "Reads that missed the cache.", float64(misses))
 	counter("magnetar_ml_storage_reads_total", "Entries read from the bookies.", float64(s.storageReads.Load()))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"strings"
@@ -68,25 +67,8 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 func TestStandaloneCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, pw, "standalone", "--data-dir", t.TempDir(), "--bookies", "2",
-			"--metastore-listen", "127.0.0.1:0", "--bookie-listen", "127.0.0.1:0",
-			"--broker-listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "warn")
-		pw.Close()
-	}()
-	sc := bufio.NewScanner(pr)
-	var lines []string
-	timeout := time.AfterFunc(time.Minute, func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
-	defer timeout.Stop()
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
-			break
-		}
-	}
-	out := strings.Join(lines, "\n")
+	out, done := startStandalone(t, ctx, "--bookies", "2")
+
 	if !strings.Contains(out, "clients           magnetar://127.0.0.1:") || !strings.Contains(out, "admin (HTTP)      http://127.0.0.1:") ||
 		!strings.Contains(out, "metastore (etcd)  127.0.0.1:") || strings.Count(out, "bookie            127.0.0.1:") != 2 {
 		t.Fatalf("standalone printed:\n%s", out)
@@ -187,7 +169,6 @@ func TestStandaloneCommand(t *testing.T) {
 	}
 
 	cancel()
-	go io.Copy(io.Discard, pr)
 	select {
 	case err := <-done:
 		if err != nil {

@@ -95,11 +95,7 @@ func TestDashboardsQueryExportedMetrics(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Bookies = 2 // with autorecovery
-	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg := testConfig(t, 2) // with autorecovery
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -24,12 +24,7 @@ func TestMain(m *testing.M) {
 func TestRestartKeepsData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Bookies = 3
-	cfg.MetastoreListen = "127.0.0.1:0"
-	cfg.BookieListen = "127.0.0.1:0"
-	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg := testConfig(t, 3)
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -128,12 +123,8 @@ func TestReplication(t *testing.T) {
 func TestAutorecoveryWithSeveralBookies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Bookies = 4
+	cfg := testConfig(t, 4)
 	cfg.LostBookieRecoveryDelay = 0
-	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -170,10 +161,7 @@ func TestAutorecoveryWithSeveralBookies(t *testing.T) {
 		return err == nil && !slices.Contains(m.Segments[0].Bookies, gone)
 	})
 
-	one := DefaultConfig()
-	one.DataDir = t.TempDir()
-	one.MetastoreListen, one.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
-	one.BrokerListen, one.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	one := testConfig(t, 1)
 	s1, err := Start(ctx, one, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -208,11 +196,7 @@ func TestAdvertised(t *testing.T) {
 func TestReadyzCoversBookies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Bookies = 2
-	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg := testConfig(t, 2)
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -237,11 +221,7 @@ func TestReadyzCoversBookies(t *testing.T) {
 func TestMetricsCoverBookies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Bookies = 2
-	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg := testConfig(t, 2)
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -306,4 +286,15 @@ func TestMetricsCoverBookies(t *testing.T) {
 		_, marks := m.Value(t, "magnetar_autorecovery_under_replicated_marks")
 		return auditors == 1 && marks
 	})
+}
+
+// testConfig is a standalone of n bookies on free ports, with its data in
+// the test's directory.
+func testConfig(t *testing.T, n int) Config {
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Bookies = n
+	cfg.MetastoreListen, cfg.BookieListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.BrokerListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	return cfg
 }
