@@ -264,7 +264,10 @@ func TestAutoscalerScalesRealBookies(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the removed bookie was not forgotten: %v", err)
 	}
-	// Every decision is an Event, in this order.
+	// Every decision is an Event, in this order. Events are sent after
+	// the action, asynchronously: wait for each of them (the dry run's
+	// events count towards no total).
+	order := []string{"ScaleUp", "Decommission", "ScaleDown", "Forget"}
 	var seen map[string]corev1.Event
 	if err := poll(ctx, 30*time.Second, func() (bool, error) {
 		events, err := cp.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + stsName})
@@ -277,11 +280,15 @@ func TestAutoscalerScalesRealBookies(t *testing.T) {
 				seen[e.Reason] = e
 			}
 		}
-		return len(seen) >= 4, nil
+		for _, want := range order {
+			if _, ok := seen[want]; !ok {
+				return false, nil
+			}
+		}
+		return true, nil
 	}); err != nil {
 		t.Fatalf("autoscaler events: %v", seen)
 	}
-	order := []string{"ScaleUp", "Decommission", "ScaleDown", "Forget"}
 	for i, want := range order {
 		e, ok := seen[want]
 		if !ok {
