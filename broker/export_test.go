@@ -190,3 +190,24 @@ func (s *Server) Unload(ctx context.Context, topic string) error {
 // RefreshStats closes the stats window of every loaded topic now, as
 // statsLoop does every StatsInterval.
 func (s *Server) RefreshStats() { s.refreshStats(time.Now()) }
+
+// PersistedAcks reports whether the loaded topic's subscription has
+// acknowledged every message up to the last one written, and if so
+// persists its cursor so that a broker loading the topic next starts
+// after them.
+func (s *Server) PersistedAcks(ctx context.Context, topic, sub string) (bool, error) {
+	t := s.loadedTopic(topic)
+	if t == nil {
+		return false, fmt.Errorf("topic %s is not loaded", topic)
+	}
+	for _, su := range t.subscriptions() {
+		if su.name != sub {
+			continue
+		}
+		if su.cur.MarkDelete() != t.ml.LastConfirmed() {
+			return false, nil
+		}
+		return true, su.cur.Persist(ctx)
+	}
+	return false, fmt.Errorf("no subscription %s on %s", sub, topic)
+}

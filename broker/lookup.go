@@ -127,16 +127,21 @@ func (s *Server) lookupOwner(ctx context.Context, path string) (string, error) {
 
 // leastLoaded picks the live broker owning the fewest partitions; among
 // equals, one chosen by the topic's hash, so that concurrent lookups of
-// one topic agree and lookups of many topics spread.
+// one topic agree and lookups of many topics spread. A partition this
+// broker just moved away for balance goes to another broker if there is
+// one.
 func (s *Server) leastLoaded(ctx context.Context, path string) (string, error) {
 	var best []string
 	fewest := -1
+	skipSelf := s.stopping() || s.movedAway(path)
+	live := 0
 	err := s.store.ListAll(ctx, metastore.BrokersAvailablePrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
 		var info brokerInfo
 		if err := json.Unmarshal(kv.Value, &info); err != nil || info.Address == "" {
 			return nil // not a broker this version understands
 		}
-		if info.Address == s.id && s.stopping() {
+		live++
+		if info.Address == s.id && skipSelf {
 			return nil
 		}
 		switch {
@@ -149,6 +154,9 @@ func (s *Server) leastLoaded(ctx context.Context, path string) (string, error) {
 	})
 	if err != nil {
 		return "", err
+	}
+	if len(best) == 0 && live == 1 && !s.stopping() {
+		best = []string{s.id} // moved away, but no other broker is left
 	}
 	if len(best) == 0 {
 		return "", errorf(ErrServiceNotReady, "no live broker to serve %s", path)
@@ -310,6 +318,7 @@ func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
 	r, _ := s.load.sample(&s.traffic, time.Now())
 	pick, reason := toUnload(mine, r.MsgIn+r.MsgOut, others)
 	for _, i := range pick {
+		s.markMovedAway(topicPath(mine[i].name))
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := s.unloadTopic(ctx, mine[i].name)
 		cancel()
@@ -323,6 +332,35 @@ func (s *Server) balanceOnce(ctx context.Context) (unloaded int, err error) {
 		s.log.Info("unloaded partitions to balance the load", zap.String("reason", reason), zap.Int("unloaded", unloaded), zap.Int("owned", len(mine)))
 	}
 	return unloaded, nil
+}
+
+// movedAwayFor is how long lookups answered by a broker keep a partition
+// it unloaded for balance off itself: long enough for every broker's
+// registered count to be refreshed.
+const movedAwayFor = 3 * registerInterval
+
+// markMovedAway records that this broker unloads path for balance.
+func (s *Server) markMovedAway(path string) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.movedAway == nil {
+		s.mu.movedAway = make(map[string]time.Time)
+	}
+	for p, until := range s.mu.movedAway {
+		if now.After(until) {
+			delete(s.mu.movedAway, p)
+		}
+	}
+	s.mu.movedAway[path] = now.Add(movedAwayFor)
+}
+
+// movedAway reports whether this broker unloaded path for balance lately.
+func (s *Server) movedAway(path string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.mu.movedAway[path]
+	return ok && time.Now().Before(until)
 }
 
 // topicLoad is what balancing knows of one owned partition.

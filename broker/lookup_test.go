@@ -127,6 +127,16 @@ func TestSessionLossUnloadsPartitions(t *testing.T) {
 	for _, m := range receiveN(t, cons, 20) {
 		cons.Ack(m)
 	}
+	// Acknowledgements are persisted in the background; one not yet
+	// persisted when the session goes is redelivered, as it should be.
+	// This test is about what comes after, so it waits for them.
+	testutil.Eventually(t, 10*time.Second, "the acknowledgements persisted", func() bool {
+		ok, err := e.b.PersistedAcks(ctxT(t), "persistent://public/default/lost", "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
 	key := metastore.OwnerKey("public/default/lost")
 	before, err := e.c.Store.Get(ctxT(t), key)
 	if err != nil {
@@ -289,21 +299,19 @@ func TestLoadBalancingMovesPartitionsToANewBroker(t *testing.T) {
 		return n
 	}
 	// The producers keep sending: each send looks the partition up again
-	// if it moved. The first broker unloads its excess (5) at once; a
-	// moved partition's lookup may land back on it (lookups place by the
-	// registered counts, which lag), and 6 against 4 is balanced by the
-	// balancer's rule (no broker above 1.2 x the mean + 1): so the new
-	// broker ends with 4 or 5, the first with the rest.
-	testutil.Eventually(t, 90*time.Second, "the new broker owns its share of the partitions", func() bool {
+	// if it moved. The first broker unloads its excess (5) at once, and
+	// its lookups place none of them back on itself although the
+	// registered counts lag.
+	testutil.Eventually(t, 60*time.Second, "the new broker owns its share of the partitions", func() bool {
 		for i, p := range producers {
 			if _, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))}); err != nil {
 				t.Fatalf("send to busy-%d: %v", i, err)
 			}
 		}
-		return owned(other.Addr()) >= 4
+		return owned(other.Addr()) >= 5
 	})
-	if a, b := owned(e.b.Addr()), owned(other.Addr()); a+b != 10 || a > 6 || b > 6 {
-		t.Fatalf("the brokers own %d and %d partitions, want 10 split 5/5 or 6/4", a, b)
+	if a, b := owned(e.b.Addr()), owned(other.Addr()); a != 5 || b != 5 {
+		t.Fatalf("the brokers own %d and %d partitions, want 5 each", a, b)
 	}
 }
 

@@ -129,6 +129,11 @@ type Server struct {
 		sync.Mutex
 		topics  map[string]*topic
 		loading map[string]*loadCall
+		// movedAway holds the partitions (by path) this broker unloaded
+		// to balance the load, until when its lookups place them on
+		// another broker: the registered counts lag, and a moved
+		// partition placed back here would undo the move.
+		movedAway map[string]time.Time
 	}
 }
 
