@@ -30,18 +30,25 @@ const maxAdminBody = 1 << 20
 // "code": ...} (restCodeOf), unknown paths and methods included.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
-	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request) (any, error)) {
+	// Every route names its authorization rule (authz.go), checked
+	// before the handler runs.
+	h := func(pattern string, allow rule, fn func(w http.ResponseWriter, r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
 			ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 			defer cancel()
-			out, err := fn(w, r.WithContext(ctx))
+			r = r.WithContext(ctx)
+			if err := allow(r); err != nil {
+				writeResult(w, nil, err)
+				return
+			}
+			out, err := fn(w, r)
 			writeResult(w, out, err)
 		})
 	}
 	// Tenants and namespaces.
-	h("GET /admin/v2/tenants", func(w http.ResponseWriter, r *http.Request) (any, error) { return nonNil(s.md.tenants(r.Context())) })
-	h("PUT /admin/v2/tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/tenants", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) { return nonNil(s.md.tenants(r.Context())) })
+	h("PUT /admin/v2/tenants/{tenant}", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var body struct {
 			AdminRoles      []string `json:"adminRoles"`
 			AllowedClusters []string `json:"allowedClusters"`
@@ -49,24 +56,29 @@ func (s *Server) adminHandler() http.Handler {
 		if err := readJSON(r, &body, true); err != nil {
 			return nil, err
 		}
+		for _, role := range body.AdminRoles {
+			if err := checkRole(role); err != nil {
+				return nil, err
+			}
+		}
 		return nil, s.md.createTenant(r.Context(), r.PathValue("tenant"), &metapb.TenantInfo{AdminRoles: body.AdminRoles, AllowedClusters: body.AllowedClusters})
 	})
-	h("DELETE /admin/v2/tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("DELETE /admin/v2/tenants/{tenant}", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, s.md.deleteTenant(r.Context(), r.PathValue("tenant"))
 	})
-	h("GET /admin/v2/namespaces/{tenant}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/namespaces/{tenant}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		if err := s.md.tenantExists(r.Context(), r.PathValue("tenant")); err != nil {
 			return nil, err
 		}
 		return nonNil(s.md.namespaces(r.Context(), r.PathValue("tenant")))
 	})
-	h("PUT /admin/v2/namespaces/{tenant}/{ns}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("PUT /admin/v2/namespaces/{tenant}/{ns}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, s.md.createNamespace(r.Context(), nsOf(r))
 	})
-	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, s.md.deleteNamespace(r.Context(), nsOf(r))
 	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/retention", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/retention", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		p, err := s.md.policies(r.Context(), nsOf(r))
 		if err != nil {
 			return nil, err
@@ -74,7 +86,7 @@ func (s *Server) adminHandler() http.Handler {
 		st := s.md.settings(p)
 		return retentionJSON{Minutes: durationMinutes(st.retention.Time), SizeMB: sizeMB(st.retention.Size)}, nil
 	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/retention", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/retention", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var body retentionJSON
 		if err := readJSON(r, &body, false); err != nil {
 			return nil, err
@@ -87,14 +99,14 @@ func (s *Server) adminHandler() http.Handler {
 			return nil
 		})
 	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/messageTTL", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/messageTTL", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		p, err := s.md.policies(r.Context(), nsOf(r))
 		if err != nil {
 			return nil, err
 		}
 		return int64(s.md.settings(p).messageTTL / time.Second), nil
 	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/messageTTL", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/messageTTL", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var ttl int32
 		if err := readJSON(r, &ttl, false); err != nil {
 			return nil, err
@@ -107,7 +119,7 @@ func (s *Server) adminHandler() http.Handler {
 			return nil
 		})
 	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/persistence", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/persistence", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		p, err := s.md.policies(r.Context(), nsOf(r))
 		if err != nil {
 			return nil, err
@@ -115,7 +127,7 @@ func (s *Server) adminHandler() http.Handler {
 		st := s.md.settings(p)
 		return persistenceJSON{Ensemble: st.ensemble, WriteQuorum: st.writeQuorum, AckQuorum: st.ackQuorum}, nil
 	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/persistence", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/persistence", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var body persistenceJSON
 		if err := readJSON(r, &body, false); err != nil {
 			return nil, err
@@ -128,14 +140,14 @@ func (s *Server) adminHandler() http.Handler {
 			return nil
 		})
 	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/deduplication", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/deduplication", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		p, err := s.md.policies(r.Context(), nsOf(r))
 		if err != nil {
 			return nil, err
 		}
 		return s.md.settings(p).dedup, nil
 	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/deduplication", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/deduplication", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var on bool
 		if err := readJSON(r, &on, false); err != nil {
 			return nil, err
@@ -146,13 +158,13 @@ func (s *Server) adminHandler() http.Handler {
 		})
 	})
 	// Topics.
-	h("GET /admin/v2/persistent/{tenant}/{ns}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/persistent/{tenant}/{ns}", s.onNamespace(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		if _, err := s.md.policies(r.Context(), nsOf(r)); err != nil {
 			return nil, err
 		}
 		return nonNil(s.md.topics(r.Context(), nsOf(r)))
 	})
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		n, err := topicOf(r)
 		if err != nil {
 			return nil, err
@@ -165,7 +177,7 @@ func (s *Server) adminHandler() http.Handler {
 		_, err = s.getTopic(r.Context(), n, true)
 		return nil, err
 	})
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		n, err := topicOf(r)
 		if err != nil {
 			return nil, err
@@ -176,7 +188,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		return nil, s.md.createPartitioned(r.Context(), n, parts)
 	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		n, err := topicOf(r)
 		if err != nil {
 			return nil, err
@@ -184,28 +196,28 @@ func (s *Server) adminHandler() http.Handler {
 		parts, err := s.md.partitions(r.Context(), n)
 		return map[string]int{"partitions": parts}, err
 	})
-	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		n, err := topicOf(r)
 		if err != nil {
 			return nil, err
 		}
 		return nil, s.deleteTopic(r.Context(), n, r.URL.Query().Get("force") == "true")
 	})
-	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		n, err := topicOf(r)
 		if err != nil {
 			return nil, err
 		}
 		return nil, s.deleteTopic(r.Context(), n, r.URL.Query().Get("force") == "true")
 	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return s.forPartitions(r, "stats", func(t *topic) (any, error) { return t.stats(), nil })
 	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return s.forPartitions(r, "internalStats", func(t *topic) (any, error) { return t.internalStats(), nil })
 	})
 	// Subscriptions.
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		t, err := s.adminTopic(r)
 		if err != nil {
 			return nil, err
@@ -218,17 +230,17 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		return names, nil
 	})
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, s.createSubscriptionREST(r)
 	})
-	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		t, err := s.adminTopic(r)
 		if err != nil {
 			return nil, err
 		}
 		return nil, t.removeSubscription(r.Context(), r.PathValue("sub"), r.URL.Query().Get("force") == "true")
 	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{timestamp}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{timestamp}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		t, sub, err := s.adminSubscription(r)
 		if err != nil {
 			return nil, err
@@ -244,7 +256,7 @@ func (s *Server) adminHandler() http.Handler {
 		sub.seek(p, nil)
 		return nil, nil
 	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		_, sub, err := s.adminSubscription(r)
 		if err != nil {
 			return nil, err
@@ -262,7 +274,7 @@ func (s *Server) adminHandler() http.Handler {
 		sub.seek(mledger.Position{Ledger: id.LedgerID, Entry: id.EntryID}, nil)
 		return nil, nil
 	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/skip/{n}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/skip/{n}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		t, sub, err := s.adminSubscription(r)
 		if err != nil {
 			return nil, err
@@ -273,7 +285,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		return nil, sub.skip(r.Context(), t, n)
 	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/position/{n}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/position/{n}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		t, sub, err := s.adminSubscription(r)
 		if err != nil {
 			return nil, err
@@ -285,7 +297,7 @@ func (s *Server) adminHandler() http.Handler {
 		return sub.peek(r.Context(), t, n)
 	})
 	// Cluster.
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/unload", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/unload", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
 		n, err := topicOf(r)
 		if err != nil {
 			return nil, err
@@ -302,7 +314,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		return nil, s.unloadTopic(r.Context(), n)
 	})
-	h("PUT /admin/v2/namespaces/{tenant}/{ns}/unload", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("PUT /admin/v2/namespaces/{tenant}/{ns}/unload", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		ns := r.PathValue("tenant") + "/" + r.PathValue("ns")
 		if _, err := s.md.policies(r.Context(), ns); err != nil {
 			return nil, err
@@ -310,7 +322,7 @@ func (s *Server) adminHandler() http.Handler {
 		n, err := s.unloadNamespace(r.Context(), ns)
 		return map[string]int{"unloaded": n}, err
 	})
-	h("GET /admin/v2/owners", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/owners", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		owners := map[string]string{}
 		err := s.store.ListAll(r.Context(), metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
 			owner, _, _ := strings.Cut(string(kv.Value), "\n")
@@ -319,19 +331,20 @@ func (s *Server) adminHandler() http.Handler {
 		})
 		return owners, err
 	})
-	h("GET /admin/v2/brokers", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/brokers", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nonNil(s.md.listChildren(r.Context(), metastore.BrokersAvailablePrefix))
 	})
 	// Every live broker's registration: addresses and load.
-	h("GET /admin/v2/brokers/load", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/brokers/load", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return s.liveBrokers(r.Context())
 	})
-	h("GET /admin/v2/broker-stats/cache", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET /admin/v2/broker-stats/cache", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		size, hits, misses := s.cache.Stats()
 		return map[string]any{"sizeBytes": size, "hits": hits, "misses": misses,
 			"entriesReadFromBookies": s.storageReads.Load()}, nil
 	})
 	s.bookieRoutes(h)
+	s.permissionRoutes(h)
 	ops.Register(mux, ops.Options{Health: s.healthChecks(), Metrics: s.gather, Pprof: s.cfg.Pprof})
 	// With authentication on, every path needs credentials but the
 	// probes' (and /metrics unless --authenticate-metrics-endpoint).
@@ -624,7 +637,14 @@ func (s *Server) deleteTopic(ctx context.Context, n topicname.Name, force bool) 
 		}
 	}
 	if parts > 0 {
-		return s.store.Delete(ctx, metastore.PartitionedKey(topicPath(n)))
+		if err := s.store.Delete(ctx, metastore.PartitionedKey(topicPath(n))); err != nil {
+			return err
+		}
+	}
+	if n.PartitionIndex() < 0 {
+		if err := s.dropTopicGrants(ctx, n); err != nil {
+			return fmt.Errorf("%s is deleted, but its grants are not (delete them with DELETE .../permissions/{role}): %w", n, err)
+		}
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func TestAdminUnknownPathsAndMethods(t *testing.T) {
 		{"GET", "/admin/v2/persistent/public/default/nosuch/stats", 404, "TOPIC_NOT_FOUND", ""},
 		{"DELETE", "/admin/v2/tenants", 405, "METHOD_NOT_ALLOWED", "GET"},
 		{"POST", "/admin/v2/persistent/public/default/t/stats", 405, "METHOD_NOT_ALLOWED", "GET"},
-		{"PATCH", "/admin/v2/tenants/acme", 405, "METHOD_NOT_ALLOWED", "DELETE, PUT"},
+		{"PATCH", "/admin/v2/tenants/acme", 405, "METHOD_NOT_ALLOWED", "DELETE, GET, HEAD, POST, PUT"},
 		{"GET", "/admin/v2/persistent/public/default/t/subscription/s", 405, "METHOD_NOT_ALLOWED", "DELETE, PUT"},
 	} {
 		req, err := http.NewRequest(tc.method, "http://"+e.b.HTTPAddr()+tc.path, nil)

@@ -130,29 +130,13 @@ type Config struct {
 	MetricsMaxTopics  int           `mapstructure:"metrics-max-topics" yaml:"metrics-max-topics"`
 	Pprof             bool          `mapstructure:"pprof" yaml:"pprof"`
 
-	// Authentication of clients (gRPC and admin REST) with JWT tokens:
-	// checked with the secret key (HS256) or the public key (RS256, ES256)
-	// given, a path, file:// or data:;base64, URL (internal/auth). The
-	// health probes are always open; /metrics unless
-	// AuthenticateMetricsEndpoint. ClientAuthTokenFile holds the token the
-	// broker presents to other brokers (their admin API); it is read at
-	// each use, so that it can be rotated.
-	AuthenticationEnabled       bool   `mapstructure:"authentication-enabled" yaml:"authentication-enabled"`
-	TokenSecretKey              string `mapstructure:"token-secret-key" yaml:"token-secret-key"`
-	TokenPublicKey              string `mapstructure:"token-public-key" yaml:"token-public-key"`
-	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint" yaml:"authenticate-metrics-endpoint"`
-	ClientAuthTokenFile         string `mapstructure:"client-auth-token-file" yaml:"client-auth-token-file"`
-
-	// TLS on both the client and the admin port (PEM files, reloaded when
-	// they change): TLSCertFile and TLSKeyFile are served;
-	// TLSTrustCertsFile holds the authorities of client certificates
-	// (with authentication on, a verified client certificate's common
-	// name is the role) and of other brokers' certificates.
-	// TLSRequireTrustedClientCert refuses clients without one.
-	TLSCertFile                 string `mapstructure:"tls-cert-file" yaml:"tls-cert-file"`
-	TLSKeyFile                  string `mapstructure:"tls-key-file" yaml:"tls-key-file"`
-	TLSTrustCertsFile           string `mapstructure:"tls-trust-certs-file" yaml:"tls-trust-certs-file"`
-	TLSRequireTrustedClientCert bool   `mapstructure:"tls-require-trusted-client-cert" yaml:"tls-require-trusted-client-cert"`
+	// Security: authentication, authorization and TLS of the client and
+	// admin ports.
+	Security `mapstructure:",squash" yaml:",inline"`
+	// ClientAuthTokenFile holds the token the broker presents to other
+	// brokers (their admin API); it is read at each use, so that it can be
+	// rotated. With authorization on, its role must be a superuser.
+	ClientAuthTokenFile string `mapstructure:"client-auth-token-file" yaml:"client-auth-token-file"`
 }
 
 // DefaultConfig returns the defaults.
@@ -254,19 +238,8 @@ func (c *Config) Validate() error {
 	if c.StatsInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--stats-interval %v: at least 100ms", c.StatsInterval))
 	}
-	switch {
-	case c.AuthenticationEnabled && c.TokenSecretKey != "" && c.TokenPublicKey != "":
-		errs = append(errs, errors.New("--authentication-enabled takes one of --token-secret-key and --token-public-key, not both"))
-	case c.AuthenticationEnabled && c.TokenSecretKey == "" && c.TokenPublicKey == "" && c.TLSTrustCertsFile == "":
-		errs = append(errs, errors.New("--authentication-enabled needs a token key (--token-secret-key or --token-public-key) or client certificates (--tls-trust-certs-file)"))
-	case !c.AuthenticationEnabled && (c.TokenSecretKey != "" || c.TokenPublicKey != "" || c.AuthenticateMetricsEndpoint):
-		errs = append(errs, errors.New("a token key or --authenticate-metrics-endpoint without --authentication-enabled: set it, or drop them"))
-	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		errs = append(errs, errors.New("TLS needs both --tls-cert-file and --tls-key-file"))
-	}
-	if (c.TLSTrustCertsFile != "" || c.TLSRequireTrustedClientCert) && c.TLSCertFile == "" {
-		errs = append(errs, errors.New("--tls-trust-certs-file and --tls-require-trusted-client-cert need TLS (--tls-cert-file, --tls-key-file)"))
+	if err := c.Security.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MetricsMaxTopics < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-max-topics %d: must not be negative", c.MetricsMaxTopics))
@@ -291,4 +264,67 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("broker config: %w", err)
 	}
 	return nil
+}
+
+// Security is the configuration of who may reach a broker and what they
+// may do; standalone takes the same.
+type Security struct {
+	// Authentication of clients (gRPC and admin REST) with JWT tokens:
+	// checked with the secret key (HS256) or the public key (RS256, ES256)
+	// given, a path, file:// or data:;base64, URL (internal/auth). The
+	// health probes are always open; /metrics unless
+	// AuthenticateMetricsEndpoint.
+	AuthenticationEnabled       bool   `mapstructure:"authentication-enabled" yaml:"authentication-enabled"`
+	TokenSecretKey              string `mapstructure:"token-secret-key" yaml:"token-secret-key"`
+	TokenPublicKey              string `mapstructure:"token-public-key" yaml:"token-public-key"`
+	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint" yaml:"authenticate-metrics-endpoint"`
+
+	// Authorization (needs authentication; authz.go): SuperuserRoles may
+	// do anything; a tenant's admin roles administer the tenant and use
+	// its topics; other roles what the namespace's and topic's grants
+	// allow.
+	AuthorizationEnabled bool     `mapstructure:"authorization-enabled" yaml:"authorization-enabled"`
+	SuperuserRoles       []string `mapstructure:"superuser-roles" yaml:"superuser-roles"`
+
+	// TLS on both the client and the admin port (PEM files, reloaded when
+	// they change): TLSCertFile and TLSKeyFile are served;
+	// TLSTrustCertsFile holds the authorities of client certificates
+	// (with authentication on, a verified client certificate's common
+	// name is the role) and of other brokers' certificates.
+	// TLSRequireTrustedClientCert refuses clients without one.
+	TLSCertFile                 string `mapstructure:"tls-cert-file" yaml:"tls-cert-file"`
+	TLSKeyFile                  string `mapstructure:"tls-key-file" yaml:"tls-key-file"`
+	TLSTrustCertsFile           string `mapstructure:"tls-trust-certs-file" yaml:"tls-trust-certs-file"`
+	TLSRequireTrustedClientCert bool   `mapstructure:"tls-require-trusted-client-cert" yaml:"tls-require-trusted-client-cert"`
+}
+
+// Validate checks the security settings.
+func (c Security) Validate() error {
+	var errs []error
+	switch {
+	case c.AuthenticationEnabled && c.TokenSecretKey != "" && c.TokenPublicKey != "":
+		errs = append(errs, errors.New("--authentication-enabled takes one of --token-secret-key and --token-public-key, not both"))
+	case c.AuthenticationEnabled && c.TokenSecretKey == "" && c.TokenPublicKey == "" && c.TLSTrustCertsFile == "":
+		errs = append(errs, errors.New("--authentication-enabled needs a token key (--token-secret-key or --token-public-key) or client certificates (--tls-trust-certs-file)"))
+	case !c.AuthenticationEnabled && (c.TokenSecretKey != "" || c.TokenPublicKey != "" || c.AuthenticateMetricsEndpoint):
+		errs = append(errs, errors.New("a token key or --authenticate-metrics-endpoint without --authentication-enabled: set it, or drop them"))
+	}
+	if c.AuthorizationEnabled && !c.AuthenticationEnabled {
+		errs = append(errs, errors.New("--authorization-enabled needs --authentication-enabled: roles come from credentials"))
+	}
+	if len(c.SuperuserRoles) > 0 && !c.AuthorizationEnabled {
+		errs = append(errs, errors.New("--superuser-roles without --authorization-enabled: set it, or drop them"))
+	}
+	for _, r := range c.SuperuserRoles {
+		if r == "" || len(r) > maxNameLength {
+			errs = append(errs, fmt.Errorf("--superuser-roles: role %q must be 1 to %d bytes", r, maxNameLength))
+		}
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("TLS needs both --tls-cert-file and --tls-key-file"))
+	}
+	if (c.TLSTrustCertsFile != "" || c.TLSRequireTrustedClientCert) && c.TLSCertFile == "" {
+		errs = append(errs, errors.New("--tls-trust-certs-file and --tls-require-trusted-client-cert need TLS (--tls-cert-file, --tls-key-file)"))
+	}
+	return errors.Join(errs...)
 }

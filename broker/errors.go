@@ -68,6 +68,7 @@ var errorTable = []struct {
 	// ledger creations and a writer that found no replacement bookie.
 	{ledger.ErrNotEnoughBookies, brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES, codes.Unavailable, http.StatusServiceUnavailable},
 	{auth.ErrUnauthenticated, brokerpb.ErrorReason_AUTHENTICATION_ERROR, codes.Unauthenticated, http.StatusUnauthorized},
+	{ErrUnauthorized, brokerpb.ErrorReason_AUTHORIZATION_ERROR, codes.PermissionDenied, http.StatusForbidden},
 	// A stream whose token expired: the client reconnects with a fresh
 	// one (retriable).
 	{auth.ErrExpired, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusUnauthorized},

@@ -78,6 +78,36 @@ func (md *metadata) createTenant(ctx context.Context, tenant string, info *metap
 	return nil
 }
 
+// tenant returns a tenant's details; ErrNotFound if it does not exist.
+func (md *metadata) tenant(ctx context.Context, tenant string) (*metapb.TenantInfo, error) {
+	if err := topicname.CheckSegment("tenant", tenant); err != nil {
+		return nil, errorf(ErrInvalidArgument, "%v", err)
+	}
+	info := &metapb.TenantInfo{}
+	if _, err := getProto(ctx, md.store, metastore.TenantKey(tenant), info); errors.Is(err, metastore.ErrNotFound) {
+		return nil, errorf(ErrNotFound, "tenant %s does not exist", tenant)
+	} else if err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// updateTenant replaces an existing tenant's details.
+func (md *metadata) updateTenant(ctx context.Context, tenant string, info *metapb.TenantInfo) error {
+	for {
+		rev, err := getProto(ctx, md.store, metastore.TenantKey(tenant), &metapb.TenantInfo{})
+		if errors.Is(err, metastore.ErrNotFound) {
+			return errorf(ErrNotFound, "tenant %s does not exist", tenant)
+		} else if err != nil {
+			return err
+		}
+		_, err = md.store.CompareAndSwap(ctx, metastore.TenantKey(tenant), marshal(info), rev)
+		if !errors.Is(err, metastore.ErrBadVersion) {
+			return err
+		}
+	}
+}
+
 func (md *metadata) tenantExists(ctx context.Context, tenant string) error {
 	if _, err := md.store.Get(ctx, metastore.TenantKey(tenant)); errors.Is(err, metastore.ErrNotFound) {
 		return errorf(ErrNotFound, "tenant %s does not exist", tenant)

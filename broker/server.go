@@ -71,6 +71,8 @@ type Server struct {
 	// runtime's and those added by WithMetrics.
 	// auth checks clients' credentials; nil with authentication off.
 	auth *auth.Verifier
+	// authz decides what an authenticated role may do (authz.go).
+	authz authorizer
 	// tls serves the client and admin ports (nil: plaintext); peerHTTP
 	// calls other brokers' admin API.
 	tls       *tlsutil.Server
@@ -211,6 +213,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		undo = append(undo, func() { st.Close() })
 	}
 	s.md = &metadata{store: s.store, cfg: &s.cfg}
+	s.authz = authorizer{on: cfg.AuthorizationEnabled, superusers: cfg.SuperuserRoles, md: s.md}
 	if err := s.md.ensureDefaults(ctx); err != nil {
 		return nil, fmt.Errorf("broker: create the default namespace: %w", err)
 	}

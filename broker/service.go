@@ -62,6 +62,9 @@ func (v *service) Lookup(ctx context.Context, req *brokerpb.LookupRequest) (*bro
 	if err != nil {
 		return nil, err
 	}
+	if err := v.s.authz.checkTopic(ctx, n, opLookup, ""); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	addr, err := v.s.lookup(ctx, n)
 	v.s.metrics.lookedUp(v.s.id, addr, err, time.Since(start))
@@ -74,6 +77,9 @@ func (v *service) Lookup(ctx context.Context, req *brokerpb.LookupRequest) (*bro
 func (v *service) PartitionedMetadata(ctx context.Context, req *brokerpb.PartitionedMetadataRequest) (*brokerpb.PartitionedMetadataResponse, error) {
 	n, err := parseTopic(req.Topic)
 	if err != nil {
+		return nil, err
+	}
+	if err := v.s.authz.checkTopic(ctx, n, opLookup, ""); err != nil {
 		return nil, err
 	}
 	if _, err := v.s.md.policies(ctx, n.NamespaceName()); err != nil {
@@ -89,6 +95,9 @@ func (v *service) PartitionedMetadata(ctx context.Context, req *brokerpb.Partiti
 func (v *service) GetLastMessageId(ctx context.Context, req *brokerpb.GetLastMessageIdRequest) (*brokerpb.GetLastMessageIdResponse, error) {
 	n, err := parseTopic(req.Topic)
 	if err != nil {
+		return nil, err
+	}
+	if err := v.s.authz.checkTopic(ctx, n, opConsume, ""); err != nil {
 		return nil, err
 	}
 	t, err := v.s.getTopic(ctx, n, false)
@@ -118,6 +127,9 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		if err := checkName("producer", open.ProducerName); err != nil {
 			return err
 		}
+	}
+	if err := v.s.authz.checkTopic(ctx, n, opProduce, ""); err != nil {
+		return err
 	}
 	t, err := v.s.getTopic(ctx, n, true)
 	if err != nil {
@@ -283,6 +295,15 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 	}
 	if !req.Durable && isMulti(req.Type) {
 		return errorf(ErrInvalidArgument, "a reader (non-durable subscription) is exclusive")
+	}
+	// A reader's subscription is its own and ends with it: the prefix
+	// rule is for the durable ones.
+	durableSub := ""
+	if req.Durable {
+		durableSub = req.Subscription
+	}
+	if err := v.s.authz.checkTopic(ctx, n, opConsume, durableSub); err != nil {
+		return err
 	}
 	queue := int(req.ReceiverQueueSize)
 	if queue == 0 {

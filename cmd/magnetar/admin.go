@@ -242,9 +242,19 @@ func newAdminCmd(g *globals) *cobra.Command {
 
 	tenants := &cobra.Command{Use: "tenants", Short: "Tenants"}
 	sub(tenants, "list", "List tenants", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/tenants", nil) })
-	sub(tenants, "create TENANT", "Create a tenant", 1, func(ctx context.Context, as []string) error {
-		return a.call(ctx, "PUT", "/admin/v2/tenants/"+as[0], map[string]any{})
+	var adminRoles []string
+	ct := sub(tenants, "create TENANT", "Create a tenant", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "PUT", "/admin/v2/tenants/"+as[0], map[string]any{"adminRoles": nonNil(adminRoles)})
 	})
+	sub(tenants, "get TENANT", "Show a tenant's admin roles", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "GET", "/admin/v2/tenants/"+as[0], nil)
+	})
+	ut := sub(tenants, "update TENANT", "Replace a tenant's admin roles", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "POST", "/admin/v2/tenants/"+as[0], map[string]any{"adminRoles": nonNil(adminRoles)})
+	})
+	for _, c := range []*cobra.Command{ct, ut} {
+		c.Flags().StringSliceVarP(&adminRoles, "admin-roles", "r", nil, "the tenant's admin roles (comma-separated)")
+	}
 	sub(tenants, "delete TENANT", "Delete an empty tenant", 1, func(ctx context.Context, as []string) error {
 		return a.call(ctx, "DELETE", "/admin/v2/tenants/"+as[0], nil)
 	})
@@ -303,7 +313,50 @@ func newAdminCmd(g *globals) *cobra.Command {
 	setDedup := withNS("set-deduplication", "Turn deduplication on or off", "POST", "/deduplication", func() (any, error) { return enable, nil })
 	setDedup.Flags().BoolVar(&enable, "enable", false, "true to enable, false to disable")
 
+	// Grants, on a namespace or a topic: PATH is the resource's admin path.
+	var role string
+	var actions []string
+	grants := func(parent *cobra.Command, arg string, path func(string) (string, error)) {
+		sub(parent, "permissions "+arg, "Show the roles granted actions", 1, func(ctx context.Context, as []string) error {
+			p, err := path(as[0])
+			if err != nil {
+				return err
+			}
+			return a.call(ctx, "GET", p+"/permissions", nil)
+		})
+		gp := sub(parent, "grant-permission "+arg, "Grant a role actions (produce, consume, ...)", 1, func(ctx context.Context, as []string) error {
+			p, err := path(as[0])
+			if err != nil {
+				return err
+			}
+			if role == "" || len(actions) == 0 {
+				return errors.New("give --role and --actions (e.g. --actions produce,consume)")
+			}
+			return a.call(ctx, "POST", p+"/permissions/"+url.PathEscape(role), actions)
+		})
+		gp.Flags().StringVar(&role, "role", "", "the role (required)")
+		gp.Flags().StringSliceVar(&actions, "actions", nil, "actions to grant: produce, consume (comma-separated; required)")
+		rp := sub(parent, "revoke-permission "+arg, "Revoke a role's grant", 1, func(ctx context.Context, as []string) error {
+			p, err := path(as[0])
+			if err != nil {
+				return err
+			}
+			if role == "" {
+				return errors.New("give --role")
+			}
+			return a.call(ctx, "DELETE", p+"/permissions/"+url.PathEscape(role), nil)
+		})
+		rp.Flags().StringVar(&role, "role", "", "the role (required)")
+	}
+	grants(namespaces, "TENANT/NAMESPACE", nsPath)
+	withNS("get-subscription-auth-mode", "Show whether subscription names must be prefixed by the role", "GET", "/subscriptionAuthMode", nil)
+	var subAuthMode string
+	sam := withNS("set-subscription-auth-mode", "Require subscription names prefixed by the role (Prefix) or not (None)", "POST", "/subscriptionAuthMode",
+		func() (any, error) { return subAuthMode, nil })
+	sam.Flags().StringVarP(&subAuthMode, "subscription-auth-mode", "m", "None", "None or Prefix")
+
 	topics := &cobra.Command{Use: "topics", Short: "Topics and subscriptions"}
+	grants(topics, "TOPIC", topicPath)
 	sub(topics, "list TENANT/NAMESPACE", "List topics", 1, func(ctx context.Context, as []string) error {
 		p, err := nsPath(as[0])
 		if err != nil {
@@ -490,4 +543,11 @@ func (a *adminClient) authorize(req *http.Request) error {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	return nil
+}
+
+func nonNil(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
 }

@@ -266,4 +266,6 @@ func addAuthServerFlags(f *pflag.FlagSet) {
 	f.String("token-secret-key", "", "secret key tokens are checked with (HS256): a path, file://PATH or data:;base64,KEY")
 	f.String("token-public-key", "", "public key tokens are checked with (RS256 or ES256, by the key): a path, file://PATH or data:;base64,KEY")
 	f.Bool("authenticate-metrics-endpoint", false, "with authentication: /metrics needs a token too")
+	f.Bool("authorization-enabled", false, "authorize every request by its role: superusers, tenant admins, and the grants of namespaces and topics (needs --authentication-enabled)")
+	f.StringSlice("superuser-roles", nil, "roles that may do anything (comma-separated); the brokers' own role (--client-auth-token-file) must be one")
 }

@@ -54,16 +54,9 @@ type Config struct {
 	StatsInterval time.Duration `mapstructure:"stats-interval"`
 	// Pprof serves /debug/pprof/ on the admin port.
 	Pprof bool `mapstructure:"pprof"`
-	// Authentication of the broker's clients (see broker.Config).
-	AuthenticationEnabled       bool   `mapstructure:"authentication-enabled"`
-	TokenSecretKey              string `mapstructure:"token-secret-key"`
-	TokenPublicKey              string `mapstructure:"token-public-key"`
-	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint"`
-	// TLS of the broker's ports (see broker.Config).
-	TLSCertFile                 string `mapstructure:"tls-cert-file"`
-	TLSKeyFile                  string `mapstructure:"tls-key-file"`
-	TLSTrustCertsFile           string `mapstructure:"tls-trust-certs-file"`
-	TLSRequireTrustedClientCert bool   `mapstructure:"tls-require-trusted-client-cert"`
+	// Security of the broker's ports: authentication, authorization and
+	// TLS (see broker.Security).
+	broker.Security `mapstructure:",squash"`
 }
 
 // DefaultConfig returns the defaults.
@@ -100,10 +93,7 @@ func (c *Config) Validate() error {
 	}
 	// The broker's own checks, before anything starts.
 	bc := broker.DefaultConfig()
-	bc.AuthenticationEnabled, bc.TokenSecretKey, bc.TokenPublicKey = c.AuthenticationEnabled, c.TokenSecretKey, c.TokenPublicKey
-	bc.AuthenticateMetricsEndpoint = c.AuthenticateMetricsEndpoint
-	bc.TLSCertFile, bc.TLSKeyFile, bc.TLSTrustCertsFile = c.TLSCertFile, c.TLSKeyFile, c.TLSTrustCertsFile
-	bc.TLSRequireTrustedClientCert = c.TLSRequireTrustedClientCert
+	bc.Security = c.Security
 	bc.ClusterName, bc.StatsInterval = c.ClusterName, c.StatsInterval
 	bc.Metastore = []string{"127.0.0.1:2379"}
 	if err := bc.Validate(); err != nil {
@@ -210,10 +200,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.Ensemble, bc.WriteQuorum, bc.AckQuorum = replication(cfg.Bookies)
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
 	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
-	bc.AuthenticationEnabled, bc.TokenSecretKey, bc.TokenPublicKey = cfg.AuthenticationEnabled, cfg.TokenSecretKey, cfg.TokenPublicKey
-	bc.AuthenticateMetricsEndpoint = cfg.AuthenticateMetricsEndpoint
-	bc.TLSCertFile, bc.TLSKeyFile, bc.TLSTrustCertsFile = cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSTrustCertsFile
-	bc.TLSRequireTrustedClientCert = cfg.TLSRequireTrustedClientCert
+	bc.Security = cfg.Security
 	// The process is live and ready only with all its bookies.
 	var checks health.Checks
 	for _, b := range s.Bookies {

@@ -1314,8 +1314,18 @@ type NamespacePolicies struct {
 	MessageTtlSeconds int32 `protobuf:"varint,9,opt,name=message_ttl_seconds,json=messageTtlSeconds,proto3" json:"message_ttl_seconds,omitempty"`
 	HasDeduplication  bool  `protobuf:"varint,10,opt,name=has_deduplication,json=hasDeduplication,proto3" json:"has_deduplication,omitempty"`
 	Deduplication     bool  `protobuf:"varint,11,opt,name=deduplication,proto3" json:"deduplication,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Authorization (Pulsar's auth_policies): the actions ("produce",
+	// "consume", "functions", ...) granted per role on the whole namespace,
+	// and per topic (by its local name; a partitioned topic's grants cover
+	// its partitions) and role.
+	NamespacePermissions map[string]*Actions         `protobuf:"bytes,12,rep,name=namespace_permissions,json=namespacePermissions,proto3" json:"namespace_permissions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TopicPermissions     map[string]*RolePermissions `protobuf:"bytes,13,rep,name=topic_permissions,json=topicPermissions,proto3" json:"topic_permissions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// subscription_prefix requires the durable subscriptions of a role that
+	// is neither a superuser nor a tenant admin to be named "<role>-..."
+	// (Pulsar's subscription_auth_mode Prefix).
+	SubscriptionPrefix bool `protobuf:"varint,14,opt,name=subscription_prefix,json=subscriptionPrefix,proto3" json:"subscription_prefix,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -1425,6 +1435,117 @@ func (x *NamespacePolicies) GetDeduplication() bool {
 	return false
 }
 
+func (x *NamespacePolicies) GetNamespacePermissions() map[string]*Actions {
+	if x != nil {
+		return x.NamespacePermissions
+	}
+	return nil
+}
+
+func (x *NamespacePolicies) GetTopicPermissions() map[string]*RolePermissions {
+	if x != nil {
+		return x.TopicPermissions
+	}
+	return nil
+}
+
+func (x *NamespacePolicies) GetSubscriptionPrefix() bool {
+	if x != nil {
+		return x.SubscriptionPrefix
+	}
+	return false
+}
+
+// Actions a role is granted.
+type Actions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Actions       []string               `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Actions) Reset() {
+	*x = Actions{}
+	mi := &file_metapb_meta_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Actions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Actions) ProtoMessage() {}
+
+func (x *Actions) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Actions.ProtoReflect.Descriptor instead.
+func (*Actions) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Actions) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+// RolePermissions are a topic's grants by role.
+type RolePermissions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Roles         map[string]*Actions    `protobuf:"bytes,1,rep,name=roles,proto3" json:"roles,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolePermissions) Reset() {
+	*x = RolePermissions{}
+	mi := &file_metapb_meta_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolePermissions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolePermissions) ProtoMessage() {}
+
+func (x *RolePermissions) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolePermissions.ProtoReflect.Descriptor instead.
+func (*RolePermissions) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RolePermissions) GetRoles() map[string]*Actions {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
 // PartitionedTopic is kept at partitioned/<tenant>/<namespace>/<topic>.
 type PartitionedTopic struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1435,7 +1556,7 @@ type PartitionedTopic struct {
 
 func (x *PartitionedTopic) Reset() {
 	*x = PartitionedTopic{}
-	mi := &file_metapb_meta_proto_msgTypes[16]
+	mi := &file_metapb_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1568,7 @@ func (x *PartitionedTopic) String() string {
 func (*PartitionedTopic) ProtoMessage() {}
 
 func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[16]
+	mi := &file_metapb_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1581,7 @@ func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionedTopic.ProtoReflect.Descriptor instead.
 func (*PartitionedTopic) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{16}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PartitionedTopic) GetPartitions() int32 {
@@ -1484,7 +1605,7 @@ type DedupSnapshot struct {
 
 func (x *DedupSnapshot) Reset() {
 	*x = DedupSnapshot{}
-	mi := &file_metapb_meta_proto_msgTypes[17]
+	mi := &file_metapb_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1617,7 @@ func (x *DedupSnapshot) String() string {
 func (*DedupSnapshot) ProtoMessage() {}
 
 func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[17]
+	mi := &file_metapb_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1630,7 @@ func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupSnapshot.ProtoReflect.Descriptor instead.
 func (*DedupSnapshot) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{17}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DedupSnapshot) GetLedgerId() int64 {
@@ -1651,7 +1772,7 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"TenantInfo\x12\x1f\n" +
 	"\vadmin_roles\x18\x01 \x03(\tR\n" +
 	"adminRoles\x12)\n" +
-	"\x10allowed_clusters\x18\x02 \x03(\tR\x0fallowedClusters\"\xc3\x03\n" +
+	"\x10allowed_clusters\x18\x02 \x03(\tR\x0fallowedClusters\"\x9c\a\n" +
 	"\x11NamespacePolicies\x12'\n" +
 	"\x0fhas_persistence\x18\x01 \x01(\bR\x0ehasPersistence\x12\x1a\n" +
 	"\bensemble\x18\x02 \x01(\x05R\bensemble\x12!\n" +
@@ -1665,7 +1786,24 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\x13message_ttl_seconds\x18\t \x01(\x05R\x11messageTtlSeconds\x12+\n" +
 	"\x11has_deduplication\x18\n" +
 	" \x01(\bR\x10hasDeduplication\x12$\n" +
-	"\rdeduplication\x18\v \x01(\bR\rdeduplication\"2\n" +
+	"\rdeduplication\x18\v \x01(\bR\rdeduplication\x12r\n" +
+	"\x15namespace_permissions\x18\f \x03(\v2=.magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntryR\x14namespacePermissions\x12f\n" +
+	"\x11topic_permissions\x18\r \x03(\v29.magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntryR\x10topicPermissions\x12/\n" +
+	"\x13subscription_prefix\x18\x0e \x01(\bR\x12subscriptionPrefix\x1ab\n" +
+	"\x19NamespacePermissionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.magnetar.meta.v1.ActionsR\x05value:\x028\x01\x1af\n" +
+	"\x15TopicPermissionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
+	"\x05value\x18\x02 \x01(\v2!.magnetar.meta.v1.RolePermissionsR\x05value:\x028\x01\"#\n" +
+	"\aActions\x12\x18\n" +
+	"\aactions\x18\x01 \x03(\tR\aactions\"\xaa\x01\n" +
+	"\x0fRolePermissions\x12B\n" +
+	"\x05roles\x18\x01 \x03(\v2,.magnetar.meta.v1.RolePermissions.RolesEntryR\x05roles\x1aS\n" +
+	"\n" +
+	"RolesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.magnetar.meta.v1.ActionsR\x05value:\x028\x01\"2\n" +
 	"\x10PartitionedTopic\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\x05R\n" +
@@ -1696,7 +1834,7 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_metapb_meta_proto_goTypes = []any{
 	(LedgerState)(0),            // 0: magnetar.meta.v1.LedgerState
 	(UnderReplicated_Reason)(0), // 1: magnetar.meta.v1.UnderReplicated.Reason
@@ -1716,27 +1854,38 @@ var file_metapb_meta_proto_goTypes = []any{
 	(*CursorChunk)(nil),         // 15: magnetar.meta.v1.CursorChunk
 	(*TenantInfo)(nil),          // 16: magnetar.meta.v1.TenantInfo
 	(*NamespacePolicies)(nil),   // 17: magnetar.meta.v1.NamespacePolicies
-	(*PartitionedTopic)(nil),    // 18: magnetar.meta.v1.PartitionedTopic
-	(*DedupSnapshot)(nil),       // 19: magnetar.meta.v1.DedupSnapshot
-	nil,                         // 20: magnetar.meta.v1.LedgerMetadata.CustomEntry
-	nil,                         // 21: magnetar.meta.v1.CursorInfo.PropertiesEntry
-	nil,                         // 22: magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	(*Actions)(nil),             // 18: magnetar.meta.v1.Actions
+	(*RolePermissions)(nil),     // 19: magnetar.meta.v1.RolePermissions
+	(*PartitionedTopic)(nil),    // 20: magnetar.meta.v1.PartitionedTopic
+	(*DedupSnapshot)(nil),       // 21: magnetar.meta.v1.DedupSnapshot
+	nil,                         // 22: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	nil,                         // 23: magnetar.meta.v1.CursorInfo.PropertiesEntry
+	nil,                         // 24: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
+	nil,                         // 25: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
+	nil,                         // 26: magnetar.meta.v1.RolePermissions.RolesEntry
+	nil,                         // 27: magnetar.meta.v1.DedupSnapshot.SequencesEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
 	4,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	20, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	22, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
 	1,  // 3: magnetar.meta.v1.UnderReplicated.reason:type_name -> magnetar.meta.v1.UnderReplicated.Reason
 	10, // 4: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
-	21, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
+	23, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
 	13, // 6: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
 	14, // 7: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
-	22, // 8: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	24, // 8: magnetar.meta.v1.NamespacePolicies.namespace_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
+	25, // 9: magnetar.meta.v1.NamespacePolicies.topic_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
+	26, // 10: magnetar.meta.v1.RolePermissions.roles:type_name -> magnetar.meta.v1.RolePermissions.RolesEntry
+	27, // 11: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	18, // 12: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry.value:type_name -> magnetar.meta.v1.Actions
+	19, // 13: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry.value:type_name -> magnetar.meta.v1.RolePermissions
+	18, // 14: magnetar.meta.v1.RolePermissions.RolesEntry.value:type_name -> magnetar.meta.v1.Actions
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_metapb_meta_proto_init() }
@@ -1750,7 +1899,7 @@ func file_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
