@@ -3,6 +3,8 @@ package bookie
 import (
 	"errors"
 	"fmt"
+	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/metastore"
 	"strings"
 	"time"
 	"unicode"
@@ -33,6 +35,8 @@ type Config struct {
 	Metastore []string `mapstructure:"metastore" yaml:"metastore"`
 	// MetastoreRoot is the key prefix of this cluster. Default /magnetar.
 	MetastoreRoot string `mapstructure:"metastore-root" yaml:"metastore-root"`
+	// Metastore credentials: etcd's TLS and authentication.
+	metastore.Credentials `mapstructure:",squash" yaml:",inline"`
 	// MaxEntrySize caps one entry's payload. Default 5 MiB.
 	MaxEntrySize int `mapstructure:"max-entry-size" yaml:"max-entry-size"`
 	// MaxInflightBytes bounds the payload bytes of adds the bookie holds at
@@ -94,6 +98,16 @@ type Config struct {
 	// same host label in one write quorum. Set it when several bookies
 	// share a machine. Default empty (unknown: no constraint).
 	HostLabel string `mapstructure:"host-label" yaml:"host-label"`
+
+	// Security of the gRPC port (and TLS of the HTTP port, which serves
+	// only probes, metrics and profiles): with authentication on, only
+	// AllowedRoles may call it (default broker and autorecovery).
+	// ClientAuthTokenFile is the token this bookie's autorecovery
+	// presents to other bookies; it dials them over TLS when this bookie
+	// serves TLS, trusting TLSTrustCertsFile's authorities.
+	auth.ServerConfig   `mapstructure:",squash" yaml:",inline"`
+	AllowedRoles        []string `mapstructure:"allowed-roles" yaml:"allowed-roles"`
+	ClientAuthTokenFile string   `mapstructure:"client-auth-token-file" yaml:"client-auth-token-file"`
 }
 
 // DefaultConfig returns the defaults.
@@ -116,6 +130,7 @@ func DefaultConfig() Config {
 		DiskUsageThreshold:        0.90,
 		DiskUsageLowThreshold:     0.85,
 		DiskCheckInterval:         time.Second,
+		AllowedRoles:              []string{"broker", "autorecovery"},
 	}
 }
 
@@ -141,7 +156,10 @@ func checkLabel(l string) error {
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
-	var errs []error
+	errs := []error{c.ServerConfig.Validate()}
+	if c.AuthenticationEnabled && len(c.AllowedRoles) == 0 {
+		errs = append(errs, errors.New("--allowed-roles is empty: with authentication on, no one could use the bookie"))
+	}
 	if err := netaddr.Listen(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: %w", c.Listen, err))
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/magnetar-io/magnetar/internal/tlsutil"
+	"google.golang.org/grpc/credentials"
 	"net"
 	"net/http"
 	"os"
@@ -76,7 +78,8 @@ type Server struct {
 	db         *storage.DB
 	ln         net.Listener
 	grpc       *grpc.Server
-	httpLn     net.Listener // nil without --http
+	httpLn     net.Listener    // nil without --http
+	tls        *tlsutil.Server // nil without TLS
 	http       *http.Server
 	id         string // name in ledger metadata
 	addr       string // advertised address
@@ -154,7 +157,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 
 	s.store = o.store
 	if s.store == nil {
-		st, err := metastore.Open(ctx, metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot}, s.log)
+		st, err := metastore.Open(ctx, metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot, Credentials: cfg.Credentials}, s.log)
 		if err != nil {
 			return nil, err
 		}
@@ -214,7 +217,21 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	// An entry of the maximum size, or a batch of smaller ones (clients cap
 	// batches at 1 MiB of payload), plus framing.
 	maxMsg := cfg.MaxEntrySize + 1<<20
-	s.grpc = grpc.NewServer(
+	verifier, err := cfg.NewVerifier()
+	if err != nil {
+		return nil, fmt.Errorf("bookie: %w", err)
+	}
+	authUnary, authStream := s.authInterceptors(verifier)
+	var creds []grpc.ServerOption
+	if cfg.TLSCertFile != "" {
+		tc, err := tlsutil.NewServer(tlsutil.Files{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile, Trust: cfg.TLSTrustCertsFile}, cfg.TLSRequireTrustedClientCert)
+		if err != nil {
+			return nil, fmt.Errorf("bookie: %w", err)
+		}
+		s.tls = tc
+		creds = append(creds, grpc.Creds(credentials.NewTLS(tc.Config)))
+	}
+	s.grpc = grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
 		// A connection that sends no HTTP/2 preface is dropped after this,
@@ -227,12 +244,13 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		grpc.ReadBufferSize(transportBuffer),
 		grpc.InitialWindowSize(transportWindow),
 		grpc.InitialConnWindowSize(transportWindow),
-		grpc.ChainUnaryInterceptor(errorInterceptor, recoverInterceptor(s.log)),
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{errorInterceptor, recoverInterceptor(s.log)}, authUnary...)...),
+		grpc.ChainStreamInterceptor(authStream...),
 		// Stop waits for handlers to return, so storage is never closed
 		// under one.
 		grpc.WaitForHandlers(true),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	bookiepb.RegisterBookieServer(s.grpc, &service{s: s})
 	go func() { s.served <- s.grpc.Serve(ln) }()
 
@@ -266,6 +284,11 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			if s.tls != nil {
+				s.http.TLSConfig = s.tls.Config
+				s.http.ServeTLS(s.httpLn, "", "")
+				return
+			}
 			s.http.Serve(s.httpLn)
 		}()
 	}
@@ -318,7 +341,11 @@ func (s *Server) HealthChecks() health.Checks {
 
 // startAutorecovery runs the bookie's autorecovery instance.
 func (s *Server) startAutorecovery() error {
-	lc, err := ledger.New(s.store, ledger.Config{MaxEntrySize: s.cfg.MaxEntrySize, Logger: s.log.Named("autorecovery")})
+	dial, err := s.cfg.peer().DialOptions()
+	if err != nil {
+		return err
+	}
+	lc, err := ledger.New(s.store, ledger.Config{MaxEntrySize: s.cfg.MaxEntrySize, DialOptions: dial, Logger: s.log.Named("autorecovery")})
 	if err != nil {
 		return err
 	}

@@ -17,9 +17,12 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/testcluster"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 // authEnv is a broker that authenticates with a secret key, and tokens.
@@ -271,7 +274,9 @@ func TestAuthenticationSettingsAreChecked(t *testing.T) {
 		{func(c *broker.Config) { c.AuthenticationEnabled = true }, "needs a token key"},
 		{func(c *broker.Config) { c.AuthenticationEnabled, c.TokenSecretKey, c.TokenPublicKey = true, "a", "b" }, "not both"},
 		{func(c *broker.Config) { c.TLSCertFile = "c.pem" }, "both --tls-cert-file and --tls-key-file"},
-		{func(c *broker.Config) { c.TLSTrustCertsFile = "ca.pem" }, "need TLS"},
+		{func(c *broker.Config) { c.TLSRequireTrustedClientCert = true }, "needs --tls-trust-certs-file"},
+		{func(c *broker.Config) { c.AuthenticationEnabled, c.TLSTrustCertsFile = true, "ca.pem" }, "only over TLS"},
+		{func(c *broker.Config) { c.AuthenticateMetricsEndpoint = true }, "without --authentication-enabled"},
 		{func(c *broker.Config) { c.TokenSecretKey = "k" }, "without --authentication-enabled"},
 	} {
 		c := broker.DefaultConfig()
@@ -279,6 +284,50 @@ func TestAuthenticationSettingsAreChecked(t *testing.T) {
 		tc.configure(&c)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want %q", err, tc.want)
+		}
+	}
+}
+
+// A broker reaches bookies that serve TLS and want credentials with its
+// own token (--client-auth-token-file) over TLS (--bookie-tls-enabled):
+// messages go through and come back.
+func TestBrokerOverSecureBookies(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret.key")
+	os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600)
+	signer, err := auth.NewSigner(secret, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := signer.Sign("broker", 0)
+	tokenFile := filepath.Join(dir, "broker.token")
+	os.WriteFile(tokenFile, []byte(tok), 0o600)
+	ca := testutil.NewCA(t, "cluster")
+	secure := testcluster.Options{Configure: func(c *bookie.Config) {
+		cert, key := ca.Issue(t, "bookie")
+		c.AuthenticationEnabled, c.TokenSecretKey = true, secret
+		c.TLSCertFile, c.TLSKeyFile, c.TLSTrustCertsFile = cert, key, ca.CertFile
+		c.ClientAuthTokenFile = tokenFile
+		c.AllowedRoles = []string{"broker"}
+	}}
+	e := newEnvWith(t, secure, func(c *broker.Config) {
+		c.BookieTLSEnabled, c.TLSTrustCertsFile, c.ClientAuthTokenFile = true, ca.CertFile, tokenFile
+	})
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "secure", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 10)
+	p.Close()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "secure", SubscriptionName: "s", SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	for i, m := range receiveN(t, cons, 10) {
+		if want := fmt.Sprintf("m-%05d", i); string(m.Payload()) != want {
+			t.Fatalf("message %d: %q", i, m.Payload())
 		}
 	}
 }

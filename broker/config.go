@@ -3,6 +3,8 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/metastore"
 	"maps"
 	"slices"
 	"time"
@@ -29,6 +31,8 @@ type Config struct {
 	Metastore []string `mapstructure:"metastore" yaml:"metastore"`
 	// MetastoreRoot is the key prefix of this cluster. Default /magnetar.
 	MetastoreRoot string `mapstructure:"metastore-root" yaml:"metastore-root"`
+	// Metastore credentials: etcd's TLS and authentication.
+	metastore.Credentials `mapstructure:",squash" yaml:",inline"`
 	// SessionTTL of the broker's registration and topic ownership.
 	// Default 10s.
 	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
@@ -134,9 +138,16 @@ type Config struct {
 	// admin ports.
 	Security `mapstructure:",squash" yaml:",inline"`
 	// ClientAuthTokenFile holds the token the broker presents to other
-	// brokers (their admin API); it is read at each use, so that it can be
+	// brokers (their admin API) and to bookies; it is read again when it
+	// changes, so that it can be
 	// rotated. With authorization on, its role must be a superuser.
 	ClientAuthTokenFile string `mapstructure:"client-auth-token-file" yaml:"client-auth-token-file"`
+	// BookieTLSEnabled: the bookies serve TLS; they are verified with
+	// TLSTrustCertsFile's authorities (the system's if none), and
+	// TLSCertFile is presented if it is a client certificate. The token of
+	// ClientAuthTokenFile is presented to them too (their --allowed-roles
+	// must hold its role).
+	BookieTLSEnabled bool `mapstructure:"bookie-tls-enabled" yaml:"bookie-tls-enabled"`
 }
 
 // DefaultConfig returns the defaults.
@@ -269,15 +280,14 @@ func (c *Config) Validate() error {
 // Security is the configuration of who may reach a broker and what they
 // may do; standalone takes the same.
 type Security struct {
-	// Authentication of clients (gRPC and admin REST) with JWT tokens:
-	// checked with the secret key (HS256) or the public key (RS256, ES256)
-	// given, a path, file:// or data:;base64, URL (internal/auth). The
-	// health probes are always open; /metrics unless
-	// AuthenticateMetricsEndpoint.
-	AuthenticationEnabled       bool   `mapstructure:"authentication-enabled" yaml:"authentication-enabled"`
-	TokenSecretKey              string `mapstructure:"token-secret-key" yaml:"token-secret-key"`
-	TokenPublicKey              string `mapstructure:"token-public-key" yaml:"token-public-key"`
-	AuthenticateMetricsEndpoint bool   `mapstructure:"authenticate-metrics-endpoint" yaml:"authenticate-metrics-endpoint"`
+	// Authentication and TLS of the client and admin ports (with
+	// authentication on, a verified client certificate's common name is
+	// the role; TLSTrustCertsFile also holds the authorities of other
+	// brokers' and of bookies' certificates).
+	auth.ServerConfig `mapstructure:",squash" yaml:",inline"`
+	// AuthenticateMetricsEndpoint: /metrics needs credentials too (the
+	// health probes never do).
+	AuthenticateMetricsEndpoint bool `mapstructure:"authenticate-metrics-endpoint" yaml:"authenticate-metrics-endpoint"`
 
 	// Authorization (needs authentication; authz.go): SuperuserRoles may
 	// do anything; a tenant's admin roles administer the tenant and use
@@ -285,29 +295,13 @@ type Security struct {
 	// allow.
 	AuthorizationEnabled bool     `mapstructure:"authorization-enabled" yaml:"authorization-enabled"`
 	SuperuserRoles       []string `mapstructure:"superuser-roles" yaml:"superuser-roles"`
-
-	// TLS on both the client and the admin port (PEM files, reloaded when
-	// they change): TLSCertFile and TLSKeyFile are served;
-	// TLSTrustCertsFile holds the authorities of client certificates
-	// (with authentication on, a verified client certificate's common
-	// name is the role) and of other brokers' certificates.
-	// TLSRequireTrustedClientCert refuses clients without one.
-	TLSCertFile                 string `mapstructure:"tls-cert-file" yaml:"tls-cert-file"`
-	TLSKeyFile                  string `mapstructure:"tls-key-file" yaml:"tls-key-file"`
-	TLSTrustCertsFile           string `mapstructure:"tls-trust-certs-file" yaml:"tls-trust-certs-file"`
-	TLSRequireTrustedClientCert bool   `mapstructure:"tls-require-trusted-client-cert" yaml:"tls-require-trusted-client-cert"`
 }
 
 // Validate checks the security settings.
 func (c Security) Validate() error {
-	var errs []error
-	switch {
-	case c.AuthenticationEnabled && c.TokenSecretKey != "" && c.TokenPublicKey != "":
-		errs = append(errs, errors.New("--authentication-enabled takes one of --token-secret-key and --token-public-key, not both"))
-	case c.AuthenticationEnabled && c.TokenSecretKey == "" && c.TokenPublicKey == "" && c.TLSTrustCertsFile == "":
-		errs = append(errs, errors.New("--authentication-enabled needs a token key (--token-secret-key or --token-public-key) or client certificates (--tls-trust-certs-file)"))
-	case !c.AuthenticationEnabled && (c.TokenSecretKey != "" || c.TokenPublicKey != "" || c.AuthenticateMetricsEndpoint):
-		errs = append(errs, errors.New("a token key or --authenticate-metrics-endpoint without --authentication-enabled: set it, or drop them"))
+	errs := []error{c.ServerConfig.Validate()}
+	if c.AuthenticateMetricsEndpoint && !c.AuthenticationEnabled {
+		errs = append(errs, errors.New("--authenticate-metrics-endpoint without --authentication-enabled: set it, or drop it"))
 	}
 	if c.AuthorizationEnabled && !c.AuthenticationEnabled {
 		errs = append(errs, errors.New("--authorization-enabled needs --authentication-enabled: roles come from credentials"))
@@ -319,12 +313,6 @@ func (c Security) Validate() error {
 		if r == "" || len(r) > maxNameLength {
 			errs = append(errs, fmt.Errorf("--superuser-roles: role %q must be 1 to %d bytes", r, maxNameLength))
 		}
-	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		errs = append(errs, errors.New("TLS needs both --tls-cert-file and --tls-key-file"))
-	}
-	if (c.TLSTrustCertsFile != "" || c.TLSRequireTrustedClientCert) && c.TLSCertFile == "" {
-		errs = append(errs, errors.New("--tls-trust-certs-file and --tls-require-trusted-client-cert need TLS (--tls-cert-file, --tls-key-file)"))
 	}
 	return errors.Join(errs...)
 }

@@ -175,10 +175,10 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		}
 		s.peerHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
 	}
+	if s.auth, err = cfg.NewVerifier(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	if cfg.AuthenticationEnabled {
-		if s.auth, err = auth.NewServerVerifier(cfg.TokenSecretKey, cfg.TokenPublicKey, cfg.TLSTrustCertsFile != ""); err != nil {
-			return nil, fmt.Errorf("broker: %w", err)
-		}
 		if cfg.ClientAuthTokenFile == "" && cfg.TLSCertFile == "" {
 			s.log.Warn("authentication is on but this broker has no credentials for other brokers' admin API (--client-auth-token-file): " +
 				"requests they must answer (partitioned stats, remote unloads) will fail")
@@ -205,7 +205,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}()
 	s.store = o.store
 	if s.store == nil {
-		st, err := metastore.Open(ctx, metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot}, s.log)
+		st, err := metastore.Open(ctx, metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot, Credentials: cfg.Credentials}, s.log)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +219,13 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	// An entry is one message (or batch) with its metadata: at most
 	// MaxMessageSize, which the bookies' max-entry-size must allow.
+	bookieDial, err := auth.Peer{TLS: cfg.BookieTLSEnabled, TokenFile: cfg.ClientAuthTokenFile,
+		Files: tlsutil.Files{Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile, Trust: cfg.TLSTrustCertsFile}}.DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("broker: bookie connections: %w", err)
+	}
 	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize, AddressOverrides: cfg.BookieAddresses, Logger: s.log.Named("ledger"),
+		DialOptions: bookieDial,
 		// Ledgers record the session that writes them: when it is gone
 		// (and with it the ownership of their topics), autorecovery may
 		// close them to repair their last segment.

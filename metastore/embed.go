@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,16 @@ type EmbeddedConfig struct {
 	Logger *zap.Logger
 	// StartTimeout bounds the wait for the server to be ready. Default 60s.
 	StartTimeout time.Duration
+	// TLS, if set, serves clients over TLS with these PEM files; with
+	// ClientCertAuth, only clients presenting a certificate from
+	// TrustFile's authorities.
+	TLS *EmbeddedTLS
+}
+
+// EmbeddedTLS is the TLS of an embedded etcd's client port.
+type EmbeddedTLS struct {
+	CertFile, KeyFile, TrustFile string
+	ClientCertAuth               bool
 }
 
 // Embedded is a single-member etcd server running in this process.
@@ -61,7 +72,11 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	curl, err := url.Parse("http://" + cfg.ClientAddr)
+	scheme := "http://"
+	if cfg.TLS != nil {
+		scheme = "https://"
+	}
+	curl, err := url.Parse(scheme + cfg.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("metastore: embedded etcd client address %q: %w", cfg.ClientAddr, err)
 	}
@@ -77,6 +92,10 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	ec.ListenPeerUrls = []url.URL{*purl}
 	ec.AdvertisePeerUrls = []url.URL{*purl}
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	if cfg.TLS != nil {
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile,
+			TrustedCAFile: cfg.TLS.TrustFile, ClientCertAuth: cfg.TLS.ClientCertAuth}
+	}
 	closing := &atomic.Bool{}
 	elog := log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel), zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return quietOnClose{Core: c, closing: closing}

@@ -32,6 +32,8 @@ type Config struct {
 	Root string `mapstructure:"root" yaml:"root"`
 	// DialTimeout bounds the first connection. Default 5s.
 	DialTimeout time.Duration `mapstructure:"dial-timeout" yaml:"dial-timeout"`
+	// Credentials: etcd's TLS and authentication. Default none.
+	Credentials
 }
 
 // Validate checks the configuration and fills defaults.
@@ -43,6 +45,9 @@ func (c *Config) Validate() error {
 		if strings.TrimSpace(e) == "" {
 			return errors.New("metastore: empty etcd endpoint")
 		}
+	}
+	if err := c.Credentials.validate(); err != nil {
+		return err
 	}
 	if c.Root == "" {
 		c.Root = DefaultRoot
@@ -85,16 +90,24 @@ func Open(ctx context.Context, cfg Config, log *zap.Logger) (*Store, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		Logger:      log.Named("etcd-client").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
 		// Keep the connection alive so that a dead etcd is noticed.
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
-	})
+	}
+	if err := cfg.Credentials.apply(&ccfg); err != nil {
+		return nil, err
+	}
+	hint := ""
+	if ccfg.TLS != nil {
+		hint = " over TLS (is etcd's certificate from the authorities of --metastore-tls-trust-certs-file, and does etcd accept the client certificate?)"
+	}
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
-		return nil, fmt.Errorf("metastore: connect to %v: %w", cfg.Endpoints, err)
+		return nil, fmt.Errorf("metastore: connect to %v%s: %w", cfg.Endpoints, hint, err)
 	}
 	s := NewWithClient(cli, cfg.Root)
 	s.ownsClient = true
@@ -103,7 +116,7 @@ func Open(ctx context.Context, cfg Config, log *zap.Logger) (*Store, error) {
 	defer cancel()
 	if _, err := cli.Get(pctx, s.root+"ping", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("metastore: etcd at %v does not answer: %w", cfg.Endpoints, err)
+		return nil, fmt.Errorf("metastore: etcd at %v does not answer%s: %w", cfg.Endpoints, hint, err)
 	}
 	return s, nil
 }

@@ -55,6 +55,9 @@ type Config struct {
 	// unknown (autorecovery then leaves an open ledger's last segment to
 	// its writer until the ledger is closed).
 	WriterLease func() int64
+	// DialOptions are added to the bookie connections' own: TLS and
+	// credentials (internal/auth.Peer). Default plaintext, none.
+	DialOptions []grpc.DialOption
 	// Logger; nil discards.
 	Logger *zap.Logger
 }
@@ -255,16 +258,17 @@ func (c *Client) conn(addr string) (bookiepb.BookieClient, error) {
 	if conn == nil {
 		maxMsg := c.cfg.MaxEntrySize + 1<<20 // as the bookie: room for a batch's framing
 		var err error
-		conn, err = grpc.NewClient(addr,
+		opts := append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 			// As on the bookie: batched adds make large messages.
-			grpc.WithWriteBufferSize(512<<10),
-			grpc.WithReadBufferSize(512<<10),
-			grpc.WithInitialWindowSize(8<<20),
-			grpc.WithInitialConnWindowSize(8<<20),
-		)
+			grpc.WithWriteBufferSize(512 << 10),
+			grpc.WithReadBufferSize(512 << 10),
+			grpc.WithInitialWindowSize(8 << 20),
+			grpc.WithInitialConnWindowSize(8 << 20),
+		}, c.cfg.DialOptions...)
+		conn, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: dial bookie at %s: %v", wire.ErrUnavailable, addr, err)
 		}

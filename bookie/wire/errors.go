@@ -49,6 +49,12 @@ var (
 	// it still serves reads, and recovery adds while it has space. A
 	// writer replaces it like a failed bookie.
 	ErrReadOnly = errors.New("bookie is read-only")
+	// ErrUnauthenticated: the caller's credentials are missing or
+	// invalid.
+	ErrUnauthenticated = errors.New("not authenticated by the bookie")
+	// ErrUnauthorized: the caller's role may not use the bookie (only the
+	// bookie's --allowed-roles may: brokers and autorecovery).
+	ErrUnauthorized = errors.New("not authorized by the bookie")
 )
 
 // The wire table: one row per sentinel.
@@ -67,6 +73,8 @@ var table = []struct {
 	{ErrStorage, codes.Unavailable, "STORAGE_FAILED"},
 	{ErrUnavailable, codes.Unavailable, "BOOKIE_UNAVAILABLE"},
 	{ErrReadOnly, codes.FailedPrecondition, "BOOKIE_READ_ONLY"},
+	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
+	{ErrUnauthorized, codes.PermissionDenied, "UNAUTHORIZED"},
 }
 
 // Reason returns the wire reason of err's sentinel, or "" if it has none.

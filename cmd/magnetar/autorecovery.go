@@ -13,10 +13,12 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie/autorecovery"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/internal/ops"
+	"github.com/magnetar-io/magnetar/internal/tlsutil"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -30,6 +32,16 @@ type autorecoveryConfig struct {
 	Metastore []string `mapstructure:"metastore"`
 	// MetastoreRoot is the key prefix of the cluster. Default /magnetar.
 	MetastoreRoot string `mapstructure:"metastore-root"`
+	// Metastore credentials: etcd's TLS and authentication.
+	metastore.Credentials `mapstructure:",squash"`
+	// How it calls bookies: the token of ClientAuthTokenFile; over TLS
+	// with BookieTLSEnabled, verified with TLSTrustCertsFile's
+	// authorities, presenting AuthTLSCertFile if set.
+	ClientAuthTokenFile string `mapstructure:"client-auth-token-file"`
+	BookieTLSEnabled    bool   `mapstructure:"bookie-tls-enabled"`
+	TLSTrustCertsFile   string `mapstructure:"tls-trust-certs-file"`
+	AuthTLSCertFile     string `mapstructure:"auth-tls-cert-file"`
+	AuthTLSKeyFile      string `mapstructure:"auth-tls-key-file"`
 	// HTTPListen serves /healthz, /readyz and /metrics. Default empty: none.
 	HTTPListen string `mapstructure:"http"`
 	// Pprof serves /debug/pprof/ on the HTTP port.
@@ -86,6 +98,9 @@ func (c *autorecoveryConfig) validate() error {
 	}
 	if !(c.RebalanceTargetSpread > 0 && c.RebalanceTargetSpread <= 10) {
 		errs = append(errs, fmt.Errorf("--rebalance-target-spread %v must be in (0, 10]", c.RebalanceTargetSpread))
+	}
+	if (c.AuthTLSCertFile == "") != (c.AuthTLSKeyFile == "") {
+		errs = append(errs, errors.New("give both --auth-tls-cert-file and --auth-tls-key-file"))
 	}
 	if c.MaxEntrySize <= 0 {
 		errs = append(errs, fmt.Errorf("--max-entry-size %d must be positive", c.MaxEntrySize))
@@ -150,12 +165,17 @@ environment variable or in the --config file.`,
 				return err
 			}
 			defer log.Sync()
-			store, err := metastore.Open(cmd.Context(), metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot}, log)
+			store, err := metastore.Open(cmd.Context(), metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot, Credentials: cfg.Credentials}, log)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			lc, err := ledger.New(store, ledger.Config{MaxEntrySize: cfg.MaxEntrySize, Logger: log.Named("ledger")})
+			dial, err := auth.Peer{TLS: cfg.BookieTLSEnabled, TokenFile: cfg.ClientAuthTokenFile,
+				Files: tlsutil.Files{Cert: cfg.AuthTLSCertFile, Key: cfg.AuthTLSKeyFile, Trust: cfg.TLSTrustCertsFile}}.DialOptions()
+			if err != nil {
+				return err
+			}
+			lc, err := ledger.New(store, ledger.Config{MaxEntrySize: cfg.MaxEntrySize, DialOptions: dial, Logger: log.Named("ledger")})
 			if err != nil {
 				return err
 			}
@@ -204,6 +224,12 @@ environment variable or in the --config file.`,
 	f.String("id", def.ID, "instance name in the auditor key and ledger locks")
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of the cluster in etcd")
+	addMetastoreFlags(f)
+	f.String("client-auth-token-file", "", "token presented to the bookies (read again when it changes)")
+	f.Bool("bookie-tls-enabled", false, "the bookies serve TLS: verify them with --tls-trust-certs-file")
+	f.String("tls-trust-certs-file", "", "authorities (PEM) of the bookies' certificates (the system's if empty)")
+	f.String("auth-tls-cert-file", "", "client certificate (PEM) presented to the bookies (mutual TLS)")
+	f.String("auth-tls-key-file", "", "its private key (PEM)")
 	f.String("http", def.HTTPListen, "HTTP address for the health endpoints /healthz and /readyz and /metrics, HOST:PORT (empty: none)")
 	f.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on the HTTP port")
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "how long a bookie must stay unregistered before its ledgers are re-replicated (0: at once)")

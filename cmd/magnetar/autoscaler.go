@@ -23,18 +23,19 @@ import (
 
 // autoscalerConfig is the configuration of `magnetar autoscaler`.
 type autoscalerConfig struct {
-	ID            string        `mapstructure:"id"`
-	Metastore     []string      `mapstructure:"metastore"`
-	MetastoreRoot string        `mapstructure:"metastore-root"`
-	Kubeconfig    string        `mapstructure:"kubeconfig"`
-	Namespace     string        `mapstructure:"namespace"`
-	StatefulSet   string        `mapstructure:"statefulset"`
-	Lease         string        `mapstructure:"lease"`
-	LeaseDuration time.Duration `mapstructure:"lease-duration"`
-	HTTPListen    string        `mapstructure:"http"`
-	Pprof         bool          `mapstructure:"pprof"`
-	Interval      time.Duration `mapstructure:"interval"`
-	DryRun        bool          `mapstructure:"dry-run"`
+	ID                    string   `mapstructure:"id"`
+	Metastore             []string `mapstructure:"metastore"`
+	MetastoreRoot         string   `mapstructure:"metastore-root"`
+	metastore.Credentials `mapstructure:",squash"`
+	Kubeconfig            string        `mapstructure:"kubeconfig"`
+	Namespace             string        `mapstructure:"namespace"`
+	StatefulSet           string        `mapstructure:"statefulset"`
+	Lease                 string        `mapstructure:"lease"`
+	LeaseDuration         time.Duration `mapstructure:"lease-duration"`
+	HTTPListen            string        `mapstructure:"http"`
+	Pprof                 bool          `mapstructure:"pprof"`
+	Interval              time.Duration `mapstructure:"interval"`
+	DryRun                bool          `mapstructure:"dry-run"`
 
 	MinBookies          int           `mapstructure:"min-bookies"`
 	MaxBookies          int           `mapstructure:"max-bookies"`
@@ -157,7 +158,7 @@ file.`,
 			if err != nil {
 				return err
 			}
-			store, err := metastore.Open(cmd.Context(), metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot}, log)
+			store, err := metastore.Open(cmd.Context(), metastore.Config{Endpoints: cfg.Metastore, Root: cfg.MetastoreRoot, Credentials: cfg.Credentials}, log)
 			if err != nil {
 				return err
 			}
@@ -198,6 +199,7 @@ file.`,
 	f.String("id", def.ID, "instance name in the leader election Lease")
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of the cluster in etcd")
+	addMetastoreFlags(f)
 	f.String("kubeconfig", def.Kubeconfig, "kubeconfig file (default: the pod's service account, in the cluster)")
 	f.String("namespace", def.Namespace, "namespace of the bookie StatefulSet and the Lease (required; in the chart: the pod's)")
 	f.String("statefulset", def.StatefulSet, "the bookie StatefulSet; its pods run bookies with --id=<pod name>")

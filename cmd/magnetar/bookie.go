@@ -89,6 +89,7 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	f.String("data-dir", def.DataDir, "data directory")
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of this cluster in etcd")
+	addMetastoreFlags(f)
 	f.Int("max-entry-size", def.MaxEntrySize, "largest entry accepted, in bytes")
 	f.Duration("session-ttl", def.SessionTTL, "TTL of the registration lease")
 	f.Duration("registration-interval", def.RegistrationInterval, "how often the load report is refreshed")
@@ -107,6 +108,10 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	f.Bool("auto-rebalance", def.AutoRebalance, "let the auditor move closed ledgers' copies from the fullest bookies to the emptiest by itself, every --rebalance-interval")
 	f.Duration("rebalance-interval", def.RebalanceInterval, "how often an automatic rebalance may run")
 	f.Float64("rebalance-target-spread", def.RebalanceTargetSpread, "rebalancing stops when (max - min) / mean of the bookies' usage is at most this")
+	addAuthServerFlags(f)
+	addTLSServerFlags(f)
+	f.StringSlice("allowed-roles", def.AllowedRoles, "with authentication: the roles that may use this bookie (brokers' and autorecovery's)")
+	f.String("client-auth-token-file", "", "token this bookie's autorecovery presents to other bookies (read again when it changes)")
 	f.BoolVar(&simulatePowerLoss, "simulate-power-loss", false, "for fault tests only: keep the data directory in memory; SIGUSR1 writes only synced data back and exits (a power loss), a clean stop writes everything back")
 	return cmd
 }

@@ -10,23 +10,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/internal/standalone"
 )
 
-// Every field of bookie.Config has a flag named by its mapstructure tag,
-// so that flags, MAGNETAR_* variables and the YAML file can all set it.
-func TestBookieFlagsCoverConfig(t *testing.T) {
-	flags := newBookieCmd(&globals{}).Flags()
-	typ := reflect.TypeOf(bookie.Config{})
-	for i := 0; i < typ.NumField(); i++ {
-		name := typ.Field(i).Tag.Get("mapstructure")
-		if name == "" {
-			t.Errorf("bookie.Config.%s has no mapstructure tag", typ.Field(i).Name)
-			continue
+// Every field of each server's configuration has a flag named by its
+// mapstructure tag (embedded ",squash" structs' fields too), so that flags,
+// MAGNETAR_* variables and the YAML file can all set it.
+func TestServerFlagsCoverConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cmd *cobra.Command
+		cfg any
+	}{
+		{newBookieCmd(&globals{}), bookie.Config{}},
+		{newBrokerCmd(&globals{}), broker.Config{}},
+		{newStandaloneCmd(&globals{}), standalone.Config{}},
+	} {
+		flags := tc.cmd.Flags()
+		var check func(typ reflect.Type)
+		check = func(typ reflect.Type) {
+			for i := 0; i < typ.NumField(); i++ {
+				f := typ.Field(i)
+				name := f.Tag.Get("mapstructure")
+				switch {
+				case name == ",squash":
+					check(f.Type)
+				case name == "":
+					t.Errorf("%s.%s has no mapstructure tag", typ, f.Name)
+				case flags.Lookup(name) == nil:
+					t.Errorf("%s.%s has no --%s flag on %q", typ, f.Name, name, tc.cmd.Name())
+				}
+			}
 		}
-		if flags.Lookup(name) == nil {
-			t.Errorf("bookie.Config.%s has no --%s flag", typ.Field(i).Name, name)
-		}
+		check(reflect.TypeOf(tc.cfg))
 	}
 }
 

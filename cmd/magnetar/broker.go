@@ -47,6 +47,7 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.String("advertised-http-address", def.AdvertisedHTTPAddress, "HOST:PORT other brokers and admin redirects use for this broker's admin API (default: --http, or with 0.0.0.0 the host of --advertised-address)")
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of this cluster in etcd")
+	addMetastoreFlags(f)
 	f.Duration("session-ttl", def.SessionTTL, "TTL of the broker's registration and topic ownership")
 	f.StringToString("bookie-addresses", nil, "dial these bookies at other addresses than they registered: ID=HOST:PORT,... (a NAT, a proxy)")
 	f.Int("ensemble", def.Ensemble, "default ensemble of new ledgers: the bookies a ledger's messages are spread over (at least --write-quorum)")
@@ -80,7 +81,9 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.Int("metrics-max-topics", def.MetricsMaxTopics, "with more topics loaded than this, metrics are per namespace (bounds the series)")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	addAuthServerFlags(f)
+	addAuthorizationFlags(f)
 	addTLSServerFlags(f)
-	f.String("client-auth-token-file", "", "token this broker presents to other brokers' admin API (read at each use)")
+	f.String("client-auth-token-file", "", "token this broker presents to other brokers' admin API and to bookies (read again when it changes)")
+	f.Bool("bookie-tls-enabled", false, "the bookies serve TLS: verify them with --tls-trust-certs-file")
 	return cmd
 }

@@ -70,6 +70,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	addAuthServerFlags(f)
+	addAuthorizationFlags(f)
 	addTLSServerFlags(f)
 	return cmd
 }

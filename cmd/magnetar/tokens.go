@@ -256,16 +256,30 @@ func newCLIClient(url string, af *authFlags) (client.Client, error) {
 func addTLSServerFlags(f *pflag.FlagSet) {
 	f.String("tls-cert-file", "", "serve TLS with this certificate (PEM; reloaded when it changes)")
 	f.String("tls-key-file", "", "the certificate's private key (PEM)")
-	f.String("tls-trust-certs-file", "", "authorities (PEM) of the client certificates accepted (with authentication: the role is the common name)")
+	f.String("tls-trust-certs-file", "", "authorities (PEM) of the client certificates accepted (with authentication: the role is the common name) and of the servers this one calls")
 	f.Bool("tls-require-trusted-client-cert", false, "refuse TLS clients without a certificate from those authorities")
 }
 
 // addAuthServerFlags adds the servers' authentication flags.
 func addAuthServerFlags(f *pflag.FlagSet) {
-	f.Bool("authentication-enabled", false, "authenticate clients with tokens (JWT); needs --token-secret-key or --token-public-key")
+	f.Bool("authentication-enabled", false, "authenticate clients with tokens (JWT) or client certificates; needs --token-secret-key, --token-public-key or --tls-trust-certs-file")
 	f.String("token-secret-key", "", "secret key tokens are checked with (HS256): a path, file://PATH or data:;base64,KEY")
 	f.String("token-public-key", "", "public key tokens are checked with (RS256 or ES256, by the key): a path, file://PATH or data:;base64,KEY")
+}
+
+// addAuthorizationFlags adds the brokers' authorization flags.
+func addAuthorizationFlags(f *pflag.FlagSet) {
 	f.Bool("authenticate-metrics-endpoint", false, "with authentication: /metrics needs a token too")
 	f.Bool("authorization-enabled", false, "authorize every request by its role: superusers, tenant admins, and the grants of namespaces and topics (needs --authentication-enabled)")
 	f.StringSlice("superuser-roles", nil, "roles that may do anything (comma-separated); the brokers' own role (--client-auth-token-file) must be one")
+}
+
+// addMetastoreFlags adds the flags of etcd's TLS and authentication
+// (metastore.Credentials).
+func addMetastoreFlags(f *pflag.FlagSet) {
+	f.String("metastore-tls-trust-certs-file", "", "authorities (PEM) of etcd's certificates; TLS is on with this, a client certificate or https:// endpoints")
+	f.String("metastore-tls-cert-file", "", "client certificate (PEM) presented to etcd (its --client-cert-auth)")
+	f.String("metastore-tls-key-file", "", "its private key (PEM)")
+	f.String("metastore-username", "", "etcd user (etcd's authentication); needs --metastore-password-file")
+	f.String("metastore-password-file", "", "file holding the etcd user's password")
 }
