@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -172,6 +174,18 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	}
 	host, portStr, _ := net.SplitHostPort(cfg.BookieListen)
 	port, _ := strconv.Atoi(portStr)
+	// With authentication by a secret key, the bookies want a token too:
+	// the broker's own, signed here (role "broker"), kept in the data
+	// directory. With a public key the process cannot sign one, and the
+	// bookies (on their loopback ports) stay open.
+	var internalToken string
+	if cfg.AuthenticationEnabled && cfg.TokenSecretKey != "" {
+		if internalToken, err = writeInternalToken(cfg); err != nil {
+			return nil, err
+		}
+	} else if cfg.AuthenticationEnabled {
+		log.Warn("the bookies' ports take no credentials: standalone signs its internal token with --token-secret-key, and only a public key was given")
+	}
 	for i := 0; i < cfg.Bookies; i++ {
 		bc := bookie.DefaultConfig()
 		bc.ID = fmt.Sprintf("standalone-bookie-%d", i)
@@ -186,6 +200,10 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		// copies move to the others.
 		bc.Autorecovery = cfg.Bookies > 1
 		bc.LostBookieRecoveryDelay = cfg.LostBookieRecoveryDelay
+		if internalToken != "" {
+			bc.AuthenticationEnabled, bc.TokenSecretKey = true, cfg.TokenSecretKey
+			bc.AllowedRoles, bc.ClientAuthTokenFile = []string{internalRole}, internalToken
+		}
 		b, err := bookie.Start(ctx, bc, bookie.WithStore(s.Store), bookie.WithLogger(log.Named(bc.ID)),
 			bookie.WithMetricLabels(prometheus.Labels{"bookie": bc.ID}))
 		if err != nil {
@@ -201,6 +219,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
 	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
 	bc.Security = cfg.Security
+	bc.ClientAuthTokenFile = internalToken
 	// The process is live and ready only with all its bookies.
 	var checks health.Checks
 	for _, b := range s.Bookies {
@@ -266,4 +285,31 @@ func (s *Standalone) Close() error {
 		s.Etcd = nil
 	}
 	return errors.Join(errs...)
+}
+
+// internalRole is the role of the token standalone's broker presents to
+// its bookies.
+const internalRole = "broker"
+
+// writeInternalToken signs the broker's token for the bookies with the
+// secret key and writes it (mode 0600) under the data directory; it
+// returns the file.
+func writeInternalToken(cfg Config) (string, error) {
+	signer, err := auth.NewSigner(cfg.TokenSecretKey, "")
+	if err != nil {
+		return "", err
+	}
+	tok, err := signer.Sign(internalRole, 0)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cfg.DataDir, "auth")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	f := filepath.Join(dir, "internal.token")
+	if err := os.WriteFile(f, []byte(tok), 0o600); err != nil {
+		return "", err
+	}
+	return f, nil
 }

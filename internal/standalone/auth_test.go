@@ -1,0 +1,82 @@
+package standalone
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+)
+
+// With authentication by a secret key, standalone's bookies want
+// credentials too: a raw call without them, or with a client's token, is
+// refused; the broker reaches them with its internal token, so clients'
+// messages go through.
+func TestStandaloneBookiesWantCredentials(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := testConfig(t, 2)
+	secret := filepath.Join(t.TempDir(), "secret.key")
+	os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600)
+	cfg.AuthenticationEnabled, cfg.TokenSecretKey = true, secret
+	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	signer, err := auth.NewSigner(secret, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := signer.Sign("alice", time.Hour)
+
+	for _, b := range s.Bookies {
+		conn, err := grpc.NewClient(b.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		bc := bookiepb.NewBookieClient(conn)
+		_, err = bc.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: 1, EntryId: 0})
+		if st, _ := status.FromError(err); !strings.Contains(st.Message(), "no credentials") {
+			t.Fatalf("bookie %s without credentials: %v", b.ID(), err)
+		}
+		actx := metadataCtx(ctx, alice)
+		_, err = bc.ReadEntry(actx, &bookiepb.ReadEntryRequest{LedgerId: 1, EntryId: 0})
+		if st, _ := status.FromError(err); !strings.Contains(st.Message(), `role "alice"`) {
+			t.Fatalf("bookie %s with a client's token: %v", b.ID(), err)
+		}
+	}
+
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Broker.Addr(), Authentication: client.NewAuthenticationToken(alice)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("through authenticated bookies")}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.DataDir, "auth", "internal.token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the internal token file: %v %v", fi, err)
+	}
+}
+
+func metadataCtx(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, auth.MetadataKey, "Bearer "+token)
+}
