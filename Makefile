@@ -55,11 +55,14 @@ test: proto-check
 	CGO_ENABLED=0 $(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet -tags kube ./e2e/kube/
 	$(MAKE) kube-tools
+	scripts/ensure-chromium.sh
 	$(MAKE) -j2 --output-sync=target test-plain test-race
 	$(MAKE) test-kube
 
+# Test artifacts (the console's screenshots) go to test-output/.
 test-plain:
-	CGO_ENABLED=0 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PLAIN_PKGS)
+	mkdir -p $(CURDIR)/test-output
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -artifacts -outputdir $(CURDIR)/test-output $(PLAIN_PKGS)
 
 test-race:
 	CGO_ENABLED=1 $(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)

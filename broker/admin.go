@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/magnetar-io/magnetar/broker/console"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -331,6 +332,9 @@ func (s *Server) adminHandler() http.Handler {
 		})
 		return owners, err
 	})
+	h("GET /admin/v2/clusters", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
+		return []string{s.cfg.ClusterName}, nil
+	})
 	h("GET /admin/v2/brokers", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nonNil(s.md.listChildren(r.Context(), metastore.BrokersAvailablePrefix))
 	})
@@ -345,6 +349,8 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	s.bookieRoutes(h)
 	s.permissionRoutes(h)
+	mux.Handle("GET "+console.Prefix, console.Handler())
+	mux.Handle("GET /console", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
 	ops.Register(mux, ops.Options{Health: s.healthChecks(), Metrics: s.gather, Pprof: s.cfg.Pprof})
 	// With authentication on, every path needs credentials but the
 	// probes' (and /metrics unless --authenticate-metrics-endpoint).
@@ -355,7 +361,9 @@ func (s *Server) adminHandler() http.Handler {
 		case "/metrics":
 			return !s.cfg.AuthenticateMetricsEndpoint
 		}
-		return false
+		// The console's files hold no data; it calls the API with the
+		// user's token.
+		return r.URL.Path == "/console" || strings.HasPrefix(r.URL.Path, console.Prefix)
 	}
 	return s.auth.HTTP(jsonRoutingErrors(mux), open, func(w http.ResponseWriter, _ *http.Request, err error) {
 		writeResult(w, nil, err)
@@ -693,14 +701,28 @@ func (t *topic) delete(ctx context.Context, force bool) error {
 }
 
 type topicStats struct {
-	StorageSize   int64                        `json:"storageSize"`
-	Entries       int64                        `json:"entries"`
-	Publishers    []map[string]any             `json:"publishers"`
-	Subscriptions map[string]subscriptionStats `json:"subscriptions"`
+	StorageSize int64 `json:"storageSize"`
+	Entries     int64 `json:"entries"`
+	// Counters since the partition was loaded here, and Pulsar's rates
+	// over the last stats window (--stats-interval).
+	MsgInCounter     int64                        `json:"msgInCounter"`
+	BytesInCounter   int64                        `json:"bytesInCounter"`
+	MsgOutCounter    int64                        `json:"msgOutCounter"`
+	BytesOutCounter  int64                        `json:"bytesOutCounter"`
+	MsgRateIn        float64                      `json:"msgRateIn"`
+	MsgRateOut       float64                      `json:"msgRateOut"`
+	MsgThroughputIn  float64                      `json:"msgThroughputIn"`
+	MsgThroughputOut float64                      `json:"msgThroughputOut"`
+	Publishers       []map[string]any             `json:"publishers"`
+	Subscriptions    map[string]subscriptionStats `json:"subscriptions"`
 }
 
 func (t *topic) stats() topicStats {
 	st := topicStats{Subscriptions: map[string]subscriptionStats{}, Publishers: []map[string]any{}}
+	c := t.traffic.read(time.Now())
+	st.MsgInCounter, st.BytesInCounter, st.MsgOutCounter, st.BytesOutCounter = c.msgIn, c.bytesIn, c.msgOut, c.bytesOut
+	r, _, _ := t.win.get()
+	st.MsgRateIn, st.MsgRateOut, st.MsgThroughputIn, st.MsgThroughputOut = r.MsgIn, r.MsgOut, r.BytesIn, r.BytesOut
 	for _, ref := range t.ml.Ledgers() {
 		st.StorageSize += ref.Size
 		st.Entries += ref.Entries

@@ -46,11 +46,11 @@ type standalone struct {
 	starts               int // runs so far (each prints one ready line)
 }
 
-func startStandalone(t *testing.T, dir string, ports []string) *standalone {
+func startStandalone(t *testing.T, dir string, ports []string, extra ...string) *standalone {
 	t.Helper()
-	p := startProc(t, "standalone", "standalone", "--data-dir", dir,
+	p := startProc(t, "standalone", append([]string{"standalone", "--data-dir", dir,
 		"--metastore-listen", ports[0], "--bookie-listen", ports[1],
-		"--broker-listen", ports[2], "--http", ports[3], "--log-level", "warn")
+		"--broker-listen", ports[2], "--http", ports[3], "--log-level", "warn"}, extra...)...)
 	s := &standalone{proc: p, brokerAddr: ports[2], httpAddr: ports[3], starts: 1}
 	s.waitReady(t)
 	return s
