@@ -165,4 +165,3 @@ func TestLedgerClientWithCredentials(t *testing.T) {
 		t.Fatal("a missing token file was accepted")
 	}
 }
-
