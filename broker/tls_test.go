@@ -147,3 +147,32 @@ func TestCertificateReload(t *testing.T) {
 	ca.Issue(t, "broker") // renewed in place
 	testutil.Eventually(t, 10*time.Second, "the renewed certificate served", func() bool { return served() != before })
 }
+
+// A client certificate's common name is the role authorization decides
+// on: "alice" (a superuser here) may produce, "bob" from the same
+// authority may not.
+func TestClientCertificateCommonNameIsTheRole(t *testing.T) {
+	ca := testutil.NewCA(t, "cluster")
+	e := tlsEnv(t, ca, func(c *broker.Config) {
+		c.AuthenticationEnabled, c.AuthorizationEnabled, c.SuperuserRoles = true, true, []string{"alice"}
+	})
+	for _, c := range []struct {
+		cn   string
+		want error
+	}{{"alice", nil}, {"bob", client.ErrUnauthorized}} {
+		cert, key := ca.Issue(t, c.cn)
+		cl, err := tlsClient(t, e, client.ClientOptions{TLSTrustCertsFilePath: ca.CertFile, Authentication: client.NewAuthenticationTLS(cert, key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: "roles"})
+		if !errors.Is(err, c.want) {
+			t.Fatalf("%s: %v, want %v", c.cn, err, c.want)
+		}
+		if err == nil {
+			p.Close()
+		} else if !strings.Contains(err.Error(), `role "`+c.cn+`"`) {
+			t.Fatalf("%s: the refusal does not name the role: %v", c.cn, err)
+		}
+	}
+}

@@ -10,13 +10,13 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/internal/testca"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestBadFiles(t *testing.T) {
-	ca := testutil.NewCA(t, "ca")
+	ca := testca.NewCA(t, "ca")
 	cert, key := ca.Issue(t, "s")
 	for _, tc := range []struct {
 		f       Files
@@ -38,7 +38,7 @@ func TestBadFiles(t *testing.T) {
 // A broken renewal keeps the certificate in service and says why; a good
 // one replaces it.
 func TestReload(t *testing.T) {
-	ca := testutil.NewCA(t, "ca")
+	ca := testca.NewCA(t, "ca")
 	cert, key := ca.Issue(t, "s")
 	s, err := NewServer(Files{Cert: cert, Key: key}, false)
 	if err != nil {
@@ -70,7 +70,7 @@ func TestReload(t *testing.T) {
 
 // A server-only certificate is not presented as a client certificate.
 func TestClientPresentsOnlyClientCertificates(t *testing.T) {
-	ca := testutil.NewCA(t, "ca")
+	ca := testca.NewCA(t, "ca")
 	for _, tc := range []struct {
 		usage []x509.ExtKeyUsage
 		want  bool
