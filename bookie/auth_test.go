@@ -165,3 +165,36 @@ func TestLedgerClientWithCredentials(t *testing.T) {
 		t.Fatal("a missing token file was accepted")
 	}
 }
+
+// An add stream outliving its token is ended at the expiry (with the
+// leeway tokens are accepted with), after the adds it took are answered,
+// with a retriable error: the writer reconnects with a fresh token.
+func TestAddStreamEndsWhenItsTokenExpires(t *testing.T) {
+	e := newEnv(t)
+	b := startSecureBookie(t, e)
+	tok, err := b.signer.Sign("broker", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(b.dir, "short.token")
+	os.WriteFile(f, []byte(tok), 0o600)
+	cl := b.dial(t, auth.Peer{TLS: true, Files: tlsutil.Files{Trust: b.ca.CertFile}, TokenFile: f})
+	ctx := ctxT(t)
+	stream, err := cl.AddEntries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: []*bookiepb.AddEntryRequest{addReq(7, 0, []byte("before"))}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := stream.Recv()
+	if err != nil || len(r.Results) != 1 || r.Results[0].Code != 0 {
+		t.Fatalf("the add before the expiry: %+v %v", r, err)
+	}
+	start := time.Now()
+	_, err = stream.Recv()
+	wantStatus(t, err, codes.Unavailable, "BOOKIE_UNAVAILABLE")
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Fatalf("the stream ended %v after the add", waited)
+	}
+}

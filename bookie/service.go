@@ -9,6 +9,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
@@ -107,10 +108,16 @@ func (v *service) AddEntries(stream bookiepb.Bookie_AddEntriesServer) error {
 	// The receiver outlives this handler when the bookie stops: it ends as
 	// soon as the stream's context does, which returning cancels.
 	go func() { recvDone <- v.receiveAdds(stream, st, results) }()
+	// A stream outliving the caller's token ends at its expiry, after the
+	// adds taken are answered; the writer reconnects with a fresh token.
+	expired, stopExpiry := auth.ExpiryTimer(stream.Context())
+	defer stopExpiry()
 	var recvErr error
 	select {
 	case recvErr = <-recvDone:
 	case <-v.s.stop:
+	case <-expired:
+		recvErr = wire.ToStatus(fmt.Errorf("%w: %v", wire.ErrUnavailable, auth.ExpiredError(auth.Expiry(stream.Context()))))
 	}
 	st.close() // no new adds; wait for the ones taken
 	<-st.zero

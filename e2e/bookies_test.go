@@ -71,7 +71,7 @@ func (p profile) healTimeout() time.Duration {
 
 // adminGet decodes the answer to GET path on the first broker's admin API.
 func (c *realCluster) adminGet(path string, out any) error {
-	resp, err := http.Get("http://" + c.brokers[0].http + path)
+	resp, err := c.adminDo("GET", c.brokers[0].http, path, nil)
 	if err != nil {
 		return err
 	}

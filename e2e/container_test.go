@@ -259,6 +259,10 @@ func (c *composeCluster) compose(args ...string) {
 
 func (c *composeCluster) brokerURL() string { return "magnetar://" + strings.Join(c.brokers, ",") }
 
+func (c *composeCluster) clientOptions() client.ClientOptions {
+	return client.ClientOptions{URL: c.brokerURL(), OperationTimeout: 30 * time.Second}
+}
+
 func (c *composeCluster) createPartitionedTopic(topic string, n int) {
 	c.t.Helper()
 	createPartitionedTopic(c.t, c.admins[0], topic, n)

@@ -136,7 +136,14 @@ func TestFaults(t *testing.T) {
 }
 
 func runFault(t *testing.T, f fault, prof profile) {
-	c := newRealCluster(t, clusterOptions{powerLossBookies: f.memFS})
+	runFaultWith(t, f, prof, clusterOptions{})
+}
+
+// runFaultWith is runFault on a cluster of opts (and the bookies on the
+// power-loss filesystem that f needs).
+func runFaultWith(t *testing.T, f fault, prof profile, opts clusterOptions) {
+	opts.powerLossBookies = f.memFS
+	c := newRealCluster(t, opts)
 	w := newWorkload(t, c, f.name, prof)
 	report := w.run(func(ctx context.Context) {
 		for i := 0; ; i++ {

@@ -37,6 +37,7 @@ type realCluster struct {
 	brokers []*brokerNode
 	store   *metastore.Store // the test's own, direct view of etcd
 	proxies *toxiproxy.ApiServer
+	sec     *security // nil unless opts.secure
 }
 
 type etcdMember struct {
@@ -77,6 +78,9 @@ type clusterOptions struct {
 	// direct: brokers dial etcd and the bookies at their own addresses,
 	// without a toxiproxy on each link (no network faults, less CPU).
 	direct bool
+	// secure: authentication, authorization and TLS on every broker and
+	// bookie port (secure_test.go).
+	secure bool
 }
 
 // freePortOn returns a port free on ip at the time of the call.
@@ -101,6 +105,9 @@ func newRealCluster(t *testing.T, opts clusterOptions) *realCluster {
 		opts.etcdMembers = 3
 	}
 	c := &realCluster{t: t, opts: opts, ttl: 3 * time.Second}
+	if opts.secure {
+		c.sec = newSecurity(t)
+	}
 	c.startEtcd()
 	c.store = testutil.OpenStore(t, c.etcdEndpoints(), "/magnetar")
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
@@ -114,6 +121,9 @@ func newRealCluster(t *testing.T, opts clusterOptions) *realCluster {
 	}
 	for _, b := range c.brokers {
 		c.waitBrokerUp(b)
+	}
+	if c.sec != nil {
+		c.grantApp()
 	}
 	return c
 }
@@ -208,6 +218,9 @@ func (c *realCluster) startBookieIn(i int, dataDir string, powerLoss bool, extra
 	if powerLoss {
 		args = append(args, "--simulate-power-loss")
 	}
+	if c.sec != nil {
+		args = append(args, c.sec.bookieArgs(b.id, b.addr)...)
+	}
 	args = append(append(args, c.opts.bookieArgs...), extra...)
 	b.p = startProc(c.t, b.id, args...)
 	c.bookies = append(c.bookies, b)
@@ -276,6 +289,9 @@ func (c *realCluster) startBroker(i int) {
 	if len(bookies) > 0 {
 		args = append(args, "--bookie-addresses", strings.Join(bookies, ","))
 	}
+	if c.sec != nil {
+		args = append(args, c.sec.brokerArgs(b.name, b.addr)...)
+	}
 	b.p = startProc(c.t, b.name, append(args, c.opts.brokerArgs...)...)
 	c.brokers = append(c.brokers, b)
 }
@@ -293,7 +309,7 @@ func (c *realCluster) waitBrokerUp(b *brokerNode) {
 		if c.brokerLease(b) == 0 {
 			return false
 		}
-		resp, err := http.Get("http://" + b.http + "/admin/v2/brokers")
+		resp, err := c.adminDo("GET", b.http, "/admin/v2/brokers", nil)
 		if err != nil {
 			return false
 		}
@@ -307,6 +323,9 @@ func (c *realCluster) brokerURL() string {
 	for _, b := range c.brokers {
 		addrs = append(addrs, b.addr)
 	}
+	if c.sec != nil {
+		return "magnetar+ssl://" + strings.Join(addrs, ",")
+	}
 	return "magnetar://" + strings.Join(addrs, ",")
 }
 
@@ -314,7 +333,14 @@ func (c *realCluster) brokerURL() string {
 // API of the first broker.
 func (c *realCluster) createPartitionedTopic(topic string, n int) {
 	c.t.Helper()
-	createPartitionedTopic(c.t, c.brokers[0].http, topic, n)
+	resp, err := c.adminDo(http.MethodPut, c.brokers[0].http, "/admin/v2/persistent/"+topic+"/partitions", bytes.NewBufferString(fmt.Sprint(n)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		c.t.Fatalf("create %s with %d partitions: %s", topic, n, resp.Status)
+	}
 }
 
 // createPartitionedTopic creates topic with n partitions through the admin

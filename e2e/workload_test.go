@@ -102,7 +102,7 @@ func historyDir(t *testing.T, scenario string) string {
 // workloadTarget is what a workload runs against: a cluster of processes
 // (realCluster) or of containers (composeCluster).
 type workloadTarget interface {
-	brokerURL() string
+	clientOptions() client.ClientOptions
 	createPartitionedTopic(topic string, n int)
 }
 
@@ -112,7 +112,7 @@ func newWorkload(t *testing.T, c workloadTarget, scenario string, prof profile) 
 	w.mu.received = map[string]map[string]bool{}
 	w.mu.lastOK = map[int32]time.Time{}
 	c.createPartitionedTopic(workloadTopic, workloadPartitions)
-	cl, err := client.NewClient(client.ClientOptions{URL: c.brokerURL(), OperationTimeout: 30 * time.Second})
+	cl, err := client.NewClient(c.clientOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

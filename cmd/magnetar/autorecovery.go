@@ -34,6 +34,8 @@ type autorecoveryConfig struct {
 	MetastoreRoot string `mapstructure:"metastore-root"`
 	// Metastore credentials: etcd's TLS and authentication.
 	metastore.Credentials `mapstructure:",squash"`
+	// httpTLS serves HTTPListen over TLS.
+	httpTLS `mapstructure:",squash"`
 	// How it calls bookies: the token of ClientAuthTokenFile; over TLS
 	// with BookieTLSEnabled, verified with TLSTrustCertsFile's
 	// authorities, presenting AuthTLSCertFile if set.
@@ -98,6 +100,9 @@ func (c *autorecoveryConfig) validate() error {
 	}
 	if !(c.RebalanceTargetSpread > 0 && c.RebalanceTargetSpread <= 10) {
 		errs = append(errs, fmt.Errorf("--rebalance-target-spread %v must be in (0, 10]", c.RebalanceTargetSpread))
+	}
+	if err := c.httpTLS.check(); err != nil {
+		errs = append(errs, err)
 	}
 	if (c.AuthTLSCertFile == "") != (c.AuthTLSKeyFile == "") {
 		errs = append(errs, errors.New("give both --auth-tls-cert-file and --auth-tls-key-file"))
@@ -200,7 +205,7 @@ environment variable or in the --config file.`,
 			}
 			var stopHTTP func()
 			if cfg.HTTPListen != "" {
-				addr, stop, err := serveOps(cfg.HTTPListen, ops.Options{
+				addr, stop, err := serveOps(cfg.HTTPListen, cfg.httpTLS, ops.Options{
 					Health:  health.Checks{Ready: []health.Check{{Name: "session", Fn: s.Ready}}},
 					Metrics: autorecoveryMetrics(s), Pprof: cfg.Pprof,
 				})
@@ -225,6 +230,7 @@ environment variable or in the --config file.`,
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of the cluster in etcd")
 	addMetastoreFlags(f)
+	addHTTPTLSFlags(f)
 	f.String("client-auth-token-file", "", "token presented to the bookies (read again when it changes)")
 	f.Bool("bookie-tls-enabled", false, "the bookies serve TLS: verify them with --tls-trust-certs-file")
 	f.String("tls-trust-certs-file", "", "authorities (PEM) of the bookies' certificates (the system's if empty)")

@@ -27,6 +27,7 @@ type autoscalerConfig struct {
 	Metastore             []string `mapstructure:"metastore"`
 	MetastoreRoot         string   `mapstructure:"metastore-root"`
 	metastore.Credentials `mapstructure:",squash"`
+	httpTLS               `mapstructure:",squash"`
 	Kubeconfig            string        `mapstructure:"kubeconfig"`
 	Namespace             string        `mapstructure:"namespace"`
 	StatefulSet           string        `mapstructure:"statefulset"`
@@ -69,6 +70,9 @@ func defaultAutoscalerConfig() autoscalerConfig {
 
 func (c *autoscalerConfig) validate() error {
 	errs := checkProcess(c.ID, c.Metastore, c.HTTPListen)
+	if err := c.httpTLS.check(); err != nil {
+		errs = append(errs, err)
+	}
 	for flag, v := range map[string]string{"namespace": c.Namespace, "statefulset": c.StatefulSet, "lease": c.Lease} {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("--%s is empty", flag))
@@ -178,7 +182,7 @@ file.`,
 				return err
 			}
 			if cfg.HTTPListen != "" {
-				addr, stop, err := serveOps(cfg.HTTPListen, ops.Options{Health: health.Checks{Ready: []health.Check{{Name: "metastore", Fn: func(ctx context.Context) error {
+				addr, stop, err := serveOps(cfg.HTTPListen, cfg.httpTLS, ops.Options{Health: health.Checks{Ready: []health.Check{{Name: "metastore", Fn: func(ctx context.Context) error {
 					_, err := store.Get(ctx, metastore.AuditorKey)
 					if errors.Is(err, metastore.ErrNotFound) {
 						return nil
@@ -200,6 +204,7 @@ file.`,
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of the cluster in etcd")
 	addMetastoreFlags(f)
+	addHTTPTLSFlags(f)
 	f.String("kubeconfig", def.Kubeconfig, "kubeconfig file (default: the pod's service account, in the cluster)")
 	f.String("namespace", def.Namespace, "namespace of the bookie StatefulSet and the Lease (required; in the chart: the pod's)")
 	f.String("statefulset", def.StatefulSet, "the bookie StatefulSet; its pods run bookies with --id=<pod name>")

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/internal/logging"
 	"github.com/magnetar-io/magnetar/internal/ops"
+	"github.com/magnetar-io/magnetar/internal/tlsutil"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -76,7 +78,32 @@ func newVersionCmd() *cobra.Command {
 // serveOps serves the operational endpoints (health, metrics, profiles
 // if asked) on addr for a process with no other HTTP port; stop ends the
 // server and waits for it.
-func serveOps(addr string, o ops.Options) (bound string, stop func(), err error) {
+// httpTLS is the TLS of a helper process's --http port (autorecovery,
+// autoscaler): PEM files, reloaded when they change.
+type httpTLS struct {
+	TLSCertFile string `mapstructure:"tls-cert-file"`
+	TLSKeyFile  string `mapstructure:"tls-key-file"`
+}
+
+func (h httpTLS) check() error {
+	if (h.TLSCertFile == "") != (h.TLSKeyFile == "") {
+		return errors.New("TLS of the --http port needs both --tls-cert-file and --tls-key-file")
+	}
+	return nil
+}
+
+func addHTTPTLSFlags(f *pflag.FlagSet) {
+	f.String("tls-cert-file", "", "serve the --http port over TLS with this certificate (PEM; reloaded when it changes)")
+	f.String("tls-key-file", "", "the certificate's private key (PEM)")
+}
+
+func serveOps(addr string, tf httpTLS, o ops.Options) (bound string, stop func(), err error) {
+	var ts *tlsutil.Server
+	if tf.TLSCertFile != "" {
+		if ts, err = tlsutil.NewServer(tlsutil.Files{Cert: tf.TLSCertFile, Key: tf.TLSKeyFile}, false); err != nil {
+			return "", nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -85,6 +112,11 @@ func serveOps(addr string, o ops.Options) (bound string, stop func(), err error)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if ts != nil {
+			srv.TLSConfig = ts.Config
+			srv.ServeTLS(ln, "", "")
+			return
+		}
 		srv.Serve(ln)
 	}()
 	return ln.Addr().String(), func() { srv.Close(); <-done }, nil
