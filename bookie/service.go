@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/auth"
@@ -108,16 +110,33 @@ func (v *service) AddEntries(stream bookiepb.Bookie_AddEntriesServer) error {
 	// The receiver outlives this handler when the bookie stops: it ends as
 	// soon as the stream's context does, which returning cancels.
 	go func() { recvDone <- v.receiveAdds(stream, st, results) }()
-	// A stream outliving the caller's token ends at its expiry, after the
-	// adds taken are answered; the writer reconnects with a fresh token.
+	// A stream outliving the caller's token is retired at its expiry: the
+	// client is told (wire.StreamExpired) to send its next adds on a new
+	// stream, with fresh credentials, and to close this one once its adds
+	// are answered; one that does not is cut after retireGrace. Cutting at
+	// once would fail the adds in flight on every bookie together.
 	expired, stopExpiry := auth.ExpiryTimer(stream.Context())
 	defer stopExpiry()
+	var hard <-chan time.Time
 	var recvErr error
-	select {
-	case recvErr = <-recvDone:
-	case <-v.s.stop:
-	case <-expired:
-		recvErr = wire.ToStatus(fmt.Errorf("%w: %v", wire.ErrUnavailable, auth.ExpiredError(auth.Expiry(stream.Context()))))
+wait:
+	for {
+		select {
+		case recvErr = <-recvDone:
+			break wait
+		case <-v.s.stop:
+			break wait
+		case <-expired:
+			expired = nil
+			results.push(&bookiepb.AddResult{Code: uint32(codes.Unavailable), Reason: wire.StreamExpired,
+				Message: auth.ExpiredError(auth.Expiry(stream.Context())).Error() + ": send the next adds on a new stream"})
+			timer := time.NewTimer(retireGrace)
+			defer timer.Stop()
+			hard = timer.C
+		case <-hard:
+			recvErr = wire.ToStatus(fmt.Errorf("%w: %v", wire.ErrUnavailable, auth.ExpiredError(auth.Expiry(stream.Context()))))
+			break wait
+		}
 	}
 	st.close() // no new adds; wait for the ones taken
 	<-st.zero
@@ -127,6 +146,9 @@ func (v *service) AddEntries(stream bookiepb.Bookie_AddEntriesServer) error {
 	}
 	return recvErr
 }
+
+// retireGrace is how long a retired add stream may go on before it is cut.
+var retireGrace = 30 * time.Second
 
 // receiveAdds reads add batches and hands each add to the storage.
 func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outstanding, results *resultQueue) error {

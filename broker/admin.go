@@ -351,7 +351,23 @@ func (s *Server) adminHandler() http.Handler {
 	s.permissionRoutes(h)
 	mux.Handle("GET "+console.Prefix, console.Handler())
 	mux.Handle("GET /console", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
-	ops.Register(mux, ops.Options{Health: s.healthChecks(), Metrics: s.gather, Pprof: s.cfg.Pprof})
+	// With authorization on, profiles are for superusers (the command line
+	// they show may hold a key), and so is /metrics when it wants
+	// credentials at all.
+	superuser := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := s.superuserOnly(r); err != nil {
+				writeResult(w, nil, err)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	o := ops.Options{Health: s.healthChecks(), Metrics: s.gather, Pprof: s.cfg.Pprof, PprofGuard: superuser}
+	if s.cfg.AuthenticateMetricsEndpoint {
+		o.MetricsGuard = superuser
+	}
+	ops.Register(mux, o)
 	// With authentication on, every path needs credentials but the
 	// probes' (and /metrics unless --authenticate-metrics-endpoint).
 	open := func(r *http.Request) bool {

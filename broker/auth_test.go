@@ -274,7 +274,8 @@ func TestAuthenticationSettingsAreChecked(t *testing.T) {
 		{func(c *broker.Config) { c.AuthenticationEnabled = true }, "needs a token key"},
 		{func(c *broker.Config) { c.AuthenticationEnabled, c.TokenSecretKey, c.TokenPublicKey = true, "a", "b" }, "not both"},
 		{func(c *broker.Config) { c.TLSCertFile = "c.pem" }, "both --tls-cert-file and --tls-key-file"},
-		{func(c *broker.Config) { c.TLSRequireTrustedClientCert = true }, "needs --tls-trust-certs-file"},
+		{func(c *broker.Config) { c.TLSRequireTrustedClientCert = true }, "--tls-require-trusted-client-cert needs TLS"},
+		{func(c *broker.Config) { c.TLSRequireTrustedClientCert, c.TLSTrustCertsFile = true, "ca.pem" }, "--tls-require-trusted-client-cert needs TLS"},
 		{func(c *broker.Config) { c.AuthenticationEnabled, c.TLSTrustCertsFile = true, "ca.pem" }, "only over TLS"},
 		{func(c *broker.Config) { c.AuthenticateMetricsEndpoint = true }, "without --authentication-enabled"},
 		{func(c *broker.Config) { c.TokenSecretKey = "k" }, "without --authentication-enabled"},
@@ -292,16 +293,8 @@ func TestAuthenticationSettingsAreChecked(t *testing.T) {
 // own token (--client-auth-token-file) over TLS (--bookie-tls-enabled):
 // messages go through and come back.
 func TestBrokerOverSecureBookies(t *testing.T) {
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "secret.key")
-	os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600)
-	signer, err := auth.NewSigner(secret, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _ := signer.Sign("broker", 0)
-	tokenFile := filepath.Join(dir, "broker.token")
-	os.WriteFile(tokenFile, []byte(tok), 0o600)
+	key := testutil.NewTokenKey(t)
+	secret, tokenFile := key.File, key.TokenFile("broker", 0)
 	ca := testutil.NewCA(t, "cluster")
 	secure := testcluster.Options{Configure: func(c *bookie.Config) {
 		cert, key := ca.Issue(t, "bookie")

@@ -245,6 +245,22 @@ func TestSubscriptionPrefixRule(t *testing.T) {
 		t.Fatalf("a reader: %v", err)
 	}
 	r.Close()
+	// A reader (not held to the prefix) cannot take over a durable
+	// subscription by its name, nor a durable subscription a reader's.
+	e.must(t, "acme-admin", "POST", ns+"/permissions/carol", []string{"consume"})
+	carol := e.as(t, "carol")
+	if _, err := carol.CreateReader(client.ReaderOptions{Topic: topic, Name: "bob-orders", StartMessageID: client.EarliestMessageID()}); err == nil ||
+		!strings.Contains(err.Error(), "is a durable subscription") {
+		t.Fatalf("a reader named after bob's subscription: %v", err)
+	}
+	r, err = carol.CreateReader(client.ReaderOptions{Topic: topic, Name: "bob-later", StartMessageID: client.EarliestMessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "bob-later"}); err == nil || !strings.Contains(err.Error(), "is a reader's") {
+		t.Fatalf("a durable subscription named after a reader's: %v", err)
+	}
+	r.Close()
 	c, err = e.as(t, "acme-admin").Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "ops"})
 	if err != nil {
 		t.Fatalf("the tenant admin: %v", err)
@@ -330,6 +346,22 @@ func TestAuthorizationSettingsAreChecked(t *testing.T) {
 		tc.configure(&c)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want %q", err, tc.want)
+		}
+	}
+}
+
+// With authorization on, profiles are for superusers (the command line
+// they show may hold a key), and so is /metrics when it wants credentials.
+func TestProfilesAndMetricsForSuperusers(t *testing.T) {
+	e := newAuthEnv(t, func(c *broker.Config) {
+		c.AuthorizationEnabled, c.SuperuserRoles, c.Pprof, c.AuthenticateMetricsEndpoint = true, []string{"admin"}, true, true
+	})
+	for _, path := range []string{"/debug/pprof/cmdline", "/debug/pprof/", "/metrics"} {
+		if code, out := e.call(t, "alice", "GET", path, nil); code != http.StatusForbidden {
+			t.Errorf("%s as a plain role: %d %.80s, want 403", path, code, out)
+		}
+		if code, out := e.call(t, "admin", "GET", path, nil); code != http.StatusOK {
+			t.Errorf("%s as the superuser: %d %.80s", path, code, out)
 		}
 	}
 }

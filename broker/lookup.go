@@ -363,6 +363,25 @@ func (s *Server) movedAway(path string) bool {
 	return ok && time.Now().Before(until)
 }
 
+// refuseMovedAway refuses to load a partition this broker just moved away
+// for balance while another broker is live: a client that looked it up
+// while the unload was in progress was sent back here, and must look it up
+// again to reach its new place.
+func (s *Server) refuseMovedAway(ctx context.Context, n topicname.Name) error {
+	if !s.movedAway(topicPath(n)) {
+		return nil
+	}
+	live, err := s.liveBrokers(ctx)
+	if err != nil {
+		return err
+	}
+	delete(live, s.id)
+	if len(live) == 0 {
+		return nil
+	}
+	return errorf(ErrNotOwner, "%s was just moved off this broker to balance the load: look it up again", n)
+}
+
 // topicLoad is what balancing knows of one owned partition.
 type topicLoad struct {
 	name topicname.Name

@@ -3,12 +3,14 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
 // A partition a broker unloaded for balance is placed on another broker by
@@ -53,9 +55,21 @@ func TestLookupsDoNotPlaceAMovedPartitionBack(t *testing.T) {
 			t.Errorf("lookup of %s: %q, %v; want %q", path, got, err, want)
 		}
 	}
+	// Nor does it load one when a client comes back with a stale answer
+	// (a lookup made while the unload was in progress).
+	moved, err := topicname.Parse("persistent://" + mine[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.refuseMovedAway(ctx, moved); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("loading a partition moved away: %v, want ErrNotOwner", err)
+	}
 	// The only live broker serves what it moved away.
 	if err := st.Delete(ctx, metastore.BrokerAvailableKey("b:6650")); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.refuseMovedAway(ctx, moved); err != nil {
+		t.Fatalf("loading a partition moved away, alone: %v", err)
 	}
 	if got, err := s.leastLoaded(ctx, mine[0]); err != nil || got != s.id {
 		t.Errorf("with no other broker: %q, %v; want %q", got, err, s.id)

@@ -505,7 +505,11 @@ func (s *Server) loadCalled(call *loadCall, n topicname.Name) {
 	if h := testHookLoad.Load(); h != nil {
 		(*h)(n)
 	}
-	t, err := s.loadTopic(ctx, n, call.create)
+	var t *topic
+	err := s.refuseMovedAway(ctx, n)
+	if err == nil {
+		t, err = s.loadTopic(ctx, n, call.create)
+	}
 	s.mu.Lock()
 	delete(s.mu.loading, path)
 	stopping := err == nil && s.stopping()

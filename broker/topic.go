@@ -496,6 +496,16 @@ func (t *topic) getOrCreateSubscription(ctx context.Context, req *brokerpb.Subsc
 			t.mu.Unlock()
 		}
 	}
+	// A reader never joins a durable subscription, nor a durable consumer
+	// a reader's: each would move the other's cursor (and a reader is not
+	// held to the subscription prefix rule).
+	if sub.durable != req.Durable {
+		what := "a durable subscription: a reader cannot use its name"
+		if !sub.durable {
+			what = "a reader's: a durable subscription cannot use its name"
+		}
+		return nil, errorf(ErrNotAllowed, "subscription %q of %s is %s", req.Subscription, t.name, what)
+	}
 	return sub, nil
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/magnetar-io/magnetar/client"
-	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 // chromium finds headless Chromium: $MAGNETAR_CHROMIUM, or Debian's
@@ -43,16 +43,10 @@ func chromium(t *testing.T) string {
 // (go test -artifacts).
 func TestConsole(t *testing.T) {
 	browser := chromium(t)
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "secret.key")
-	os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600)
-	signer, err := auth.NewSigner(secret, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, _ := signer.Sign("operator", time.Hour)
-	s := startStandalone(t, filepath.Join(dir, "data"), freePorts(t, 4),
-		"--bookies", "2", "--authentication-enabled", "--token-secret-key", secret)
+	key := testutil.NewTokenKey(t)
+	token := key.Token("operator", time.Hour)
+	s := startStandalone(t, t.TempDir(), freePorts(t, 4),
+		"--bookies", "2", "--authentication-enabled", "--token-secret-key", key.File)
 	base := "http://" + s.httpAddr
 
 	// Some traffic: 20 messages, a subscription holding them with a
@@ -188,6 +182,20 @@ func TestConsole(t *testing.T) {
 	if created.Entries == nil {
 		t.Fatal("the created topic has no stats")
 	}
+	// A partitioned one: its page lists its partitions.
+	run("create a partitioned topic", chromedp.SetValue(chromedp.CSS("#new-topic"), "sharded"), chromedp.SetValue(chromedp.CSS("#new-partitions"), "3"),
+		chromedp.Click(chromedp.CSS(`button[data-action="create-topic"]`)))
+	waitText("#status", "Created topic sharded")
+	var meta struct {
+		Partitions int `json:"partitions"`
+	}
+	apiGet("/admin/v2/persistent/public/default/sharded/partitions", &meta)
+	if meta.Partitions != 3 {
+		t.Fatalf("the partitioned topic has %d partitions, want 3", meta.Partitions)
+	}
+	goTo("#/topic/public/default/sharded")
+	waitText("#partitions", "persistent://public/default/sharded-partition-2")
+	goTo("#/ns/public/default")
 
 	// A topic: stats, subscriptions with their consumer, live counters.
 	goTo("#/topic/public/default/orders")

@@ -2,19 +2,17 @@ package e2e
 
 import (
 	"crypto/tls"
-	"errors"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/magnetar-io/magnetar/client"
-	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
@@ -28,22 +26,15 @@ import (
 type security struct {
 	t      *testing.T
 	ca     *testutil.CA
+	key    *testutil.TokenKey
 	secret string
-	dir    string
-	signer *auth.Signer
+	tokens map[string]string // role: token file
 	http   *http.Client
 }
 
 func newSecurity(t *testing.T) *security {
-	dir := t.TempDir()
-	s := &security{t: t, ca: testutil.NewCA(t, "e2e"), dir: dir, secret: filepath.Join(dir, "secret.key")}
-	if err := os.WriteFile(s.secret, []byte("e2e-secret-key-0123456789abcdefgh"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if s.signer, err = auth.NewSigner(s.secret, ""); err != nil {
-		t.Fatal(err)
-	}
+	key := testutil.NewTokenKey(t)
+	s := &security{t: t, ca: testutil.NewCA(t, "e2e"), key: key, secret: key.File, tokens: map[string]string{}}
 	pem, err := os.ReadFile(s.ca.CertFile)
 	if err != nil {
 		t.Fatal(err)
@@ -56,18 +47,11 @@ func newSecurity(t *testing.T) *security {
 
 // tokenFile is the file of role's token (made on first use).
 func (s *security) tokenFile(role string) string {
-	f := filepath.Join(s.dir, role+".token")
-	if _, err := os.Stat(f); err == nil {
+	if f, ok := s.tokens[role]; ok {
 		return f
 	}
-	tok, err := s.signer.Sign(role, 0)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := os.WriteFile(f, []byte(tok), 0o600); err != nil {
-		s.t.Fatal(err)
-	}
-	return f
+	s.tokens[role] = s.key.TokenFile(role, 0)
+	return s.tokens[role]
 }
 
 // cert issues the certificate of a process listening at addr.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
 )
@@ -41,11 +42,21 @@ func (c Credentials) validate() error {
 	return errors.Join(errs...)
 }
 
-// apply sets cfg's TLS and authentication.
-func (c Credentials) apply(cfg *clientv3.Config) error {
-	on := c.MetastoreTLSCertFile != "" || c.MetastoreTLSTrustCertsFile != ""
+// apply sets cfg's TLS and authentication. The etcd client takes an
+// endpoint's scheme over the TLS configuration (an http:// endpoint is
+// dialed in plaintext), so TLS options with an http:// endpoint are
+// refused; a password sent in plaintext is warned about.
+func (c Credentials) apply(cfg *clientv3.Config, log *zap.Logger) error {
+	files := c.MetastoreTLSCertFile != "" || c.MetastoreTLSTrustCertsFile != ""
+	on := files
 	for _, e := range cfg.Endpoints {
 		on = on || strings.HasPrefix(e, "https://")
+		if files && strings.HasPrefix(e, "http://") {
+			return fmt.Errorf("metastore: endpoint %s is plaintext (http://) but TLS is set (--metastore-tls-*): use https:// or host:port", e)
+		}
+	}
+	if c.MetastoreUsername != "" && !on {
+		log.Warn("the etcd password is sent in plaintext: set --metastore-tls-trust-certs-file (or https:// endpoints) too")
 	}
 	if on {
 		tc, err := tlsutil.NewClient(tlsutil.Files{Cert: c.MetastoreTLSCertFile, Key: c.MetastoreTLSKeyFile, Trust: c.MetastoreTLSTrustCertsFile}, false)

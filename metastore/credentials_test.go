@@ -75,6 +75,12 @@ func TestCredentials(t *testing.T) {
 	stranger.MetastoreTLSCertFile, stranger.MetastoreTLSKeyFile = strangerCert, strangerKey
 	untrusting := withUser
 	untrusting.MetastoreTLSTrustCertsFile = other.CertFile
+	// The etcd client dials an http:// endpoint in plaintext whatever its
+	// TLS settings: refused.
+	_, err = metastore.Open(ctx, metastore.Config{Endpoints: []string{"http://" + e.Endpoints()[0]}, Credentials: withUser}, nil)
+	if err == nil || !strings.Contains(err.Error(), "is plaintext (http://)") {
+		t.Fatalf("TLS settings with an http:// endpoint: %v", err)
+	}
 	for _, c := range []struct {
 		name string
 		cred metastore.Credentials

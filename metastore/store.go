@@ -98,7 +98,7 @@ func Open(ctx context.Context, cfg Config, log *zap.Logger) (*Store, error) {
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 	}
-	if err := cfg.Credentials.apply(&ccfg); err != nil {
+	if err := cfg.Credentials.apply(&ccfg, log); err != nil {
 		return nil, err
 	}
 	hint := ""

@@ -42,6 +42,9 @@ type streamConn struct {
 		pending map[uint64]*pendingAdd
 		queue   []*bookiepb.AddEntryRequest
 		err     error // set once: the stream is broken
+		// retired: the bookie asked for a new stream (wire.StreamExpired);
+		// this one takes no new adds and closes once its adds are answered.
+		retired bool
 	}
 }
 
@@ -146,6 +149,16 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 		cb(err)
 		return
 	}
+	if sc.mu.retired { // taken just before the retirement: a new stream
+		sc.mu.Unlock()
+		next := sc.s.conn()
+		if next == nil {
+			cb(ErrClosed)
+			return
+		}
+		next.add(req, timeout, cb)
+		return
+	}
 	sc.mu.nextID++
 	id := sc.mu.nextID
 	// A copy per bookie: the caller shares req among an entry's bookies.
@@ -181,6 +194,24 @@ func (sc *streamConn) take(id uint64) *pendingAdd {
 	p := sc.mu.pending[id]
 	delete(sc.mu.pending, id)
 	return p
+}
+
+// retire stops new adds from taking this stream: the bookie's next add
+// opens a new one (with fresh credentials); this one is closed by the send
+// loop once every add sent on it is answered.
+func (sc *streamConn) retire() {
+	sc.s.mu.Lock()
+	if sc.s.cur == sc {
+		sc.s.cur = nil
+	}
+	sc.s.mu.Unlock()
+	sc.mu.Lock()
+	sc.mu.retired = true
+	sc.mu.Unlock()
+	select {
+	case sc.signal <- struct{}{}:
+	default:
+	}
 }
 
 // fail breaks the stream: pending adds fail with err, and the bookie's
@@ -241,7 +272,7 @@ func (sc *streamConn) sendLoop(stream bookiepb.Bookie_AddEntriesClient) {
 	for {
 		<-sc.signal
 		sc.mu.Lock()
-		if sc.mu.err != nil {
+		if sc.mu.err != nil || (sc.mu.retired && len(sc.mu.pending) == 0 && len(sc.mu.queue) == 0) {
 			sc.mu.Unlock()
 			stream.CloseSend()
 			return
@@ -276,9 +307,22 @@ func (sc *streamConn) recvLoop(stream bookiepb.Bookie_AddEntriesClient) {
 			return
 		}
 		for _, r := range resp.Results {
+			if r.RequestId == 0 && r.Reason == wire.StreamExpired {
+				sc.retire()
+				continue
+			}
 			if p := sc.take(r.RequestId); p != nil {
 				p.timer.Stop()
 				p.cb(wire.FromResult(r.Code, r.Reason, r.Message))
+			}
+		}
+		sc.mu.Lock()
+		done := sc.mu.retired && len(sc.mu.pending) == 0
+		sc.mu.Unlock()
+		if done {
+			select {
+			case sc.signal <- struct{}{}: // the send loop closes the stream
+			default:
 			}
 		}
 	}

@@ -57,6 +57,12 @@ var (
 	ErrUnauthorized = errors.New("not authorized by the bookie")
 )
 
+// StreamExpired is the reason of the add stream's control result (request
+// id 0) telling the client that the credentials it opened the stream with
+// expired: it sends its next adds on a new stream and closes this one
+// once every add sent on it is answered.
+const StreamExpired = "STREAM_EXPIRED"
+
 // The wire table: one row per sentinel.
 var table = []struct {
 	err    error

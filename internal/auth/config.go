@@ -40,8 +40,8 @@ func (c ServerConfig) Validate() error {
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		errs = append(errs, errors.New("TLS needs both --tls-cert-file and --tls-key-file"))
 	}
-	if c.TLSRequireTrustedClientCert && c.TLSTrustCertsFile == "" {
-		errs = append(errs, errors.New("--tls-require-trusted-client-cert needs --tls-trust-certs-file"))
+	if c.TLSRequireTrustedClientCert && (c.TLSTrustCertsFile == "" || c.TLSCertFile == "") {
+		errs = append(errs, errors.New("--tls-require-trusted-client-cert needs TLS (--tls-cert-file, --tls-key-file) and --tls-trust-certs-file"))
 	}
 	if c.TLSTrustCertsFile != "" && c.TLSCertFile == "" && c.AuthenticationEnabled && c.TokenSecretKey == "" && c.TokenPublicKey == "" {
 		errs = append(errs, errors.New("client certificates (--tls-trust-certs-file) authenticate only over TLS (--tls-cert-file, --tls-key-file)"))

@@ -26,23 +26,33 @@ type Options struct {
 	Metrics prometheus.Gatherer
 	// Pprof serves /debug/pprof/.
 	Pprof bool
+	// MetricsGuard and PprofGuard, if set, wrap those endpoints (a
+	// server's authorization: profiles show the command line, metrics
+	// every tenant's topics).
+	MetricsGuard, PprofGuard func(http.Handler) http.Handler
 }
 
 // Register adds the endpoints to mux.
 func Register(mux *http.ServeMux, o Options) {
 	health.Register(mux, o.Health)
+	guard := func(g func(http.Handler) http.Handler, h http.Handler) http.Handler {
+		if g == nil {
+			return h
+		}
+		return g(h)
+	}
 	if o.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Metrics, promhttp.HandlerOpts{
+		mux.Handle("GET /metrics", guard(o.MetricsGuard, promhttp.HandlerFor(o.Metrics, promhttp.HandlerOpts{
 			ErrorHandling: promhttp.ContinueOnError, // a failing collector does not hide the others
-		}))
+		})))
 	}
 	if o.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		mux.Handle("GET /debug/pprof/", guard(o.PprofGuard, http.HandlerFunc(pprof.Index)))
+		mux.Handle("GET /debug/pprof/cmdline", guard(o.PprofGuard, http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", guard(o.PprofGuard, http.HandlerFunc(pprof.Profile)))
+		mux.Handle("GET /debug/pprof/symbol", guard(o.PprofGuard, http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("POST /debug/pprof/symbol", guard(o.PprofGuard, http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", guard(o.PprofGuard, http.HandlerFunc(pprof.Trace)))
 	}
 }
 

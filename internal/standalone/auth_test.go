@@ -16,6 +16,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
@@ -27,19 +28,14 @@ func TestStandaloneBookiesWantCredentials(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := testConfig(t, 2)
-	secret := filepath.Join(t.TempDir(), "secret.key")
-	os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600)
-	cfg.AuthenticationEnabled, cfg.TokenSecretKey = true, secret
+	key := testutil.NewTokenKey(t)
+	cfg.AuthenticationEnabled, cfg.TokenSecretKey = true, key.File
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	signer, err := auth.NewSigner(secret, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice, _ := signer.Sign("alice", time.Hour)
+	alice := key.Token("alice", time.Hour)
 
 	for _, b := range s.Bookies {
 		conn, err := grpc.NewClient(b.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -311,5 +311,9 @@ func writeInternalToken(cfg Config) (string, error) {
 	if err := os.WriteFile(f, []byte(tok), 0o600); err != nil {
 		return "", err
 	}
+	// Files left by an earlier run keep their modes: tighten them.
+	if err := errors.Join(os.Chmod(dir, 0o700), os.Chmod(f, 0o600)); err != nil {
+		return "", err
+	}
 	return f, nil
 }

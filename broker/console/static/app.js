@@ -238,8 +238,8 @@ async function topicView(view, tenant, ns, topic) {
   const refresh = async () => {
     let st;
     try { st = await api("GET", base + "/stats"); } catch (e) { status("Stats: " + e.message, "error"); return; }
-    if (st.entries === undefined) { // a partitioned topic: its partitions
-      cards.replaceChildren(el("p", {}, "Partitioned topic:"), table("partitions", ["Partition"], Object.keys(st).sort().map(p => {
+    if (st.partitions !== undefined) { // a partitioned topic: its partitions
+      cards.replaceChildren(el("p", {}, "Partitioned topic:"), table("partitions", ["Partition"], Object.keys(st.partitions).sort().map(p => {
         const local = p.slice(p.lastIndexOf("/") + 1);
         return el("tr", {}, el("td", {}, el("a", { href: "#/topic/" + seg(tenant) + "/" + seg(ns) + "/" + seg(local) }, p)));
       })));
