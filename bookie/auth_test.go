@@ -122,12 +122,11 @@ func TestBookieAcceptsOnlyItsRoles(t *testing.T) {
 	}
 }
 
-// A ledger client with the broker's credentials writes and reads ledgers
-// on such bookies.
-func TestLedgerClientWithCredentials(t *testing.T) {
-	e := newEnv(t)
-	b := startSecureBookie(t, e)
-	dial, err := auth.Peer{TLS: true, Files: tlsutil.Files{Trust: b.ca.CertFile}, TokenFile: b.tokenFile(t, "broker")}.DialOptions()
+// writer is a ledger client presenting the token of tokenFile over TLS
+// (closed when the test ends), and a new one-copy ledger's writer.
+func (b *secureBookie) writer(t *testing.T, e *env, tokenFile string) (*ledger.Client, *ledger.Writer) {
+	t.Helper()
+	dial, err := auth.Peer{TLS: true, Files: tlsutil.Files{Trust: b.ca.CertFile}, TokenFile: tokenFile}.DialOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +134,20 @@ func TestLedgerClientWithCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lc.Close()
+	t.Cleanup(func() { lc.Close() })
 	w, err := lc.Create(ctxT(t), ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lc, w
+}
+
+// A ledger client with the broker's credentials writes and reads ledgers
+// on such bookies.
+func TestLedgerClientWithCredentials(t *testing.T) {
+	e := newEnv(t)
+	b := startSecureBookie(t, e)
+	lc, w := b.writer(t, e, b.tokenFile(t, "broker"))
 	for i := 0; i < 3; i++ {
 		if _, err := w.Append(ctxT(t), []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -238,20 +246,7 @@ func TestWriterCarriesOnThroughTokenExpiry(t *testing.T) {
 	// A stream kept past its retirement is cut after a second: the client
 	// must move on at once.
 	defer bookie.SetRetireGrace(time.Second)()
-	tokenFile := b.key.TokenFile("broker", time.Second)
-	dial, err := auth.Peer{TLS: true, Files: tlsutil.Files{Trust: b.ca.CertFile}, TokenFile: tokenFile}.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc, err := ledger.New(e.store, ledger.Config{DialOptions: dial})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	w, err := lc.Create(ctxT(t), ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, w := b.writer(t, e, b.key.TokenFile("broker", time.Second))
 	if _, err := w.Append(ctxT(t), []byte("first")); err != nil {
 		t.Fatal(err)
 	}
