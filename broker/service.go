@@ -193,18 +193,23 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 				recvErr <- io.EOF // the handler is returning: take nothing more
 				return
 			}
+			// A send's slot is released only after its answer is queued:
+			// the stream's end holds every slot before it disconnects the
+			// producer (which drops what is queued after), so every send
+			// taken is answered. Released first, a stored send could go
+			// unanswered and the client would store it again.
 			if p.hasFailed() {
-				<-pending
 				p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
+				<-pending
 				continue
 			}
 			if size := len(send.Payload); size > v.s.cfg.MaxMessageSize {
-				<-pending
 				p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
+				<-pending
 				continue
 			}
 			t.publish(ctx, p, send, func(pos mledger.Position, dup bool, err error) {
-				<-pending
+				defer func() { <-pending }()
 				if err != nil {
 					p.fail(seq, err)
 					return
