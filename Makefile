@@ -15,7 +15,7 @@ RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./intern
 PLAIN_PKGS    := ./autoscaler/... ./cmd/... ./e2e/... ./proto/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build image kube-tools test-kube test test-plain test-race test-e2e test-e2e-long bench bench-heal fuzz proto proto-check lint run tools clean
+.PHONY: all build image kube-tools test-kube test test-plain test-race test-e2e test-e2e-long bench bench-peers bench-heal fuzz proto proto-check lint run tools clean
 
 all: build
 
@@ -93,6 +93,12 @@ test-e2e-long:
 # cluster's life, not a loop over b.N.
 bench:
 	$(GO) test -p 1 -run '^$$' -bench . -skip 'ReReplication|NewBookieShare' -benchtime 2s -timeout 60m ./bookie/...
+
+# Magnetar side by side with Redis Streams and NATS JetStream in one run
+# (docs/benchmarks.md, "Side by side"), about 15 minutes; the table goes to
+# bench/out/side-by-side.md.
+bench-peers:
+	scripts/bench-peers.sh
 
 # Self-healing (docs/benchmarks.md, "Autorecovery (issue 11)"), about 4
 # minutes: re-replication after losing a bookie, produce latency during

@@ -2,6 +2,7 @@ package bookie_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ func BenchmarkBookieAdd(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%dKiB/inflight=%d", size>>10, inflight), func(b *testing.B) {
 				ledgerID++
 				payload := make([]byte, size)
+				rand.Read(payload) // incompressible, as most payloads (producers compress)
 				ctx := context.Background()
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
@@ -147,6 +149,7 @@ func BenchmarkBookieAddStream(b *testing.B) {
 				sc := newStreamClient(b, c)
 				defer sc.close()
 				payload := make([]byte, size)
+				rand.Read(payload) // incompressible, as most payloads (producers compress)
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
 				b.ResetTimer()

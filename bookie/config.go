@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 )
 
@@ -43,6 +44,18 @@ type Config struct {
 	// once (all clients together); past it, it stops reading requests.
 	// Default 256 MiB; at least MaxEntrySize.
 	MaxInflightBytes int64 `mapstructure:"max-inflight-bytes" yaml:"max-inflight-bytes"`
+	// MemtableSize is the size of one of Pebble's memtables. Up to
+	// memtablesHeld of them are in memory at once (one taking writes,
+	// the others being flushed): beyond, writes wait. Default 64MiB;
+	// in 1MiB..1GiB.
+	MemtableSize bytesize.Size `mapstructure:"memtable-size" yaml:"memtable-size"`
+	// BlockCacheSize is Pebble's block cache (reads that miss the
+	// broker's cache). Default 64MiB; at least 1MiB.
+	BlockCacheSize bytesize.Size `mapstructure:"block-cache-size" yaml:"block-cache-size"`
+	// StorageCompression compresses what the storage engine writes
+	// (Snappy). Default false: entries are stored as written, as
+	// BookKeeper stores them; producers compress (or send random bytes).
+	StorageCompression bool `mapstructure:"storage-compression" yaml:"storage-compression"`
 	// SessionTTL is the lease TTL of the registration. Default 10s.
 	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
 	// RegistrationInterval is how often the load report is refreshed.
@@ -118,6 +131,8 @@ func DefaultConfig() Config {
 		MetastoreRoot:             "/magnetar",
 		MaxEntrySize:              5 << 20,
 		MaxInflightBytes:          256 << 20,
+		MemtableSize:              64 << 20,
+		BlockCacheSize:            64 << 20,
 		SessionTTL:                10 * time.Second,
 		RegistrationInterval:      5 * time.Second,
 		GCInterval:                time.Minute,
@@ -193,6 +208,12 @@ func (c *Config) Validate() error {
 	if c.MaxEntrySize <= 0 || c.MaxEntrySize > MaxEntrySizeLimit {
 		errs = append(errs, fmt.Errorf("max entry size %d must be in 1..%d", c.MaxEntrySize, MaxEntrySizeLimit))
 	}
+	if c.MemtableSize < 1<<20 || c.MemtableSize > 1<<30 {
+		errs = append(errs, fmt.Errorf("--memtable-size %v: must be in 1MiB..1GiB", c.MemtableSize))
+	}
+	if c.BlockCacheSize < 1<<20 {
+		errs = append(errs, fmt.Errorf("--block-cache-size %v: must be at least 1MiB", c.BlockCacheSize))
+	}
 	if c.MaxInflightBytes < int64(c.MaxEntrySize) {
 		errs = append(errs, fmt.Errorf("max in-flight bytes %d is below the max entry size %d", c.MaxInflightBytes, c.MaxEntrySize))
 	}
@@ -242,4 +263,35 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("bookie config: %w", err)
 	}
 	return nil
+}
+
+// memtablesHeld is how many memtables a bookie's Pebble holds at most:
+// its MemTableStopWritesThreshold (Pebble stops writes when the queued
+// memtables reach this many times the memtable size).
+const memtablesHeld = 2
+
+// Memory is the memory a bookie's configuration allows its large
+// consumers; their sum is its budget (the Go runtime, gRPC's buffers
+// beyond the in-flight adds and goroutines come on top).
+type Memory struct {
+	Memtables       int64 // memtablesHeld x MemtableSize
+	BlockCache      int64
+	InflightPayload int64 // MaxInflightBytes
+}
+
+// Total is the sum of the parts.
+func (m Memory) Total() int64 { return m.Memtables + m.BlockCache + m.InflightPayload }
+
+func (m Memory) String() string {
+	return fmt.Sprintf("memtables %v + block cache %v + in-flight adds %v = %v",
+		bytesize.Size(m.Memtables), bytesize.Size(m.BlockCache), bytesize.Size(m.InflightPayload), bytesize.Size(m.Total()))
+}
+
+// Memory returns the configuration's memory budget.
+func (c Config) Memory() Memory {
+	return Memory{
+		Memtables:       memtablesHeld * int64(c.MemtableSize),
+		BlockCache:      int64(c.BlockCacheSize),
+		InflightPayload: c.MaxInflightBytes,
+	}
 }

@@ -24,6 +24,9 @@ import (
 //     read-only); magnetar_bookie_state says which of the three.
 //   - magnetar_bookie_disk_{total,used,free}_bytes, bookie_ledger_writable_dirs,
 //     magnetar_bookie_stored_bytes.
+//   - magnetar_bookie_write_stalls_total and _write_stall_seconds_total,
+//     by reason: the storage engine held writes back (memtables or level 0
+//     full), a cause of latency spikes.
 //
 // Quantiles cover the last minute, as BookKeeper's do.
 type metrics struct {
@@ -34,6 +37,7 @@ type metrics struct {
 	sync              *prometheus.SummaryVec
 	batchEntries      prometheus.Summary
 	batchBytes        prometheus.Summary
+	stalls, stallSecs *prometheus.CounterVec
 }
 
 var objectives = map[float64]float64{0.5: 0.05, 0.75: 0.02, 0.95: 0.005, 0.99: 0.001, 0.999: 0.0001}
@@ -55,8 +59,12 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		batchBytes: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
 			Help: "Payload bytes per group commit.", Objectives: objectives, MaxAge: time.Minute}),
 	}
+	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stalls_total",
+		Help: "Times the storage engine held writes back, by reason (memtables or level 0 full)."}, []string{"reason"})
+	m.stallSecs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stall_seconds_total",
+		Help: "Seconds writes were held back by the storage engine, by reason."}, []string{"reason"})
 	reg.MustRegister(m.addRequest, m.add, m.readRequest, m.read, m.writeBytes, m.readBytes, m.sync, m.batchEntries, m.batchBytes,
-		stateCollector{s})
+		m.stalls, m.stallSecs, stateCollector{s})
 	for _, v := range []*prometheus.SummaryVec{m.addRequest, m.add, m.readRequest, m.read, m.sync} {
 		v.WithLabelValues("true") // exported from the start, as BookKeeper's are
 		v.WithLabelValues("false")
@@ -96,6 +104,13 @@ func (m *metrics) synced(requests, bytes int, took time.Duration, err error) {
 	m.sync.WithLabelValues(success(err)).Observe(ms(took))
 	m.batchEntries.Observe(float64(requests))
 	m.batchBytes.Observe(float64(bytes))
+}
+
+// stalled records a write stall (storage.Options.OnWriteStall). Pebble's
+// reasons are a handful of fixed strings: the label stays bounded.
+func (m *metrics) stalled(reason string, took time.Duration) {
+	m.stalls.WithLabelValues(reason).Inc()
+	m.stallSecs.WithLabelValues(reason).Add(took.Seconds())
 }
 
 // stateCollector reports the bookie's state and disk when scraped.

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/magnetar-io/magnetar/internal/tlsutil"
-	"google.golang.org/grpc/credentials"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
+	"github.com/magnetar-io/magnetar/internal/tlsutil"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -177,7 +177,17 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		FS:              fs,
 		Logger:          s.log.Named("storage"),
 		ValueSeparation: cfg.ValueSeparation,
+		MemTableSize:    uint64(cfg.MemtableSize),
+		MemtablesHeld:   memtablesHeld,
+		CacheSize:       int64(cfg.BlockCacheSize),
+		Compress:        cfg.StorageCompression,
 		OnSync:          s.metrics.synced,
+		OnWriteStall: func(reason string, took time.Duration) {
+			s.metrics.stalled(reason, took)
+			if took >= time.Second { // short ones are counted, not logged: they can come every second
+				s.log.Warn("storage write stall", zap.String("reason", reason), zap.Duration("took", took))
+			}
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -292,7 +302,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			s.http.Serve(s.httpLn)
 		}()
 	}
-	s.log.Info("bookie started", zap.String("data-dir", cfg.DataDir), zap.String("instance", s.instanceID), zap.String("http", s.HTTPAddr()))
+	s.log.Info("bookie started", zap.String("data-dir", cfg.DataDir), zap.String("instance", s.instanceID), zap.String("http", s.HTTPAddr()),
+		zap.Stringer("memory", cfg.Memory()))
 	return s, nil
 }
 
@@ -387,6 +398,9 @@ func (s *Server) Autorecovery() *autorecovery.Service { return s.recovery }
 
 // ID is the bookie's id in ledger metadata.
 func (s *Server) ID() string { return s.id }
+
+// Config returns the configuration the server runs with.
+func (s *Server) Config() Config { return s.cfg }
 
 // AdvertisedAddress is the address the bookie registers for clients.
 func (s *Server) AdvertisedAddress() string { return s.addr }

@@ -20,11 +20,16 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/bufpool"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 )
+
+// As in the magnetar binary: gRPC's buffers are not cleared (the
+// benchmarks measure what the binary does).
+func init() { bufpool.Install() }
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)

@@ -23,6 +23,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
@@ -308,7 +309,8 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	go s.registerLoop()
 	go s.sessionLoop()
 	go s.balanceLoop()
-	s.log.Info("broker started", zap.String("listen", s.ln.Addr().String()), zap.String("http", s.HTTPAddr()))
+	s.log.Info("broker started", zap.String("listen", s.ln.Addr().String()), zap.String("http", s.HTTPAddr()),
+		zap.Stringer("cache-size", bytesize.Size(s.cfg.CacheSize)))
 	return s, nil
 }
 
@@ -325,6 +327,9 @@ func (s *Server) HTTPAddr() string {
 
 // ID is the broker's advertised address.
 func (s *Server) ID() string { return s.id }
+
+// Config returns the configuration the server runs with.
+func (s *Server) Config() Config { return s.cfg }
 
 // Close unloads every topic (closing its ledgers cleanly, persisting its
 // cursors), stops serving and releases the broker's session, in at most

@@ -69,8 +69,10 @@ func TestBookieDiskAndPlacementSettings(t *testing.T) {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	t.Run("flags", func(t *testing.T) {
-		cfg := load(t, "", "--disk-usage-threshold", "0.95", "--disk-usage-low-threshold", "0.9", "--disk-check-interval", "3s", "--rack", "zone-a", "--host-label", "node-1", "--max-inflight-bytes", "67108864")
-		if cfg.DiskUsageThreshold != 0.95 || cfg.DiskUsageLowThreshold != 0.9 || cfg.DiskCheckInterval != 3*time.Second || cfg.Rack != "zone-a" || cfg.HostLabel != "node-1" || cfg.MaxInflightBytes != 64<<20 {
+		cfg := load(t, "", "--disk-usage-threshold", "0.95", "--disk-usage-low-threshold", "0.9", "--disk-check-interval", "3s", "--rack", "zone-a", "--host-label", "node-1", "--max-inflight-bytes", "67108864",
+			"--memtable-size", "16MiB", "--block-cache-size", "33554432")
+		if cfg.DiskUsageThreshold != 0.95 || cfg.DiskUsageLowThreshold != 0.9 || cfg.DiskCheckInterval != 3*time.Second || cfg.Rack != "zone-a" || cfg.HostLabel != "node-1" || cfg.MaxInflightBytes != 64<<20 ||
+			cfg.MemtableSize != 16<<20 || cfg.BlockCacheSize != 32<<20 {
 			t.Fatalf("%+v", cfg)
 		}
 	})
@@ -79,19 +81,20 @@ func TestBookieDiskAndPlacementSettings(t *testing.T) {
 		t.Setenv("MAGNETAR_DISK_USAGE_LOW_THRESHOLD", "0.7")
 		t.Setenv("MAGNETAR_RACK", "zone-b")
 		t.Setenv("MAGNETAR_HOST_LABEL", "node-2")
+		t.Setenv("MAGNETAR_MEMTABLE_SIZE", "8MiB")
 		cfg := load(t, "")
-		if cfg.DiskUsageThreshold != 0.8 || cfg.DiskUsageLowThreshold != 0.7 || cfg.Rack != "zone-b" || cfg.HostLabel != "node-2" {
+		if cfg.DiskUsageThreshold != 0.8 || cfg.DiskUsageLowThreshold != 0.7 || cfg.Rack != "zone-b" || cfg.HostLabel != "node-2" || cfg.MemtableSize != 8<<20 || cfg.BlockCacheSize != 64<<20 {
 			t.Fatalf("%+v", cfg)
 		}
 	})
 	t.Run("yaml", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "bookie.yaml")
-		body := "disk-usage-threshold: 0.97\ndisk-usage-low-threshold: 0.5\nrack: zone-c\nhost-label: node-3\n"
+		body := "disk-usage-threshold: 0.97\ndisk-usage-low-threshold: 0.5\nrack: zone-c\nhost-label: node-3\nmemtable-size: 4MiB\nblock-cache-size: 2097152\n"
 		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cfg := load(t, file)
-		if cfg.DiskUsageThreshold != 0.97 || cfg.DiskUsageLowThreshold != 0.5 || cfg.Rack != "zone-c" || cfg.HostLabel != "node-3" {
+		if cfg.DiskUsageThreshold != 0.97 || cfg.DiskUsageLowThreshold != 0.5 || cfg.Rack != "zone-c" || cfg.HostLabel != "node-3" || cfg.MemtableSize != 4<<20 || cfg.BlockCacheSize != 2<<20 {
 			t.Fatalf("%+v", cfg)
 		}
 	})
@@ -117,6 +120,10 @@ func TestBadDiskSettingsAreClearErrors(t *testing.T) {
 		{[]string{"--disk-check-interval", "0s"}, "--disk-check-interval 0s must be positive"},
 		{[]string{"--rack", "rack 1"}, `--rack "rack 1": contains ' '`},
 		{[]string{"--host-label", "a\tb"}, `--host-label "a\tb": contains '\t'`},
+		{[]string{"--memtable-size", "512KiB"}, "--memtable-size 512KiB: must be in 1MiB..1GiB"},
+		{[]string{"--memtable-size", "2GiB"}, "--memtable-size 2GiB: must be in 1MiB..1GiB"},
+		{[]string{"--block-cache-size", "0"}, "--block-cache-size 0: must be at least 1MiB"},
+		{[]string{"--block-cache-size", "lots"}, `invalid argument "lots" for "--block-cache-size"`},
 	} {
 		err := run(context.Background(), io.Discard, append(base, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -17,10 +17,15 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"github.com/magnetar-io/magnetar/internal/bufpool"
+	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/logging"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
 )
+
+// gRPC's buffers come from a pool that does not clear them (see bufpool).
+func init() { bufpool.Install() }
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -120,4 +125,11 @@ func serveOps(addr string, tf httpTLS, o ops.Options) (bound string, stop func()
 		srv.Serve(ln)
 	}()
 	return ln.Addr().String(), func() { srv.Close(); <-done }, nil
+}
+
+// sizeFlag defines a flag taking a size with a unit (512MiB, 1GiB) or a
+// number of bytes; config.Load reads it into a bytesize.Size field.
+func sizeFlag(f *pflag.FlagSet, name string, def bytesize.Size, usage string) {
+	v := def
+	f.Var(&v, name, usage)
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -33,6 +35,13 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 				return err
 			}
 			defer log.Sync()
+			// The budget is the runtime's soft limit: the garbage
+			// collector works harder near it instead of letting the heap
+			// grow past it.
+			limitFromEnv := os.Getenv("GOMEMLIMIT") != ""
+			if !limitFromEnv {
+				debug.SetMemoryLimit(int64(cfg.MemoryBudget))
+			}
 			s, err := standalone.Start(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
@@ -49,6 +58,10 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 			fmt.Fprintf(out, "  metastore (etcd)  %s\n", s.Etcd.Endpoints()[0])
 			for _, b := range s.Bookies {
 				fmt.Fprintf(out, "  bookie            %s  (id %s)\n", b.AdvertisedAddress(), b.ID())
+			}
+			fmt.Fprintf(out, "  memory budget     %v\n", s.Budget)
+			if limitFromEnv {
+				fmt.Fprintf(out, "                    (the Go runtime's limit is GOMEMLIMIT=%s)\n", os.Getenv("GOMEMLIMIT"))
 			}
 			fmt.Fprintln(out, "Press Ctrl-C to stop.")
 			<-cmd.Context().Done()
@@ -69,6 +82,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.String("cluster-name", def.ClusterName, "the cluster label of the metrics")
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
+	sizeFlag(f, "memory-budget", def.MemoryBudget, "memory of the whole process, shared out among the broker's cache and the bookies' memtables, block caches and in-flight adds, and the Go runtime's soft limit (unless GOMEMLIMIT is set), e.g. 512MiB or 2GiB")
 	addAuthServerFlags(f)
 	addAuthorizationFlags(f)
 	addTLSServerFlags(f)

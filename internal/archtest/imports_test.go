@@ -98,6 +98,7 @@ func TestImportDirection(t *testing.T) {
 		{"metastore", func(d string) bool { return under(d, "metastore") || under(d, "internal/tlsutil") },
 			"the metastore knows nothing of its users (TLS files are read by the leaf internal/tlsutil)"},
 		{"internal/tlsutil", func(d string) bool { return false }, "TLS loading is a leaf, usable by every side"},
+		{"internal/bufpool", func(d string) bool { return false }, "gRPC's buffer pool is a leaf, usable by every side"},
 		{"bookie/wire", func(d string) bool { return false }, "wire is shared by both sides of the bookie protocol"},
 		{"bookie/ledger", func(d string) bool {
 			return under(d, "proto") || under(d, "metastore") || under(d, "bookie/wire") || under(d, "bookie/ledger") || under(d, "internal/tlsutil")

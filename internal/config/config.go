@@ -18,6 +18,8 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/magnetar-io/magnetar/internal/bytesize"
 )
 
 // EnvPrefix is the prefix of environment variables.
@@ -63,11 +65,21 @@ func Load(flags *pflag.FlagSet, path string, out any) error {
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 		stringToMap,
+		stringToByteSize,
 	))
 	if err := v.Unmarshal(out, hooks); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	return nil
+}
+
+// stringToByteSize decodes a bytesize.Size field from text (a flag, an
+// environment variable, a quoted YAML value); numbers decode as bytes.
+func stringToByteSize(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(bytesize.Size(0)) || from.Kind() != reflect.String {
+		return data, nil
+	}
+	return bytesize.Parse(data.(string))
 }
 
 // stringToMap decodes "k=v,k2=v2" (an environment variable, or a flag's

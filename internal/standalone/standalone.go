@@ -19,6 +19,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -56,6 +57,13 @@ type Config struct {
 	StatsInterval time.Duration `mapstructure:"stats-interval"`
 	// Pprof serves /debug/pprof/ on the admin port.
 	Pprof bool `mapstructure:"pprof"`
+	// MemoryBudget is the memory the whole process may use: it is shared
+	// out among the broker's cache and every bookie's memtables, block
+	// cache and in-flight adds (see Budget); `magnetar standalone` also
+	// makes it the Go runtime's soft memory limit (unless GOMEMLIMIT is
+	// set).
+	// Default 512MiB; at least 128MiB.
+	MemoryBudget bytesize.Size `mapstructure:"memory-budget"`
 	// Security of the broker's ports: authentication, authorization and
 	// TLS (see broker.Security).
 	broker.Security `mapstructure:",squash"`
@@ -75,6 +83,54 @@ func DefaultConfig() Config {
 		LostBookieRecoveryDelay: bookie.DefaultConfig().LostBookieRecoveryDelay,
 		ClusterName:             "standalone",
 		StatsInterval:           broker.DefaultConfig().StatsInterval,
+		MemoryBudget:            512 << 20,
+	}
+}
+
+// minMemoryBudget bounds Config.MemoryBudget from below.
+const minMemoryBudget = 128 << 20
+
+// Budget is how a standalone shares out its memory budget.
+type Budget struct {
+	Total       int64
+	BrokerCache int64
+	Bookie      bookie.Memory // each bookie's
+	Bookies     int
+}
+
+// Configured is the sum of the sized consumers; the rest of Total is
+// left to what has no configured size (the Go runtime and garbage
+// collector's headroom, etcd, gRPC's buffers, goroutines).
+func (b Budget) Configured() int64 { return b.BrokerCache + int64(b.Bookies)*b.Bookie.Total() }
+
+func (b Budget) String() string {
+	return fmt.Sprintf("%v: broker cache %v + %d bookie(s) x (%v) = %v configured, %v for the rest",
+		bytesize.Size(b.Total), bytesize.Size(b.BrokerCache), b.Bookies, b.Bookie,
+		bytesize.Size(b.Configured()), bytesize.Size(b.Total-b.Configured()))
+}
+
+// Budget shares out c.MemoryBudget: an eighth for the broker's cache,
+// three eighths for the bookies in equal shares (a share: half to
+// memtables, of which two are held, a quarter to in-flight adds, an
+// eighth to the block cache), and half left for what has no configured
+// size: measured at full load, the garbage collector's headroom and the
+// rest took as much as the sized parts (docs/benchmarks.md). A memtable
+// is at least 1MiB and in-flight adds at least two of the largest
+// entries.
+func (c *Config) Budget() Budget {
+	const mib = 1 << 20
+	share := int64(c.MemoryBudget) * 3 / 8 / int64(max(c.Bookies, 1))
+	mibs := func(n int64) int64 { return max(n/mib*mib, mib) } // whole MiB, at least one
+	memtable := mibs(share / 4)
+	return Budget{
+		Total:       int64(c.MemoryBudget),
+		BrokerCache: mibs(int64(c.MemoryBudget) / 8),
+		Bookies:     c.Bookies,
+		Bookie: bookie.Memory{
+			Memtables:       2 * memtable,
+			BlockCache:      mibs(share / 8),
+			InflightPayload: max(mibs(share/4), 2*int64(c.MaxEntrySize)),
+		},
 	}
 }
 
@@ -92,6 +148,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Bookies < 1 || c.Bookies > MaxBookies {
 		errs = append(errs, fmt.Errorf("bookies %d must be in 1..%d", c.Bookies, MaxBookies))
+	}
+	if c.MemoryBudget < minMemoryBudget {
+		errs = append(errs, fmt.Errorf("--memory-budget %v: must be at least %v", c.MemoryBudget, bytesize.Size(minMemoryBudget)))
+	} else if b := c.Budget(); b.Configured() > b.Total {
+		errs = append(errs, fmt.Errorf("--memory-budget %v is too small for %d bookies with --max-entry-size %d: their in-flight adds alone take %v",
+			c.MemoryBudget, c.Bookies, c.MaxEntrySize, bytesize.Size(int64(c.Bookies)*b.Bookie.InflightPayload)))
 	}
 	// The broker's own checks, before anything starts.
 	bc := broker.DefaultConfig()
@@ -142,7 +204,9 @@ type Standalone struct {
 	Store   *metastore.Store
 	Bookies []*bookie.Server
 	Broker  *broker.Server
-	log     *zap.Logger
+	// Budget is how the memory budget was shared out.
+	Budget Budget
+	log    *zap.Logger
 }
 
 // Start starts etcd, then the bookies. On error everything started is
@@ -155,6 +219,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		log = zap.NewNop()
 	}
 	s := &Standalone{log: log}
+	budget := cfg.Budget()
+	s.Budget = budget
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -196,6 +262,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		bc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("bookie-%d", i))
 		bc.Metastore = s.Etcd.Endpoints()
 		bc.MaxEntrySize = cfg.MaxEntrySize
+		bc.MemtableSize = bytesize.Size(budget.Bookie.Memtables / 2)
+		bc.BlockCacheSize = bytesize.Size(budget.Bookie.BlockCache)
+		bc.MaxInflightBytes = budget.Bookie.InflightPayload
 		// With several bookies, each runs autorecovery: a lost bookie's
 		// copies move to the others.
 		bc.Autorecovery = cfg.Bookies > 1
@@ -217,6 +286,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.Metastore = s.Etcd.Endpoints()
 	bc.Ensemble, bc.WriteQuorum, bc.AckQuorum = replication(cfg.Bookies)
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
+	bc.CacheSize = budget.BrokerCache
 	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
 	bc.Security = cfg.Security
 	bc.ClientAuthTokenFile = internalToken

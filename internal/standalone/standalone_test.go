@@ -11,7 +11,9 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
@@ -90,6 +92,9 @@ func TestValidate(t *testing.T) {
 		"bad broker":     {func(c *Config) { c.BrokerListen = "127.0.0.1:x" }, `--broker-listen "127.0.0.1:x": port "x" is not a number`},
 		"bad http":       {func(c *Config) { c.HTTPListen = "" }, `--http "": empty address`},
 		"bad advertised": {func(c *Config) { c.AdvertisedAddress = "0.0.0.0" }, `--advertised-address "0.0.0.0": missing port`},
+		"small budget":   {func(c *Config) { c.MemoryBudget = 100 << 20 }, "--memory-budget 100MiB: must be at least 128MiB"},
+		"budget below the in-flight adds": {func(c *Config) { c.MemoryBudget, c.Bookies, c.MaxEntrySize = 128<<20, 16, 16<<20 },
+			"--memory-budget 128MiB is too small for 16 bookies with --max-entry-size 16777216"},
 	} {
 		c := DefaultConfig()
 		tc.mod(&c)
@@ -104,6 +109,52 @@ func TestValidate(t *testing.T) {
 	c.BookieListen, c.Bookies = "127.0.0.1:65535", 1
 	if err := c.Validate(); err != nil {
 		t.Fatalf("one bookie on the last port: %v", err)
+	}
+}
+
+// The memory budget is shared out in whole MiB among the broker's cache
+// and the bookies, leaves room for what has no configured size, and is
+// what the started broker and bookies use.
+func TestMemoryBudget(t *testing.T) {
+	for _, tc := range []struct {
+		budget  int64
+		bookies int
+		want    Budget
+	}{
+		{512 << 20, 3, Budget{Total: 512 << 20, BrokerCache: 64 << 20, Bookies: 3, Bookie: bookie.Memory{Memtables: 2 * 16 << 20, BlockCache: 8 << 20, InflightPayload: 16 << 20}}},
+		{512 << 20, 1, Budget{Total: 512 << 20, BrokerCache: 64 << 20, Bookies: 1, Bookie: bookie.Memory{Memtables: 2 * 48 << 20, BlockCache: 24 << 20, InflightPayload: 48 << 20}}},
+		// Two of the largest entries (5 MiB) in flight at least.
+		{256 << 20, 4, Budget{Total: 256 << 20, BrokerCache: 32 << 20, Bookies: 4, Bookie: bookie.Memory{Memtables: 2 * 6 << 20, BlockCache: 3 << 20, InflightPayload: 10 << 20}}},
+	} {
+		c := DefaultConfig()
+		c.MemoryBudget, c.Bookies = bytesize.Size(tc.budget), tc.bookies
+		got := c.Budget()
+		if got != tc.want {
+			t.Errorf("%v with %d bookies: %v, want %v", c.MemoryBudget, tc.bookies, got, tc.want)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%v with %d bookies: %v", c.MemoryBudget, tc.bookies, err)
+		}
+		if got.Configured() > got.Total/2 && got.Bookie.InflightPayload > 2*int64(c.MaxEntrySize) {
+			t.Errorf("%v with %d bookies: %v configured, over half", c.MemoryBudget, tc.bookies, got.Configured())
+		}
+	}
+
+	c := testConfig(t, 2)
+	c.MemoryBudget = 256 << 20
+	s, err := Start(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := c.Budget()
+	if s.Budget != want || s.Broker.Config().CacheSize != want.BrokerCache {
+		t.Errorf("broker cache %d, budget %v; want %v", s.Broker.Config().CacheSize, s.Budget, want)
+	}
+	for _, b := range s.Bookies {
+		if got := b.Config().Memory(); got != want.Bookie {
+			t.Errorf("bookie %s: %v, want %v", b.ID(), got, want.Bookie)
+		}
 	}
 }
 

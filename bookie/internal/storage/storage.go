@@ -58,6 +58,9 @@ type Options struct {
 	ValueSeparationMinSize int
 	// MemTableSize; default 64 MiB.
 	MemTableSize uint64
+	// MemtablesHeld is Pebble's MemTableStopWritesThreshold: writes wait
+	// while this many memtables' worth are queued. Default 2.
+	MemtablesHeld int
 	// CacheSize is Pebble's block cache; default 64 MiB.
 	CacheSize int64
 	// MaxBatchBytes caps the payload bytes of one group commit; default
@@ -68,6 +71,19 @@ type Options struct {
 	// from its write to the end of the sync, and the sync's error (metrics).
 	// Called by the syncer: it must not block.
 	OnSync func(requests, bytes int, took time.Duration, err error)
+	// OnWriteStall, if set, is told of each time Pebble held writes back
+	// (its memtables or level 0 full: flushes or compactions behind), with
+	// the reason and how long. Called from Pebble: it must not block.
+	OnWriteStall func(reason string, took time.Duration)
+	// Compress compresses Pebble's blocks (and blob files) with Snappy.
+	// Default false: entries are stored as written, as BookKeeper stores
+	// them. Payloads are most often compressed by producers already (or
+	// random), and compressing them again in every flush and compaction
+	// cost CPU for nothing (docs/benchmarks.md).
+	Compress bool
+
+	// onStallBegin, for tests, is told when a write stall begins.
+	onStallBegin func()
 }
 
 // Entry is a stored ledger entry.
@@ -247,11 +263,41 @@ func Open(opts Options) (*DB, error) {
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
 	po := &pebble.Options{
-		FS:                 opts.FS,
-		Cache:              cache,
-		MemTableSize:       opts.MemTableSize,
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{opts.Logger.Named("pebble").Sugar()},
+		FS:                          opts.FS,
+		Cache:                       cache,
+		MemTableSize:                opts.MemTableSize,
+		MemTableStopWritesThreshold: opts.MemtablesHeld,
+		FormatMajorVersion:          pebble.FormatNewest,
+		Logger:                      pebbleLogger{opts.Logger.Named("pebble").Sugar()},
+	}
+	if !opts.Compress {
+		po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	}
+	if opts.OnWriteStall != nil {
+		var stall struct {
+			sync.Mutex
+			reason string
+			since  time.Time
+		}
+		po.EventListener = &pebble.EventListener{
+			WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+				stall.Lock()
+				stall.reason, stall.since = info.Reason, time.Now()
+				stall.Unlock()
+				if opts.onStallBegin != nil {
+					opts.onStallBegin()
+				}
+			},
+			WriteStallEnd: func() {
+				stall.Lock()
+				reason, since := stall.reason, stall.since
+				stall.since = time.Time{}
+				stall.Unlock()
+				if !since.IsZero() {
+					opts.OnWriteStall(reason, time.Since(since))
+				}
+			},
+		}
 	}
 	if opts.ValueSeparation {
 		minSize := opts.ValueSeparationMinSize

@@ -559,3 +559,98 @@ func TestDropEntriesKeepsTheFence(t *testing.T) {
 		checkEntry(t, d, mkEntry(9, 2, 10))
 	})
 }
+
+// blockingFS holds the creation of tables and blob files (flushes) until
+// release is closed; hit is closed at the first one held.
+type blockingFS struct {
+	vfs.FS
+	hit, release chan struct{}
+	once         sync.Once
+}
+
+func (fs *blockingFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	if strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob") {
+		fs.once.Do(func() { close(fs.hit) })
+		<-fs.release
+	}
+	return fs.FS.Create(name, cat)
+}
+
+// A flush that cannot keep up holds writes back; the stall is reported
+// with its reason and length once it ends, and the held adds complete.
+func TestWriteStallsAreReported(t *testing.T) {
+	fs := &blockingFS{FS: vfs.NewMem(), hit: make(chan struct{}), release: make(chan struct{})}
+	began := make(chan struct{})
+	var once sync.Once
+	type stall struct {
+		reason string
+		took   time.Duration
+	}
+	stalls := make(chan stall, 100)
+	opts := Options{
+		MaxBatchBytes: 64 << 10, // batches well below a memtable, as in production
+		onStallBegin:  func() { once.Do(func() { close(began) }) },
+		OnWriteStall: func(reason string, took time.Duration) { stalls <- stall{reason, took} },
+	}
+	d := open(t, opts, fs) // 1 MiB memtables, two held
+	defer d.Close()
+	const size = 8 << 10
+	const n = 512 // 4 MiB: more than the memtables hold
+	done := make(chan error, n)
+	for i := int64(0); i < n; i++ {
+		d.AddEntryAsync(mkEntry(1, i, size), key, false, func(err error) { done <- err })
+	}
+	<-fs.hit // a flush is held
+	<-began  // and writes are
+	close(fs.release)
+	for i := 0; i < n; i++ {
+		if err := <-done; err != nil {
+			t.Fatalf("add: %v", err)
+		}
+	}
+	select {
+	case s := <-stalls:
+		if s.reason != "memtable count limit reached" || s.took <= 0 {
+			t.Fatalf("stall reported as %q, %v", s.reason, s.took)
+		}
+	case <-ctxT(t).Done():
+		t.Fatal("the stall's end was not reported")
+	}
+	for i := int64(0); i < n; i++ {
+		checkEntry(t, d, mkEntry(1, i, size))
+	}
+}
+
+// Entries are stored as written unless Compress is set: the flushed
+// tables of compressible payloads are several times larger without it.
+func TestCompressionIsOptional(t *testing.T) {
+	tables := func(compress bool) int64 {
+		fs := vfs.NewMem()
+		d := open(t, Options{Compress: compress, MaxBatchBytes: 64 << 10}, fs)
+		for i := int64(0); i < 512; i++ { // 4 MiB of repeated bytes: four memtables and more
+			mustAdd(t, d, mkEntry(1, i, 8<<10))
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		names, err := fs.List("bookie")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, n := range names {
+			if strings.HasSuffix(n, ".sst") || strings.HasSuffix(n, ".blob") {
+				st, err := fs.Stat(fs.PathJoin("bookie", n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += st.Size()
+			}
+		}
+		return total
+	}
+	plain, compressed := tables(false), tables(true)
+	if plain < 1<<20 || compressed*4 > plain {
+		t.Fatalf("tables: %d bytes stored as written, %d compressed", plain, compressed)
+	}
+}

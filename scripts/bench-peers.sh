@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Magnetar side by side with Redis Streams and NATS JetStream, in one run
+# on this machine (issue 14; docs/benchmarks.md records a run).
+#
+#   make bench-peers                  # the whole run, about 15 minutes
+#   SKIP_PEERS=1 make bench-peers     # Magnetar only, with the peers' last
+#                                     # figures in bench/out (same session!)
+#
+# 1. ../shared/bench/peers/all.sh: the machine's limits (fsync'd appends,
+#    disk and loopback bandwidth) and the peers (1 KiB messages, fsync
+#    before acknowledgement), into bench/out/.
+# 2. Go benchmarks of the bookie: raw fsync rate and the bookie's gRPC
+#    front end with 256 adds in flight (the group-commit ratio).
+# 3. magnetar standalone with 3 bookies (3/3/2) and with 1 (1/1/1), driven
+#    by magnetar perf in separate processes: batched at the maximum rate,
+#    unbatched with 500 in flight, and at half the maximum rate (the
+#    tail: p99 of the run and of every second). Resident memory of the
+#    standalone after the runs.
+# Every run records the load average before and after it. The table goes
+# to bench/out/side-by-side.md and to stdout.
+#
+# Env: SECS (30, length of each Magnetar run), SKIP_PEERS=1, SKIP_GOBENCH=1,
+# MAGNETAR_FLAGS (extra standalone flags, e.g. --memory-budget 1GiB).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$PWD
+secs=${SECS:-30}
+out=$root/bench/out
+mkdir -p "$out"
+peers=$root/../shared/bench/peers
+export PEERS_BIN=$root/bench/.bin PEERS_OUT=$out
+
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+if [[ ${SKIP_PEERS:-0} != 1 ]]; then
+	"$peers/all.sh"
+fi
+[[ -f $out/limits.txt ]] || { echo "no $out/limits.txt: run without SKIP_PEERS=1 first" >&2; exit 1; }
+
+mag=$out/magnetar.txt
+: >"$mag"
+rec() { echo "$*" | tee -a "$mag"; }
+rec "# magnetar $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty) cpus=$(nproc) secs=$secs"
+
+gb=$out/magnetar-gobench.txt
+if [[ ${SKIP_GOBENCH:-0} != 1 ]]; then
+	l0=$(load)
+	go test -run '^$' -bench 'RawFsync$' -benchtime 3s ./bookie/internal/storage/ | tee "$gb"
+	go test -run '^$' -bench 'BookieAddStream/size=1KiB/inflight=256$' -benchtime 3s ./bookie/ | tee -a "$gb"
+	echo "load=$l0-$(load)" >>"$gb"
+fi
+if [[ -f $gb ]]; then
+	fsync=$(awk '/^BenchmarkRawFsync/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
+	stream=$(awk '/^BenchmarkBookieAddStream/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
+	rec "gobench raw_fsync ${fsync:-na} ops/s $(grep '^load=' "$gb")"
+	rec "gobench add_stream_1k_256 ${stream:-na} ops/s $(grep '^load=' "$gb")"
+fi
+
+make -s build
+bin=$root/.bin/magnetar
+url=magnetar://127.0.0.1:16650
+dir=
+pid=
+stop_standalone() {
+	if [[ -n $pid ]]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+		pid=
+	fi
+	if [[ -n $dir ]]; then
+		rm -rf "$dir"
+		dir=
+	fi
+}
+trap stop_standalone EXIT
+
+start_standalone() { # bookies
+	dir=$(mktemp -d "$out/standalone.XXXXXX")
+	# shellcheck disable=SC2086
+	"$bin" standalone --data-dir "$dir/data" --bookies "$1" --log-level warn \
+		--broker-listen 127.0.0.1:16650 --http 127.0.0.1:18080 \
+		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
+		${MAGNETAR_FLAGS:-} >"$out/standalone-$1.log" 2>&1 &
+	pid=$!
+	local t0=$SECONDS
+	until "$bin" client produce warmup -m first --url "$url" >/dev/null 2>&1; do
+		kill -0 "$pid" 2>/dev/null || { cat "$out/standalone-$1.log"; exit 1; }
+		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
+		sleep 0.1
+	done
+}
+
+rss() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)); }
+hwm() { echo $(($(awk '/VmHWM/ {print $2}' "/proc/$pid/status") / 1024)); }
+
+# perf_run NAME TOPIC ARGS...: one perf produce run; records its summary
+# and the worst per-second p99.
+perf_run() {
+	local name=$1 topic=$2
+	shift 2
+	local log=$out/perf-$name.log l0
+	l0=$(load)
+	"$bin" perf produce "$topic" --size 1024 --time "${secs}s" --url "$url" "$@" >"$log"
+	local s
+	s=$(grep ' summary: ' "$log" | tail -1)
+	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" '{
+		for (i = 1; i <= NF; i++) {
+			if ($(i+1) == "msg/s") rate = $i
+			if ($i == "p50") p50 = $(i+1)
+			if ($i == "p99") p99 = $(i+1)
+			if ($i == "errors") errs = $(i+1)
+		}
+		# the worst second, skipping the first (connections, warm-up)
+		worst = 0; n1 = 0
+		while ((getline line < file) > 0) {
+			if (line ~ / summary: / || line !~ /latency ms/) continue
+			if (n1++ == 0) continue
+			split(line, f, " ")
+			for (j = 1; j in f; j++) if (f[j] == "p99" && f[j+1] + 0 > worst) worst = f[j+1] + 0
+		}
+		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f errors=%s load=%s\n", n, rate, p50, p99, worst, errs, l
+	}' | tee -a "$mag"
+}
+
+for bookies in 3 1; do
+	start_standalone "$bookies"
+	rec "magnetar rss_start_$bookies $(rss) MiB"
+	perf_run "b${bookies}_batched_max" "max-$bookies" --rate 0 --max-pending 5000
+	if [[ $bookies == 3 ]]; then
+		perf_run "b3_unbatched_500" unbatched --rate 0 --disable-batching --max-pending 500
+		max=$(awk '$2 == "b3_batched_max" { print $3 }' "$mag")
+		perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000
+	fi
+	rec "magnetar rss_after_$bookies $(rss) MiB peak $(hwm) MiB"
+	stop_standalone
+done
+
+# ---- the table ----
+get() { awk -v s="$1" -v r="$2" -v c="$3" '$1 == s && $2 == r { print $c; exit }' "$out"/nats.txt "$out"/redis.txt "$mag" 2>/dev/null; }
+kv() { get "$1" "$2" "$3" | sed -E 's/^[a-z0-9_]+=//'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }'; }
+
+m3=$(get magnetar b3_batched_max 3)
+m1=$(get magnetar b1_batched_max 3)
+mu=$(get magnetar b3_unbatched_500 3)
+mu99=$(kv magnetar b3_unbatched_500 6)
+mh50=$(kv magnetar b3_batched_half 5)
+mh99=$(kv magnetar b3_batched_half 6)
+mhw=$(kv magnetar b3_batched_half 7)
+nats_always=$(get nats r3fsync_pub_async500 3)
+nats_always99=$(kv nats r3fsync_pub_async500 8 | awk '{ if ($1 + 0 > 0) printf "%.1f", $1 / 1000 }')
+redis_always=$(get redis always_xadd_c50p16 3)
+fsync4k=$(awk '$1 == "fsync4k_iops" { print $2; exit }' "$out/limits.txt")
+seqbw=$(awk '$1 ~ /^seqwrite1m_bw/ { print $2; exit }' "$out/limits.txt")
+netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.txt")
+
+{
+	echo "# Side by side ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(git rev-parse --short HEAD), $(nproc) cpus)"
+	echo
+	echo "Machine: fsync'd 4 KiB appends ${fsync4k:-?} IOPS, sequential write ${seqbw:-?} MB/s, loopback TCP ${netbw:-?} MB/s."
+	echo "1 KiB messages, fsync before acknowledgement everywhere."
+	echo
+	echo "| case | Magnetar | peer | ratio | goal |"
+	echo "|---|---:|---:|---:|---|"
+	echo "| 3 copies batched, max rate vs NATS R3 always, async | $m3 msg/s | $nats_always msg/s | $(ratio "$m3" "$nats_always") | >= 3x |"
+	echo "| 3 copies batched, max rate vs Redis always, 50x16 (1 copy) | $m3 msg/s | $redis_always msg/s | $(ratio "$m3" "$redis_always") | >= 1x |"
+	echo "| 3 copies unbatched, 500 in flight vs NATS R3 always, async 500 | $mu msg/s | $nats_always msg/s | $(ratio "$mu" "$nats_always") | >= 1.5x |"
+	echo "| the same: p99 | $mu99 ms | ${nats_always99:-?} ms | $(ratio "$mu99" "$nats_always99") | <= 1x |"
+	echo "| 1 copy batched, max rate vs Redis always, 50x16 | $m1 msg/s | $redis_always msg/s | $(ratio "$m1" "$redis_always") | >= 1.5x |"
+	echo "| 3 copies at half the max rate: p50 / p99 / worst second's p99 | $mh50 / $mh99 / $mhw ms | | worst/p50 $(ratio "$mhw" "$mh50") | p99 <= 5 ms, worst second <= 3x p50 |"
+	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
+	if [[ -n ${fsync:-} ]]; then
+		echo "| group commit: bookie gRPC adds (256 in flight) / raw fsync | $stream / $fsync ops/s | | $(ratio "$stream" "$fsync") | >= 40x |"
+	fi
+	echo
+	echo "Raw lines (load average before-after each run):"
+	echo '```'
+	cat "$mag"
+	grep -h -v '^#' "$out/nats.txt" "$out/redis.txt" 2>/dev/null
+	echo '```'
+} >"$out/side-by-side.md"
+cat "$out/side-by-side.md"
