@@ -590,7 +590,7 @@ func TestWriteStallsAreReported(t *testing.T) {
 	opts := Options{
 		MaxBatchBytes: 64 << 10, // batches well below a memtable, as in production
 		onStallBegin:  func() { once.Do(func() { close(began) }) },
-		OnWriteStall: func(reason string, took time.Duration) { stalls <- stall{reason, took} },
+		OnWriteStall:  func(reason string, took time.Duration) { stalls <- stall{reason, took} },
 	}
 	d := open(t, opts, fs) // 1 MiB memtables, two held
 	defer d.Close()
