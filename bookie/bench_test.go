@@ -46,6 +46,7 @@ func BenchmarkBookieAdd(b *testing.B) {
 				ctx := context.Background()
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
+				b.ReportAllocs() // allocations per operation (issue 14)
 				b.ResetTimer()
 				testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
 					entry := int64(i)
@@ -152,6 +153,7 @@ func BenchmarkBookieAddStream(b *testing.B) {
 				rand.Read(payload) // incompressible, as most payloads (producers compress)
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
+				b.ReportAllocs() // allocations per operation (issue 14)
 				b.ResetTimer()
 				testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
 					entry := int64(i)

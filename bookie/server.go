@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/bufpool"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
@@ -252,6 +254,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		// docs/benchmarks.md).
 		grpc.WriteBufferSize(transportBuffer),
 		grpc.ReadBufferSize(transportBuffer),
+		// Servers take gRPC's default pool when the grpc package
+		// initializes, before bufpool.Install can run: named here.
+		experimental.BufferPool(bufpool.Shared()),
 		grpc.InitialWindowSize(transportWindow),
 		grpc.InitialConnWindowSize(transportWindow),
 		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{errorInterceptor, recoverInterceptor(s.log)}, authUnary...)...),

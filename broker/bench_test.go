@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strconv"
 	"strings"
@@ -325,4 +326,70 @@ func benchDedupSnapshotWrites(b *testing.B, rate, idle, parts int) {
 	b.ReportMetric(float64(writes.Load())/perPart, "writes/s/partition")
 	b.ReportMetric(float64(bytes.Load())/perPart, "B/s/partition")
 	b.ReportMetric(float64(bytes.Load())/max(float64(writes.Load()), 1), "B/write")
+}
+
+// BenchmarkProduce measures the whole produce path in one process: the
+// SDK, a broker and three bookies (3/3/2) on etcd, 1 KiB random payloads
+// (producers compress; random bytes are what the storage sees then).
+// One operation is one message acknowledged; allocs/op counts the
+// allocations of every component per message (issue 14).
+//
+//	go test -run '^$' -bench BenchmarkProduce -benchtime 200000x ./broker/
+func BenchmarkProduce(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		batching bool
+		inflight int
+	}{{"batched-5000", true, 5000}, {"unbatched-500", false, 500}} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := testcluster.Start(b, 3, testcluster.Options{})
+			cfg := broker.DefaultConfig()
+			cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
+			cfg.Metastore = c.Etcd.Endpoints()
+			cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 3, 3, 2
+			s, err := broker.Start(context.Background(), cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(cl.Close)
+			p, err := cl.CreateProducer(client.ProducerOptions{Topic: "produce-" + tc.name, DisableBatching: !tc.batching,
+				MaxPendingMessages: tc.inflight})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			payload := make([]byte, 1024)
+			rand.Read(payload)
+			ctx := context.Background()
+			var failed atomic.Int64
+			var wg sync.WaitGroup
+			slots := make(chan struct{}, tc.inflight)
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				slots <- struct{}{}
+				wg.Add(1)
+				p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+					<-slots
+					wg.Done()
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d sends failed", n)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+		})
+	}
 }

@@ -12,9 +12,13 @@ import (
 
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/bufpool"
 	"github.com/magnetar-io/magnetar/internal/testcluster"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
+
+// As in the magnetar binary: gRPC's buffers are not cleared.
+func init() { bufpool.Install() }
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)

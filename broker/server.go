@@ -18,11 +18,13 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/bufpool"
 	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
@@ -274,6 +276,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
 		grpc.ConnectionTimeout(5 * time.Second),
 		grpc.WaitForHandlers(true),
+		// Servers take gRPC's default pool when the grpc package
+		// initializes, before bufpool.Install can run: named here.
+		experimental.BufferPool(bufpool.Shared()),
 		grpc.ChainUnaryInterceptor(unaryErrors, recoverUnary(s.log), s.auth.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(streamErrors, recoverStream(s.log), s.auth.StreamInterceptor()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),

@@ -194,10 +194,13 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 				return
 			}
 			// A send's slot is released only after its answer is queued:
-			// the stream's end holds every slot before it disconnects the
-			// producer (which drops what is queued after), so every send
-			// taken is answered. Released first, a stored send could go
-			// unanswered and the client would store it again.
+			// a stream ended by its token's expiry or by the client holds
+			// every slot before it disconnects the producer (which drops
+			// what is queued after), so every send taken is answered.
+			// Released first, a stored send could go unanswered and the
+			// client would store it again. (A topic unload does not wait:
+			// sends in flight then are resent, deduplicated only with
+			// deduplication on, as in Pulsar.)
 			if p.hasFailed() {
 				p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
 				<-pending

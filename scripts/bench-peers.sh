@@ -2,7 +2,7 @@
 # Magnetar side by side with Redis Streams and NATS JetStream, in one run
 # on this machine (issue 14; docs/benchmarks.md records a run).
 #
-#   make bench-peers                  # the whole run, about 15 minutes
+#   make bench-peers                  # the whole run, about 15 minutes (14 in the recorded one)
 #   SKIP_PEERS=1 make bench-peers     # Magnetar only, with the peers' last
 #                                     # figures in bench/out (same session!)
 #
@@ -99,11 +99,17 @@ hwm() { echo $(($(awk '/VmHWM/ {print $2}' "/proc/$pid/status") / 1024)); }
 perf_run() {
 	local name=$1 topic=$2
 	shift 2
-	local log=$out/perf-$name.log l0
+	local log=$out/perf-$name.log l0 rc=0
 	l0=$(load)
-	"$bin" perf produce "$topic" --size 1024 --time "${secs}s" --url "$url" "$@" >"$log"
+	# A failed send makes perf exit non-zero: the run is recorded all the
+	# same (its errors column says how many), not ended.
+	"$bin" perf produce "$topic" --size 1024 --time "${secs}s" --url "$url" "$@" >"$log" 2>&1 || rc=$?
 	local s
-	s=$(grep ' summary: ' "$log" | tail -1)
+	s=$(grep ' summary: ' "$log" | tail -1 || true)
+	if [[ -z $s ]]; then
+		rec "magnetar $name FAILED(rc=$rc) see $log"
+		return 0
+	fi
 	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" '{
 		for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") rate = $i
@@ -129,15 +135,21 @@ for bookies in 3 1; do
 	perf_run "b${bookies}_batched_max" "max-$bookies" --rate 0 --max-pending 5000
 	if [[ $bookies == 3 ]]; then
 		perf_run "b3_unbatched_500" unbatched --rate 0 --disable-batching --max-pending 500
-		max=$(awk '$2 == "b3_batched_max" { print $3 }' "$mag")
-		perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000
+		max=$(awk '$2 == "b3_batched_max" && $4 == "msgs/s" { print $3 }' "$mag")
+		if [[ ${max:-0} -gt 0 ]]; then # --rate 0 would be no limit
+			perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000
+		fi
 	fi
 	rec "magnetar rss_after_$bookies $(rss) MiB peak $(hwm) MiB"
 	stop_standalone
 done
 
 # ---- the table ----
-get() { awk -v s="$1" -v r="$2" -v c="$3" '$1 == s && $2 == r { print $c; exit }' "$out"/nats.txt "$out"/redis.txt "$mag" 2>/dev/null; }
+files=()
+for f in "$out/nats.txt" "$out/redis.txt" "$mag"; do
+	[[ -f $f ]] && files+=("$f")
+done
+get() { awk -v s="$1" -v r="$2" -v c="$3" '$1 == s && $2 == r { print $c; exit }' "${files[@]}" || true; }
 kv() { get "$1" "$2" "$3" | sed -E 's/^[a-z0-9_]+=//'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }'; }
 

@@ -29,6 +29,7 @@ func BenchmarkLedgerAppend(b *testing.B) {
 				payload := make([]byte, size)
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
+				b.ReportAllocs() // allocations per operation (issue 14)
 				b.ResetTimer()
 				testutil.RunClosedLoop(b, inflight, &lat, func(int) error {
 					_, err := w.Append(ctx, payload)

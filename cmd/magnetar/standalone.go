@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/standalone"
 )
@@ -37,10 +38,13 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 			defer log.Sync()
 			// The budget is the runtime's soft limit: the garbage
 			// collector works harder near it instead of letting the heap
-			// grow past it.
+			// grow past it. In a cgo build, Pebble allocates memtables
+			// and block caches with malloc, outside the Go heap: those
+			// come off the Go runtime's share.
 			limitFromEnv := os.Getenv("GOMEMLIMIT") != ""
+			goLimit := goMemoryLimit(cfg.Budget())
 			if !limitFromEnv {
-				debug.SetMemoryLimit(int64(cfg.MemoryBudget))
+				defer debug.SetMemoryLimit(debug.SetMemoryLimit(goLimit)) // restored for tests that run commands in-process
 			}
 			s, err := standalone.Start(cmd.Context(), cfg, log)
 			if err != nil {
@@ -62,6 +66,8 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 			fmt.Fprintf(out, "  memory budget     %v\n", s.Budget)
 			if limitFromEnv {
 				fmt.Fprintf(out, "                    (the Go runtime's limit is GOMEMLIMIT=%s)\n", os.Getenv("GOMEMLIMIT"))
+			} else if goLimit != s.Budget.Total {
+				fmt.Fprintf(out, "                    (the Go runtime's limit is %v: memtables and block caches are outside its heap)\n", bytesize.Size(goLimit))
 			}
 			fmt.Fprintln(out, "Press Ctrl-C to stop.")
 			<-cmd.Context().Done()
@@ -87,4 +93,15 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	addAuthorizationFlags(f)
 	addTLSServerFlags(f)
 	return cmd
+}
+
+// goMemoryLimit is the Go runtime's share of a standalone's budget: all of
+// it, less Pebble's manually allocated memory (memtables, block caches)
+// when the binary is built with cgo (Pebble then allocates it with malloc,
+// outside the Go heap; without cgo, on the Go heap).
+func goMemoryLimit(b standalone.Budget) int64 {
+	if !pebbleMallocs {
+		return b.Total
+	}
+	return b.Total - int64(b.Bookies)*(b.Bookie.Memtables+b.Bookie.BlockCache)
 }

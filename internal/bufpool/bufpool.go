@@ -7,7 +7,10 @@
 // is ever read (gRPC's own internal pools skip the clearing too).
 //
 // Install makes it gRPC's default pool, the only way to reach the proto
-// codec's buffers; the magnetar binary calls it at initialization.
+// codec's buffers (and the clients'); the magnetar binary calls it at
+// initialization. Servers read the default when the grpc package
+// initializes, before any Install can run: they are given the pool with
+// experimental.BufferPool.
 package bufpool
 
 import (
@@ -39,9 +42,10 @@ var shared = New()
 // Shared returns the process's pool.
 func Shared() *Pool { return shared }
 
-// Install makes the shared pool gRPC's default buffer pool, for every
-// server, client and the proto codec of the process. gRPC requires it be
-// called at initialization (an init function), before any gRPC use.
+// Install makes the shared pool gRPC's default buffer pool: the proto
+// codec's and the clients' (servers take theirs at the grpc package's
+// initialization: pass experimental.BufferPool(Shared()) to them). gRPC
+// requires it be called at initialization (an init function).
 func Install() { experimental.SetDefaultBufferPool(shared) }
 
 // class is the index of the smallest class holding n bytes, or -1 when n

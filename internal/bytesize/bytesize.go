@@ -53,26 +53,25 @@ func Parse(s string) (Size, error) {
 			if f < 0 {
 				return 0, fmt.Errorf("size %q: negative", s)
 			}
-			if f*float64(u.mult) >= math.MaxInt64 {
+			v := f * float64(u.mult)
+			if v >= math.MaxInt64 {
 				return 0, fmt.Errorf("size %q: too large", s)
 			}
-			return Size(f * float64(u.mult)), nil
+			if v != math.Trunc(v) {
+				return 0, fmt.Errorf("size %q: not a whole number of bytes", s)
+			}
+			return Size(v), nil
 		}
 	}
 	return 0, fmt.Errorf("size %q: want a number of bytes or a number with a unit (KiB, MiB, GiB, TiB)", s)
 }
 
-// String writes the size with the largest unit that divides it, or to a
-// tenth of the largest unit it reaches.
+// String writes the size with the largest unit that divides it, or in
+// bytes.
 func (b Size) String() string {
 	for _, u := range byteUnits[:4] {
 		if b != 0 && int64(b)%u.mult == 0 {
 			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffixes[0][:1] + "iB"
-		}
-	}
-	for _, u := range byteUnits[:4] {
-		if int64(b) >= u.mult {
-			return strconv.FormatFloat(float64(b)/float64(u.mult), 'f', 1, 64) + u.suffixes[0][:1] + "iB"
 		}
 	}
 	return strconv.FormatInt(int64(b), 10)

@@ -30,6 +30,8 @@ func TestParse(t *testing.T) {
 		{"9999999999TiB", 0, "too large"},
 		{"1e30", 0, "too large"},
 		{"NaNMiB", 0, "want a number"},
+		{"0.5", 0, "not a whole number of bytes"},
+		{"1.0000001KiB", 0, "not a whole number of bytes"},
 	} {
 		got, err := Parse(tc.in)
 		if tc.err != "" {
@@ -56,7 +58,7 @@ func TestStringParsesBack(t *testing.T) {
 		{3 << 30, "3GiB"},
 		{1 << 40, "1TiB"},
 		{3 << 29, "1536MiB"},
-		{3<<19 + 1, "1.5MiB"},
+		{3<<19 + 1, "1572865"},
 	} {
 		if got := tc.in.String(); got != tc.want {
 			t.Errorf("%d.String() = %q, want %q", int64(tc.in), got, tc.want)

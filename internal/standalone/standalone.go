@@ -87,8 +87,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// minMemoryBudget bounds Config.MemoryBudget from below.
-const minMemoryBudget = 128 << 20
+// Bounds of Config.MemoryBudget, and the largest memtable a bookie takes.
+const (
+	minMemoryBudget = 128 << 20
+	maxMemoryBudget = 1 << 40
+	maxMemtable     = 1 << 30
+)
 
 // Budget is how a standalone shares out its memory budget.
 type Budget struct {
@@ -121,7 +125,7 @@ func (c *Config) Budget() Budget {
 	const mib = 1 << 20
 	share := int64(c.MemoryBudget) * 3 / 8 / int64(max(c.Bookies, 1))
 	mibs := func(n int64) int64 { return max(n/mib*mib, mib) } // whole MiB, at least one
-	memtable := mibs(share / 4)
+	memtable := min(mibs(share/4), maxMemtable)
 	return Budget{
 		Total:       int64(c.MemoryBudget),
 		BrokerCache: mibs(int64(c.MemoryBudget) / 8),
@@ -149,11 +153,21 @@ func (c *Config) Validate() error {
 	if c.Bookies < 1 || c.Bookies > MaxBookies {
 		errs = append(errs, fmt.Errorf("bookies %d must be in 1..%d", c.Bookies, MaxBookies))
 	}
-	if c.MemoryBudget < minMemoryBudget {
-		errs = append(errs, fmt.Errorf("--memory-budget %v: must be at least %v", c.MemoryBudget, bytesize.Size(minMemoryBudget)))
-	} else if b := c.Budget(); b.Configured() > b.Total {
-		errs = append(errs, fmt.Errorf("--memory-budget %v is too small for %d bookies with --max-entry-size %d: their in-flight adds alone take %v",
-			c.MemoryBudget, c.Bookies, c.MaxEntrySize, bytesize.Size(int64(c.Bookies)*b.Bookie.InflightPayload)))
+	if c.MemoryBudget < minMemoryBudget || c.MemoryBudget > maxMemoryBudget {
+		errs = append(errs, fmt.Errorf("--memory-budget %v: must be in %v..%v", c.MemoryBudget, bytesize.Size(minMemoryBudget), bytesize.Size(maxMemoryBudget)))
+	} else if b := c.Budget(); b.Configured() > b.Total*3/4 {
+		// The floors (a memtable of 1MiB, two of the largest entries in
+		// flight) can take more than their share: the rest must keep at
+		// least a quarter, or the garbage collector runs all the time.
+		errs = append(errs, fmt.Errorf("--memory-budget %v is too small for %d bookies with --max-entry-size %d: %v would be configured, over three quarters of it",
+			c.MemoryBudget, c.Bookies, c.MaxEntrySize, bytesize.Size(b.Configured())))
+	} else {
+		// Each bookie's own checks, before anything starts.
+		bc := c.bookieConfig(b, 0)
+		bc.Metastore = []string{"127.0.0.1:2379"}
+		if err := bc.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// The broker's own checks, before anything starts.
 	bc := broker.DefaultConfig()
@@ -184,6 +198,29 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("standalone config: %w", err)
 	}
 	return nil
+}
+
+// bookieConfig is bookie i's configuration (without its metastore
+// endpoints, known once etcd runs).
+func (c *Config) bookieConfig(b Budget, i int) bookie.Config {
+	host, portStr, _ := net.SplitHostPort(c.BookieListen)
+	port, _ := strconv.Atoi(portStr)
+	bc := bookie.DefaultConfig()
+	bc.ID = fmt.Sprintf("standalone-bookie-%d", i)
+	bc.Listen = net.JoinHostPort(host, "0")
+	if port != 0 {
+		bc.Listen = net.JoinHostPort(host, strconv.Itoa(port+i))
+	}
+	bc.DataDir = filepath.Join(c.DataDir, fmt.Sprintf("bookie-%d", i))
+	bc.MaxEntrySize = c.MaxEntrySize
+	bc.MemtableSize = bytesize.Size(b.Bookie.Memtables / 2)
+	bc.BlockCacheSize = bytesize.Size(b.Bookie.BlockCache)
+	bc.MaxInflightBytes = b.Bookie.InflightPayload
+	// With several bookies, each runs autorecovery: a lost bookie's
+	// copies move to the others.
+	bc.Autorecovery = c.Bookies > 1
+	bc.LostBookieRecoveryDelay = c.LostBookieRecoveryDelay
+	return bc
 }
 
 // replication is the default persistence for n bookies: every entry on
@@ -238,8 +275,6 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	if err != nil {
 		return nil, err
 	}
-	host, portStr, _ := net.SplitHostPort(cfg.BookieListen)
-	port, _ := strconv.Atoi(portStr)
 	// With authentication by a secret key, the bookies want a token too:
 	// the broker's own, signed here (role "broker"), kept in the data
 	// directory. With a public key the process cannot sign one, and the
@@ -253,22 +288,8 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 		log.Warn("the bookies' ports take no credentials: standalone signs its internal token with --token-secret-key, and only a public key was given")
 	}
 	for i := 0; i < cfg.Bookies; i++ {
-		bc := bookie.DefaultConfig()
-		bc.ID = fmt.Sprintf("standalone-bookie-%d", i)
-		bc.Listen = net.JoinHostPort(host, "0")
-		if port != 0 {
-			bc.Listen = net.JoinHostPort(host, strconv.Itoa(port+i))
-		}
-		bc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("bookie-%d", i))
+		bc := cfg.bookieConfig(budget, i)
 		bc.Metastore = s.Etcd.Endpoints()
-		bc.MaxEntrySize = cfg.MaxEntrySize
-		bc.MemtableSize = bytesize.Size(budget.Bookie.Memtables / 2)
-		bc.BlockCacheSize = bytesize.Size(budget.Bookie.BlockCache)
-		bc.MaxInflightBytes = budget.Bookie.InflightPayload
-		// With several bookies, each runs autorecovery: a lost bookie's
-		// copies move to the others.
-		bc.Autorecovery = cfg.Bookies > 1
-		bc.LostBookieRecoveryDelay = cfg.LostBookieRecoveryDelay
 		if internalToken != "" {
 			bc.AuthenticationEnabled, bc.TokenSecretKey = true, cfg.TokenSecretKey
 			bc.AllowedRoles, bc.ClientAuthTokenFile = []string{internalRole}, internalToken

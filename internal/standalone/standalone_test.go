@@ -92,9 +92,13 @@ func TestValidate(t *testing.T) {
 		"bad broker":     {func(c *Config) { c.BrokerListen = "127.0.0.1:x" }, `--broker-listen "127.0.0.1:x": port "x" is not a number`},
 		"bad http":       {func(c *Config) { c.HTTPListen = "" }, `--http "": empty address`},
 		"bad advertised": {func(c *Config) { c.AdvertisedAddress = "0.0.0.0" }, `--advertised-address "0.0.0.0": missing port`},
-		"small budget":   {func(c *Config) { c.MemoryBudget = 100 << 20 }, "--memory-budget 100MiB: must be at least 128MiB"},
+		"small budget":   {func(c *Config) { c.MemoryBudget = 100 << 20 }, "--memory-budget 100MiB: must be in 128MiB..1TiB"},
+		"huge budget":    {func(c *Config) { c.MemoryBudget = 2 << 40 }, "--memory-budget 2TiB: must be in 128MiB..1TiB"},
 		"budget below the in-flight adds": {func(c *Config) { c.MemoryBudget, c.Bookies, c.MaxEntrySize = 128<<20, 16, 16<<20 },
 			"--memory-budget 128MiB is too small for 16 bookies with --max-entry-size 16777216"},
+		"no room left": {func(c *Config) { c.MemoryBudget, c.Bookies = 128<<20, 8 },
+			"--memory-budget 128MiB is too small for 8 bookies with --max-entry-size 5242880: 120MiB would be configured, over three quarters of it"},
+		"a bookie's own checks": {func(c *Config) { c.MaxEntrySize = -1 }, "max entry size -1 must be in 1..67108864"},
 	} {
 		c := DefaultConfig()
 		tc.mod(&c)
@@ -123,6 +127,8 @@ func TestMemoryBudget(t *testing.T) {
 	}{
 		{512 << 20, 3, Budget{Total: 512 << 20, BrokerCache: 64 << 20, Bookies: 3, Bookie: bookie.Memory{Memtables: 2 * 16 << 20, BlockCache: 8 << 20, InflightPayload: 16 << 20}}},
 		{512 << 20, 1, Budget{Total: 512 << 20, BrokerCache: 64 << 20, Bookies: 1, Bookie: bookie.Memory{Memtables: 2 * 48 << 20, BlockCache: 24 << 20, InflightPayload: 48 << 20}}},
+		// A memtable is at most 1GiB, as a bookie takes it.
+		{11 << 30, 1, Budget{Total: 11 << 30, BrokerCache: 1408 << 20, Bookies: 1, Bookie: bookie.Memory{Memtables: 2 << 30, BlockCache: 528 << 20, InflightPayload: 1056 << 20}}},
 		// Two of the largest entries (5 MiB) in flight at least.
 		{256 << 20, 4, Budget{Total: 256 << 20, BrokerCache: 32 << 20, Bookies: 4, Bookie: bookie.Memory{Memtables: 2 * 6 << 20, BlockCache: 3 << 20, InflightPayload: 10 << 20}}},
 	} {

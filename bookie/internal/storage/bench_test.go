@@ -27,6 +27,7 @@ func BenchmarkRawFsync(b *testing.B) {
 	buf := make([]byte, 4096)
 	var lat testutil.Latencies
 	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs() // allocations per operation (issue 14)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
@@ -60,6 +61,7 @@ func BenchmarkStorageAdd(b *testing.B) {
 					ctx := context.Background()
 					var lat testutil.Latencies
 					b.SetBytes(int64(size))
+					b.ReportAllocs() // allocations per operation (issue 14)
 					b.ResetTimer()
 					testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
 						e := Entry{LedgerID: 1, EntryID: int64(i), LAC: -1, Length: int64(size), Payload: payload}
@@ -158,6 +160,7 @@ func BenchmarkJournalPrototype(b *testing.B) {
 				payload := make([]byte, size+entryHeaderLen+entryKeyLen)
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
+				b.ReportAllocs() // allocations per operation (issue 14)
 				b.ResetTimer()
 				testutil.RunClosedLoop(b, inflight, &lat, func(int) error { return j.add(payload) })
 				b.StopTimer()

@@ -594,18 +594,35 @@ func TestWriteStallsAreReported(t *testing.T) {
 	}
 	d := open(t, opts, fs) // 1 MiB memtables, two held
 	defer d.Close()
+	var released sync.Once
+	release := func() { released.Do(func() { close(fs.release) }) }
+	defer release() // before Close, should the test end early
 	const size = 8 << 10
 	const n = 512 // 4 MiB: more than the memtables hold
 	done := make(chan error, n)
 	for i := int64(0); i < n; i++ {
 		d.AddEntryAsync(mkEntry(1, i, size), key, false, func(err error) { done <- err })
 	}
-	<-fs.hit // a flush is held
-	<-began  // and writes are
-	close(fs.release)
+	ctx := ctxT(t)
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("%s: not in time", what)
+		}
+	}
+	wait(fs.hit, "a flush held")
+	wait(began, "writes held back")
+	release()
 	for i := 0; i < n; i++ {
-		if err := <-done; err != nil {
-			t.Fatalf("add: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("add: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d adds of %d done after the flush went on", i, n)
 		}
 	}
 	select {
@@ -613,7 +630,7 @@ func TestWriteStallsAreReported(t *testing.T) {
 		if s.reason != "memtable count limit reached" || s.took <= 0 {
 			t.Fatalf("stall reported as %q, %v", s.reason, s.took)
 		}
-	case <-ctxT(t).Done():
+	case <-ctx.Done():
 		t.Fatal("the stall's end was not reported")
 	}
 	for i := int64(0); i < n; i++ {
