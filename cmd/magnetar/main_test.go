@@ -48,6 +48,8 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		{[]string{"autorecovery", "--metastor", "127.0.0.1:1"}, "unknown flag: --metastor"},
 		{[]string{"standalone", "--config", "/nonexistent.yaml"}, "config file"},
 		{[]string{"standalone", "extra-arg"}, "unknown command"},
+		{[]string{"standalone", "--memory-budget", "12parsecs"}, `invalid argument "12parsecs" for "--memory-budget"`},
+		{[]string{"standalone", "--memory-budget", "64MiB"}, "--memory-budget 64MiB: must be in 128MiB..1TiB"},
 		{[]string{"standalone", "--authentication-enabled"}, "needs a token key (--token-secret-key or --token-public-key) or client certificates"},
 		{[]string{"standalone", "--tls-cert-file", "c.pem"}, "both --tls-cert-file and --tls-key-file"},
 		{[]string{"client", "produce", "t", "-m", "x", "--auth-tls-cert-file", "c.pem"}, "both --auth-tls-cert-file and --auth-tls-key-file"},
@@ -59,6 +61,10 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want an error about %q", tc.args, err, tc.want)
 		}
+	}
+	t.Setenv("MAGNETAR_MEMORY_BUDGET", "64MiB")
+	if err := run(context.Background(), io.Discard, "standalone"); err == nil || !strings.Contains(err.Error(), "--memory-budget 64MiB: must be in 128MiB..1TiB") {
+		t.Errorf("MAGNETAR_MEMORY_BUDGET=64MiB: got %v", err)
 	}
 }
 
