@@ -336,6 +336,14 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) 
 				md.OrderingKey = []byte(first.OrderingKey)
 			}
 		}
+		// One allocation for the batch: each message takes its payload,
+		// a length and its metadata (sequence id, size; more with keys,
+		// properties or an event time, which append may still grow into).
+		size := 0
+		for _, pm := range msgs {
+			size += len(pm.msg.Payload) + 4 + 16
+		}
+		payload = make([]byte, 0, size)
 		for _, pm := range msgs {
 			m := pm.msg
 			smm := &pulsarpb.SingleMessageMetadata{Properties: props(m.Properties), SequenceId: proto.Uint64(uint64(pm.seq))}

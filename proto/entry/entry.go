@@ -101,15 +101,17 @@ type Single struct {
 // the metadata's payload size.
 func AppendSingle(buf []byte, smm *pulsarpb.SingleMessageMetadata, payload []byte) ([]byte, error) {
 	smm.PayloadSize = proto.Int32(int32(len(payload)))
-	mb, err := proto.Marshal(smm)
+	// The metadata is marshaled in place, after room for its length.
+	start := len(buf)
+	buf, err := proto.MarshalOptions{}.MarshalAppend(append(buf, 0, 0, 0, 0), smm)
 	if err != nil {
 		return nil, fmt.Errorf("entry: encode message metadata: %w", err)
 	}
-	if len(mb) > MaxMetadataSize {
-		return nil, fmt.Errorf("entry: message metadata of %d bytes exceeds %d", len(mb), MaxMetadataSize)
+	n := len(buf) - start - 4
+	if n > MaxMetadataSize {
+		return nil, fmt.Errorf("entry: message metadata of %d bytes exceeds %d", n, MaxMetadataSize)
 	}
-	buf = binary.BigEndian.AppendUint32(buf, uint32(len(mb)))
-	buf = append(buf, mb...)
+	binary.BigEndian.PutUint32(buf[start:], uint32(n))
 	return append(buf, payload...), nil
 }
 

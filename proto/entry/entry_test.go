@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -171,4 +172,26 @@ func FuzzDecompress(f *testing.F) {
 			t.Fatalf("decompressed to %d bytes, asked %d", len(out), size)
 		}
 	})
+}
+
+// Metadata over MaxMetadataSize is refused, for a batch's message as for
+// an entry, and a batch's messages keep what came before them.
+func TestMetadataTooLarge(t *testing.T) {
+	big := &pulsarpb.SingleMessageMetadata{PartitionKey: proto.String(strings.Repeat("k", MaxMetadataSize))}
+	if _, err := AppendSingle([]byte("prefix"), big, []byte("p")); err == nil || !strings.Contains(err.Error(), "exceeds") {
+		t.Fatalf("AppendSingle with %d-byte metadata: %v", MaxMetadataSize, err)
+	}
+	md := &pulsarpb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(0),
+		PartitionKey: proto.String(strings.Repeat("k", MaxMetadataSize))}
+	if _, err := Encode(md, nil); err == nil || !strings.Contains(err.Error(), "exceeds") {
+		t.Fatalf("Encode with %d-byte metadata: %v", MaxMetadataSize, err)
+	}
+	buf, err := AppendSingle([]byte("prefix"), &pulsarpb.SingleMessageMetadata{}, []byte("payload"))
+	if err != nil || string(buf[:6]) != "prefix" {
+		t.Fatalf("AppendSingle after a prefix: %q %v", buf, err)
+	}
+	msgs, err := SplitBatch(buf[6:], 1)
+	if err != nil || len(msgs) != 1 || string(msgs[0].Payload) != "payload" || msgs[0].Meta.GetPayloadSize() != 7 {
+		t.Fatalf("split: %+v %v", msgs, err)
+	}
 }
