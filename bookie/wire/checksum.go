@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"encoding/binary"
-	"hash/crc32"
-)
+import "hash/crc32"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -12,10 +9,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // the payload. The bookie checks it on every add and the reader on every
 // read, so corruption anywhere between writer and reader is caught.
 func Checksum(ledger, entry, lac, length int64, payload []byte) uint32 {
-	var hdr [32]byte
-	binary.BigEndian.PutUint64(hdr[0:], uint64(ledger))
-	binary.BigEndian.PutUint64(hdr[8:], uint64(entry))
-	binary.BigEndian.PutUint64(hdr[16:], uint64(lac))
-	binary.BigEndian.PutUint64(hdr[24:], uint64(length))
-	return crc32.Update(crc32.Update(0, castagnoli, hdr[:]), castagnoli, payload)
+	// The header is folded in byte by byte from the table: a header array
+	// handed to crc32.Update escapes to the heap, one allocation per add
+	// on the writer and on every bookie.
+	crc := ^uint32(0)
+	for _, v := range [4]uint64{uint64(ledger), uint64(entry), uint64(lac), uint64(length)} {
+		for shift := 56; shift >= 0; shift -= 8 {
+			crc = castagnoli[byte(crc)^byte(v>>shift)] ^ crc>>8
+		}
+	}
+	return crc32.Update(^crc, castagnoli, payload)
 }

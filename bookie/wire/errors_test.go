@@ -2,8 +2,10 @@ package wire
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -72,5 +74,27 @@ func TestChecksumCoversEveryField(t *testing.T) {
 		if sum == base {
 			t.Errorf("checksum ignores the %s", name)
 		}
+	}
+}
+
+// Checksum is the CRC-32C of the 32-byte big-endian header followed by the
+// payload, and allocates nothing.
+func TestChecksumDefinition(t *testing.T) {
+	for _, tc := range []struct {
+		ledger, entry, lac, length int64
+		payload                    string
+	}{{1, 2, 3, 4, "payload"}, {0, 0, -1, 0, ""}, {-1, 1 << 62, 1<<63 - 1, 123456789, "x"}} {
+		b := binary.BigEndian.AppendUint64(nil, uint64(tc.ledger))
+		b = binary.BigEndian.AppendUint64(b, uint64(tc.entry))
+		b = binary.BigEndian.AppendUint64(b, uint64(tc.lac))
+		b = binary.BigEndian.AppendUint64(b, uint64(tc.length))
+		want := crc32.Checksum(append(b, tc.payload...), crc32.MakeTable(crc32.Castagnoli))
+		if got := Checksum(tc.ledger, tc.entry, tc.lac, tc.length, []byte(tc.payload)); got != want {
+			t.Errorf("%+v: %#x, want %#x", tc, got, want)
+		}
+	}
+	payload := []byte("payload")
+	if n := testing.AllocsPerRun(100, func() { Checksum(1, 2, 3, 4, payload) }); n != 0 {
+		t.Errorf("%v allocations per checksum", n)
 	}
 }
