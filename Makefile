@@ -15,7 +15,7 @@ RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./intern
 PLAIN_PKGS    := ./autoscaler/... ./cmd/... ./e2e/... ./proto/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build image kube-tools test-kube test test-plain test-race test-e2e test-e2e-long bench bench-peers bench-heal fuzz proto proto-check lint run tools clean
+.PHONY: all build image kube-tools test-kube test test-plain test-race test-e2e test-e2e-long bench bench-peers bench-storage-ab bench-heal fuzz proto proto-check lint run tools clean
 
 all: build
 
@@ -99,6 +99,10 @@ bench:
 # bench/out/side-by-side.md.
 bench-peers:
 	scripts/bench-peers.sh
+
+# Pebble-only bookies against the entry log (--entry-log), alternating.
+bench-storage-ab:
+	scripts/bench-storage-ab.sh
 
 # Self-healing (docs/benchmarks.md, "Autorecovery (issue 11)"), about 4
 # minutes: re-replication after losing a bookie, produce latency during

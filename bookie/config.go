@@ -56,6 +56,15 @@ type Config struct {
 	// (Snappy). Default false: entries are stored as written, as
 	// BookKeeper stores them; producers compress (or send random bytes).
 	StorageCompression bool `mapstructure:"storage-compression" yaml:"storage-compression"`
+	// EntryLog stores entries in an append-only log of the bookie's own,
+	// written once and synced before acknowledgement, with Pebble as
+	// its index (docs/architecture.md, "Storage engine"). Default false:
+	// everything in Pebble. A data directory keeps the choice it was
+	// created with for its entry log: once on, it cannot be turned off.
+	EntryLog bool `mapstructure:"entry-log" yaml:"entry-log"`
+	// EntryLogFileSize is the size at which the entry log starts a new
+	// file. Default 128MiB; in 1MiB..4GiB.
+	EntryLogFileSize bytesize.Size `mapstructure:"entry-log-file-size" yaml:"entry-log-file-size"`
 	// SessionTTL is the lease TTL of the registration. Default 10s.
 	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
 	// RegistrationInterval is how often the load report is refreshed.
@@ -130,6 +139,7 @@ func DefaultConfig() Config {
 		DataDir:                   "./data/bookie",
 		MetastoreRoot:             "/magnetar",
 		MaxEntrySize:              5 << 20,
+		EntryLogFileSize:          128 << 20,
 		MaxInflightBytes:          256 << 20,
 		MemtableSize:              64 << 20,
 		BlockCacheSize:            64 << 20,
@@ -210,6 +220,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MemtableSize < 1<<20 || c.MemtableSize > 1<<30 {
 		errs = append(errs, fmt.Errorf("--memtable-size %v: must be in 1MiB..1GiB", c.MemtableSize))
+	}
+	if c.EntryLogFileSize < 1<<20 || c.EntryLogFileSize > 4<<30 {
+		errs = append(errs, fmt.Errorf("--entry-log-file-size %v: must be in 1MiB..4GiB", c.EntryLogFileSize))
 	}
 	if c.BlockCacheSize < 1<<20 {
 		errs = append(errs, fmt.Errorf("--block-cache-size %v: must be at least 1MiB", c.BlockCacheSize))

@@ -39,6 +39,8 @@ type Config struct {
 	BookieListen string `mapstructure:"bookie-listen"`
 	// MaxEntrySize for the bookies. Default 5 MiB.
 	MaxEntrySize int `mapstructure:"max-entry-size"`
+	// EntryLog is the bookies' --entry-log.
+	EntryLog bool `mapstructure:"entry-log"`
 	// BrokerListen is the client (gRPC) address. Default 127.0.0.1:6650.
 	BrokerListen string `mapstructure:"broker-listen"`
 	// HTTPListen is the admin REST address. Default 127.0.0.1:8080.
@@ -213,6 +215,7 @@ func (c *Config) bookieConfig(b Budget, i int) bookie.Config {
 	}
 	bc.DataDir = filepath.Join(c.DataDir, fmt.Sprintf("bookie-%d", i))
 	bc.MaxEntrySize = c.MaxEntrySize
+	bc.EntryLog = c.EntryLog
 	bc.MemtableSize = bytesize.Size(b.Bookie.Memtables / 2)
 	bc.BlockCacheSize = bytesize.Size(b.Bookie.BlockCache)
 	bc.MaxInflightBytes = b.Bookie.InflightPayload

@@ -2,7 +2,9 @@ package standalone
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -23,10 +25,18 @@ func TestMain(m *testing.M) {
 
 // A restart on the same data directory keeps every ledger, even when the
 // bookies come back on other ports.
+// Both storage designs: Pebble only and the entry log (--entry-log).
 func TestRestartKeepsData(t *testing.T) {
+	for _, entryLog := range []bool{false, true} {
+		t.Run(fmt.Sprintf("entry-log=%v", entryLog), func(t *testing.T) { testRestartKeepsData(t, entryLog) })
+	}
+}
+
+func testRestartKeepsData(t *testing.T, entryLog bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := testConfig(t, 3)
+	cfg.EntryLog = entryLog
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +60,9 @@ func TestRestartKeepsData(t *testing.T) {
 	cl.Close()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if logs, _ := filepath.Glob(filepath.Join(cfg.DataDir, "bookie-*", "entries", "*.log")); (len(logs) > 0) != entryLog {
+		t.Fatalf("entry log on %v, but its files: %v", entryLog, logs)
 	}
 
 	s, err = Start(ctx, cfg, zaptest.NewLogger(t))

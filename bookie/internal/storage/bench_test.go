@@ -48,11 +48,16 @@ var benchInflight = []int{1, 16, 256}
 
 // The storage engine alone (no network): durable adds of one ledger.
 func BenchmarkStorageAdd(b *testing.B) {
-	for _, vs := range []bool{false, true} {
+	for _, engine := range []struct {
+		name string
+		opts Options
+	}{{"pebble", Options{}}, {"valuesep", Options{ValueSeparation: true}}, {"entrylog", Options{EntryLog: true}}} {
 		for _, size := range benchSizes {
 			for _, inflight := range benchInflight {
-				b.Run(fmt.Sprintf("valuesep=%v/size=%dKiB/inflight=%d", vs, size>>10, inflight), func(b *testing.B) {
-					d, err := Open(Options{Dir: b.TempDir(), FS: vfs.Default, Logger: zap.NewNop(), ValueSeparation: vs})
+				b.Run(fmt.Sprintf("engine=%s/size=%dKiB/inflight=%d", engine.name, size>>10, inflight), func(b *testing.B) {
+					o := engine.opts
+					o.Dir, o.FS, o.Logger = b.TempDir(), vfs.Default, zap.NewNop()
+					d, err := Open(o)
 					if err != nil {
 						b.Fatal(err)
 					}

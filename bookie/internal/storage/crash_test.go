@@ -79,13 +79,14 @@ func TestPowerLossRandomized(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
-	rounds := 12
+	rounds := 4 * len(variants)
 	if testing.Short() {
-		rounds = 3
+		rounds = len(variants)
 	}
 	for round := 0; round < rounds; round++ {
 		mem := vfs.NewCrashableMem()
-		d := open(t, Options{ValueSeparation: round%2 == 0, ValueSeparationMinSize: 64}, mem)
+		v := variants[round%len(variants)]
+		d := open(t, v.opts, mem)
 		ctx, cancel := context.WithCancel(ctxT(t))
 
 		var (
@@ -139,7 +140,7 @@ func TestPowerLossRandomized(t *testing.T) {
 		wg.Wait()
 		d.Close()
 
-		d2 := open(t, Options{ValueSeparation: round%2 == 0, ValueSeparationMinSize: 64}, crashed)
+		d2 := open(t, v.opts, crashed)
 		for _, en := range mustSurvive {
 			checkEntry(t, d2, en)
 		}
@@ -149,7 +150,7 @@ func TestPowerLossRandomized(t *testing.T) {
 			}
 		}
 		d2.Close()
-		t.Logf("round %d: %d acknowledged adds survived (fenced %v)", round, len(mustSurvive), fenced)
+		t.Logf("round %d (%s): %d acknowledged adds survived (fenced %v)", round, v.name, len(mustSurvive), fenced)
 	}
 }
 
@@ -157,51 +158,53 @@ func TestPowerLossRandomized(t *testing.T) {
 // storage stops (later adds and reads fail too), and after the crash and a
 // restart everything acknowledged before is there.
 func TestSyncFailureIsNeverAcknowledged(t *testing.T) {
-	// Pebble syncs its WAL with fdatasync (SyncData); "write" fails the
-	// WAL write itself.
-	for _, kind := range []errorfs.OpKind{errorfs.OpFileSyncData, errorfs.OpFileWrite} {
-		t.Run(kindName(kind), func(t *testing.T) {
-			mem := vfs.NewCrashableMem()
-			toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if strings.HasSuffix(op.Path, ".log") && op.Kind == kind {
-					return errorfs.ErrInjected
+	forEachVariant(t, func(t *testing.T, base Options) {
+		// Pebble syncs its WAL with fdatasync (SyncData); "write" fails the
+		// WAL write itself.
+		for _, kind := range []errorfs.OpKind{errorfs.OpFileSyncData, errorfs.OpFileWrite} {
+			t.Run(kindName(kind), func(t *testing.T) {
+				mem := vfs.NewCrashableMem()
+				toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+					if strings.HasSuffix(op.Path, ".log") && op.Kind == kind {
+						return errorfs.ErrInjected
+					}
+					return nil
+				})}
+				d := open(t, base, errorfs.Wrap(mem, toggle))
+				ctx := ctxT(t)
+				for e := int64(0); e < 10; e++ {
+					mustAdd(t, d, mkEntry(1, e, 100))
 				}
-				return nil
-			})}
-			d := open(t, Options{}, errorfs.Wrap(mem, toggle))
-			ctx := ctxT(t)
-			for e := int64(0); e < 10; e++ {
-				mustAdd(t, d, mkEntry(1, e, 100))
-			}
-			toggle.On()
-			err := d.AddEntry(ctx, mkEntry(1, 10, 100), key, false)
-			if !errors.Is(err, wire.ErrStorage) {
-				t.Fatalf("add with a failing WAL %s: got %v, want ErrStorage", kindName(kind), err)
-			}
-			select {
-			case <-d.Failed():
-			default:
-				t.Fatal("Failed() not closed after a storage failure")
-			}
-			toggle.Off()
-			if err := d.AddEntry(ctx, mkEntry(1, 11, 100), key, false); !errors.Is(err, wire.ErrStorage) {
-				t.Fatalf("add after the failure: %v", err)
-			}
-			if _, err := d.Fence(ctx, 1, key); !errors.Is(err, wire.ErrStorage) {
-				t.Fatalf("fence after the failure: %v", err)
-			}
-			if _, err := d.ReadEntry(1, 0); !errors.Is(err, wire.ErrStorage) {
-				t.Fatalf("read after the failure: %v", err)
-			}
-			crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-			d.Close()
-			d2 := open(t, Options{}, crashed)
-			defer d2.Close()
-			for e := int64(0); e < 10; e++ {
-				checkEntry(t, d2, mkEntry(1, e, 100))
-			}
-		})
-	}
+				toggle.On()
+				err := d.AddEntry(ctx, mkEntry(1, 10, 100), key, false)
+				if !errors.Is(err, wire.ErrStorage) {
+					t.Fatalf("add with a failing WAL %s: got %v, want ErrStorage", kindName(kind), err)
+				}
+				select {
+				case <-d.Failed():
+				default:
+					t.Fatal("Failed() not closed after a storage failure")
+				}
+				toggle.Off()
+				if err := d.AddEntry(ctx, mkEntry(1, 11, 100), key, false); !errors.Is(err, wire.ErrStorage) {
+					t.Fatalf("add after the failure: %v", err)
+				}
+				if _, err := d.Fence(ctx, 1, key); !errors.Is(err, wire.ErrStorage) {
+					t.Fatalf("fence after the failure: %v", err)
+				}
+				if _, err := d.ReadEntry(1, 0); !errors.Is(err, wire.ErrStorage) {
+					t.Fatalf("read after the failure: %v", err)
+				}
+				crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				d.Close()
+				d2 := open(t, base, crashed)
+				defer d2.Close()
+				for e := int64(0); e < 10; e++ {
+					checkEntry(t, d2, mkEntry(1, e, 100))
+				}
+			})
+		}
+	})
 }
 
 func kindName(k errorfs.OpKind) string {
@@ -222,62 +225,64 @@ func kindName(k errorfs.OpKind) string {
 // written again by this process). After a restart everything
 // acknowledged is there and writes work again.
 func TestNoSpaceStopsWritesNotReads(t *testing.T) {
-	for _, kind := range []errorfs.OpKind{errorfs.OpFileSyncData, errorfs.OpFileWrite} {
-		t.Run(kindName(kind), func(t *testing.T) {
-			mem := vfs.NewCrashableMem()
-			toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if strings.HasSuffix(op.Path, ".log") && op.Kind == kind {
-					return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+	forEachVariant(t, func(t *testing.T, base Options) {
+		for _, kind := range []errorfs.OpKind{errorfs.OpFileSyncData, errorfs.OpFileWrite} {
+			t.Run(kindName(kind), func(t *testing.T) {
+				mem := vfs.NewCrashableMem()
+				toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+					if strings.HasSuffix(op.Path, ".log") && op.Kind == kind {
+						return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+					}
+					return nil
+				})}
+				d := open(t, base, errorfs.Wrap(mem, toggle))
+				ctx := ctxT(t)
+				for e := int64(0); e < 10; e++ {
+					mustAdd(t, d, mkEntry(1, e, 100))
 				}
-				return nil
-			})}
-			d := open(t, Options{}, errorfs.Wrap(mem, toggle))
-			ctx := ctxT(t)
-			for e := int64(0); e < 10; e++ {
-				mustAdd(t, d, mkEntry(1, e, 100))
-			}
-			toggle.On()
-			err := d.AddEntry(ctx, mkEntry(1, 10, 100), key, false)
-			if !errors.Is(err, ErrNoSpace) || !errors.Is(err, wire.ErrReadOnly) || errors.Is(err, wire.ErrStorage) {
-				t.Fatalf("add on a full disk (%s): got %v, want ErrNoSpace", kindName(kind), err)
-			}
-			select {
-			case <-d.NoSpace():
-			default:
-				t.Fatal("NoSpace() not closed after a write failed for lack of space")
-			}
-			select {
-			case <-d.Failed():
-				t.Fatal("Failed() closed: a full disk is not a failed one")
-			default:
-			}
-			if err := d.Err(); err != nil {
-				t.Fatalf("Err() = %v on a full disk", err)
-			}
-			toggle.Off()
-			if err := d.AddEntry(ctx, mkEntry(1, 11, 100), key, false); !errors.Is(err, ErrNoSpace) {
-				t.Fatalf("add after running out of space: %v", err)
-			}
-			if err := d.AddEntry(ctx, mkEntry(2, 0, 100), key, true); !errors.Is(err, ErrNoSpace) {
-				t.Fatalf("recovery add after running out of space: %v", err)
-			}
-			if _, err := d.Fence(ctx, 1, key); !errors.Is(err, ErrNoSpace) {
-				t.Fatalf("fence after running out of space: %v", err)
-			}
-			for e := int64(0); e < 10; e++ {
-				checkEntry(t, d, mkEntry(1, e, 100))
-			}
-			if info, err := d.Info(1); err != nil || info.LAC < 8 {
-				t.Fatalf("info after running out of space: %+v %v", info, err)
-			}
-			crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-			d.Close()
-			d2 := open(t, Options{}, crashed)
-			defer d2.Close()
-			for e := int64(0); e < 10; e++ {
-				checkEntry(t, d2, mkEntry(1, e, 100))
-			}
-			mustAdd(t, d2, mkEntry(1, 10, 100))
-		})
-	}
+				toggle.On()
+				err := d.AddEntry(ctx, mkEntry(1, 10, 100), key, false)
+				if !errors.Is(err, ErrNoSpace) || !errors.Is(err, wire.ErrReadOnly) || errors.Is(err, wire.ErrStorage) {
+					t.Fatalf("add on a full disk (%s): got %v, want ErrNoSpace", kindName(kind), err)
+				}
+				select {
+				case <-d.NoSpace():
+				default:
+					t.Fatal("NoSpace() not closed after a write failed for lack of space")
+				}
+				select {
+				case <-d.Failed():
+					t.Fatal("Failed() closed: a full disk is not a failed one")
+				default:
+				}
+				if err := d.Err(); err != nil {
+					t.Fatalf("Err() = %v on a full disk", err)
+				}
+				toggle.Off()
+				if err := d.AddEntry(ctx, mkEntry(1, 11, 100), key, false); !errors.Is(err, ErrNoSpace) {
+					t.Fatalf("add after running out of space: %v", err)
+				}
+				if err := d.AddEntry(ctx, mkEntry(2, 0, 100), key, true); !errors.Is(err, ErrNoSpace) {
+					t.Fatalf("recovery add after running out of space: %v", err)
+				}
+				if _, err := d.Fence(ctx, 1, key); !errors.Is(err, ErrNoSpace) {
+					t.Fatalf("fence after running out of space: %v", err)
+				}
+				for e := int64(0); e < 10; e++ {
+					checkEntry(t, d, mkEntry(1, e, 100))
+				}
+				if info, err := d.Info(1); err != nil || info.LAC < 8 {
+					t.Fatalf("info after running out of space: %+v %v", info, err)
+				}
+				crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				d.Close()
+				d2 := open(t, base, crashed)
+				defer d2.Close()
+				for e := int64(0); e < 10; e++ {
+					checkEntry(t, d2, mkEntry(1, e, 100))
+				}
+				mustAdd(t, d2, mkEntry(1, 10, 100))
+			})
+		}
+	})
 }

@@ -55,4 +55,6 @@ func (d *DB) ListEntries(ledger, start int64, limit int) ([]int64, bool, error) 
 }
 
 // DiskSpaceUsage is the bytes the storage takes on disk.
-func (d *DB) DiskSpaceUsage() uint64 { return d.db.Metrics().DiskSpaceUsage() }
+func (d *DB) DiskSpaceUsage() uint64 {
+	return d.db.Metrics().DiskSpaceUsage() + uint64(max(d.logBytes.Load(), 0))
+}

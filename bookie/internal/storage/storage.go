@@ -23,6 +23,13 @@
 // Reads go straight to Pebble. A read may see an entry whose sync is still
 // running; that is harmless because readers only trust entries up to the
 // last add confirmed, and a recovery reader re-replicates what it finds.
+// The ledgers' last entry and LAC move only once durable, when the syncer
+// answers.
+//
+// With Options.EntryLog the committer appends the batch to an entry log of
+// our own instead (each payload written once), and the syncer syncs it and
+// then applies the batch to Pebble, which holds only an index: see
+// entrylog.go.
 package storage
 
 import (
@@ -81,6 +88,21 @@ type Options struct {
 	// random), and compressing them again in every flush and compaction
 	// cost CPU for nothing (docs/benchmarks.md).
 	Compress bool
+	// EntryLog stores entries in a log of our own, written once and
+	// synced before acknowledgement, with Pebble (its WAL off) as the
+	// index (entrylog.go). Off: everything is in Pebble, written to its
+	// WAL and again at memtable flushes.
+	EntryLog bool
+	// EntryLogFileSize is the size at which a log file is rolled; default
+	// 128 MiB. Files are deleted whole, once no ledger has entries in them.
+	EntryLogFileSize int64
+	// CheckpointBytes of log written since the last checkpoint start the
+	// next (a Pebble flush of the index; it bounds the replay at open);
+	// default 64 MiB. CheckpointInterval starts one anyway once something
+	// was written, default 1 minute: deleted ledgers' files go at
+	// checkpoints.
+	CheckpointBytes    int64
+	CheckpointInterval time.Duration
 
 	// onStallBegin, for tests, is told when a write stall begins.
 	onStallBegin func()
@@ -109,9 +131,16 @@ type LedgerInfo struct {
 }
 
 // ledgerState is the in-memory state of one ledger. Guarded by DB.mu.
+//
+// fenced and accLAC are the committer's view (requests accepted, maybe not
+// yet durable); lac and lastEntry are what is durable, updated by the
+// syncer, so that a reader told of them finds the entries.
 type ledgerState struct {
 	masterKey []byte
 	fenced    bool
+	// accLAC is the highest last add confirmed accepted (from adds or
+	// WriteLAC): what the ledger record holds.
+	accLAC    int64
 	lac       int64
 	lastEntry int64
 	// lacWait is closed (and reset to nil) when lac advances or the ledger
@@ -173,7 +202,15 @@ func (r *request) finish(err error) {
 type inflight struct {
 	batch   *pebble.Batch
 	reqs    []*request
-	started time.Time // when the batch was handed to Pebble
+	started time.Time // when the batch was handed to Pebble (or written to the log)
+
+	// With the entry log: the file to sync, a file rolled over (its
+	// writes all synced by earlier batches) to close, and where the
+	// batch ends in the log.
+	file       *logFile
+	closeAfter *logFile
+	end        logPos
+	logBytes   int64
 }
 
 // DB is a bookie's storage. It is safe for concurrent use.
@@ -199,6 +236,16 @@ type DB struct {
 	// pending counts requests queued or being committed.
 	pending atomic.Int64
 
+	// elog is the entry log; nil when everything is in Pebble.
+	elog *entryLog
+	// logBytes is the size of the log's files.
+	logBytes atomic.Int64
+	// ckptKick wakes the checkpointer.
+	ckptKick chan struct{}
+	// checkpointed is the last checkpoint. Owned by the checkpointer
+	// (and Open and Close, when it does not run).
+	checkpointed logPos
+
 	mu struct {
 		sync.Mutex
 		ledgers map[int64]*ledgerState
@@ -212,6 +259,11 @@ type DB struct {
 		// failed for lack of space. Writes are refused, reads go on.
 		noSpace error
 		closed  bool
+		// applied is the end of the last log batch applied to Pebble;
+		// sinceCheckpoint counts the log bytes applied since the last
+		// checkpoint.
+		applied         logPos
+		sinceCheckpoint int64
 	}
 }
 
@@ -247,6 +299,15 @@ func Open(opts Options) (*DB, error) {
 	if opts.ValueSeparationMinSize == 0 {
 		opts.ValueSeparationMinSize = 1024
 	}
+	if opts.EntryLogFileSize == 0 {
+		opts.EntryLogFileSize = 128 << 20
+	}
+	if opts.CheckpointBytes == 0 {
+		opts.CheckpointBytes = 64 << 20
+	}
+	if opts.CheckpointInterval == 0 {
+		opts.CheckpointInterval = time.Minute
+	}
 	d := &DB{
 		opts:    opts,
 		log:     opts.Logger,
@@ -256,6 +317,10 @@ func Open(opts Options) (*DB, error) {
 		done:    make(chan struct{}),
 		failed:  make(chan struct{}),
 		noSpace: make(chan struct{}),
+	}
+	if opts.EntryLog {
+		d.elog = newEntryLog(opts.FS, opts.Dir, opts.EntryLogFileSize)
+		d.ckptKick = make(chan struct{}, 1)
 	}
 	d.mu.ledgers = make(map[int64]*ledgerState)
 	d.mu.created = make(chan struct{})
@@ -299,7 +364,12 @@ func Open(opts Options) (*DB, error) {
 			},
 		}
 	}
-	if opts.ValueSeparation {
+	if opts.EntryLog {
+		// The entry log is the write-ahead log: Pebble's writes are
+		// applied after the log's sync and replayed from it at open.
+		po.DisableWAL = true
+	}
+	if opts.ValueSeparation && !opts.EntryLog {
 		minSize := opts.ValueSeparationMinSize
 		po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
 			return pebble.ValueSeparationPolicy{
@@ -316,13 +386,37 @@ func Open(opts Options) (*DB, error) {
 		return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
 	}
 	d.db = db
+	if d.elog == nil {
+		if _, used, err := d.getValue(checkpointKey()); err != nil || used {
+			db.Close()
+			if err == nil {
+				err = errors.New("its entries are in an entry log: open it with the entry log on")
+			}
+			return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
+		}
+	}
+	if d.elog != nil {
+		if err := d.openLog(); err != nil {
+			d.elog.closeReaders()
+			db.Close()
+			return nil, err
+		}
+	}
 	if err := d.load(); err != nil {
+		if d.elog != nil {
+			d.elog.cur.f.Close()
+			d.elog.closeReaders()
+		}
 		db.Close()
 		return nil, err
 	}
 	d.stopped.Add(2)
 	go d.commitLoop()
 	go d.syncLoop()
+	if d.elog != nil {
+		d.stopped.Add(1)
+		go d.checkpointLoop()
+	}
 	return d, nil
 }
 
@@ -344,7 +438,7 @@ func (d *DB) load() error {
 			it.Close()
 			return fmt.Errorf("storage: ledger %d: %w", ledger, err)
 		}
-		d.mu.ledgers[ledger] = &ledgerState{masterKey: rec.MasterKey, fenced: rec.Fenced, lac: rec.LAC, lastEntry: -1}
+		d.mu.ledgers[ledger] = &ledgerState{masterKey: rec.MasterKey, fenced: rec.Fenced, accLAC: rec.LAC, lac: rec.LAC, lastEntry: -1}
 	}
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("storage: load ledgers: %w", err)
@@ -368,7 +462,7 @@ func (d *DB) load() error {
 		if err != nil {
 			return err
 		}
-		h, _, err := decodeEntry(it.Value())
+		h, _, _, _, err := decodeStoredEntry(it.Value())
 		if err != nil {
 			return fmt.Errorf("storage: ledger %d entry %d: %w", ledger, last, err)
 		}
@@ -378,6 +472,7 @@ func (d *DB) load() error {
 		}
 		st.lastEntry = last
 		st.lac = max(st.lac, h.LAC)
+		st.accLAC = st.lac
 		ok = it.SeekGE(entryKey(ledger+1, 0))
 	}
 	return nil
@@ -392,6 +487,7 @@ func (d *DB) Close() error {
 		return nil
 	}
 	d.mu.closed = true
+	healthy := d.mu.err == nil && d.mu.noSpace == nil
 	if d.mu.err == nil {
 		d.mu.err = ErrClosed
 	}
@@ -410,6 +506,17 @@ func (d *DB) Close() error {
 	d.stopped.Wait()
 	close(d.done)
 	d.drainClosed() // requests queued after the committer's last look
+	if d.elog != nil {
+		// A last checkpoint spares the next Open a replay (best effort:
+		// the log has everything anyway).
+		if healthy {
+			if err := d.checkpoint(); err != nil {
+				d.log.Warn("last checkpoint", zap.Error(err))
+			}
+		}
+		d.elog.cur.f.Close()
+		d.elog.closeReaders()
+	}
 	return d.db.Close()
 }
 
@@ -648,12 +755,23 @@ func (d *DB) ReadEntry(ledger, entry int64) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("%w: read ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
 	}
-	defer closer.Close()
-	h, payload, err := decodeEntry(v)
+	h, payload, ptr, isPtr, err := decodeStoredEntry(v)
+	if err == nil && !isPtr {
+		payload = bytes.Clone(payload)
+	}
+	closer.Close()
 	if err != nil {
 		return Entry{}, fmt.Errorf("%w: ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
 	}
-	return Entry{LedgerID: ledger, EntryID: entry, LAC: h.LAC, Length: h.Length, CRC: h.CRC, Payload: bytes.Clone(payload)}, nil
+	if isPtr {
+		if payload, err = d.elog.read(ledger, entry, ptr); err != nil {
+			if _, ierr := d.Info(ledger); ierr != nil {
+				return Entry{}, ierr // deleted meanwhile, or failed
+			}
+			return Entry{}, fmt.Errorf("%w: read ledger %d entry %d from the log: %v", wire.ErrStorage, ledger, entry, err)
+		}
+	}
+	return Entry{LedgerID: ledger, EntryID: entry, LAC: h.LAC, Length: h.Length, CRC: h.CRC, Payload: payload}, nil
 }
 
 // Info returns the ledger's state.
@@ -794,8 +912,67 @@ func (d *DB) drainClosed() {
 	}
 }
 
+// writes is the batch a commit builds: Pebble's batch and, with the entry
+// log, the log records of the same writes (entries go to the log whole and
+// to Pebble as pointers).
+type writes struct {
+	b   *pebble.Batch
+	log *entryLog // nil: everything in Pebble
+	// emptied are log files the batch's deletions leave without entries.
+	emptied []uint32
+}
+
+func (w *writes) set(k, v []byte) error {
+	if w.log != nil {
+		w.log.addSet(k, v)
+	}
+	return w.b.Set(k, v, nil)
+}
+
+func (w *writes) deleteRange(start, end []byte) error {
+	if w.log != nil {
+		w.log.addDeleteRange(start, end)
+	}
+	return w.b.DeleteRange(start, end, nil)
+}
+
+// entry stores e. Called with DB.mu held (the entry log's accounting).
+func (w *writes) entry(e *Entry) error {
+	h := entryHeader{LAC: e.LAC, Length: e.Length, CRC: e.CRC}
+	if w.log != nil {
+		ptr := w.log.addEntry(e.LedgerID, e.EntryID, h, e.Payload)
+		if err := w.b.Set(entryKey(e.LedgerID, e.EntryID), encodeEntryPointer(h, ptr), nil); err != nil {
+			return err
+		}
+		return w.log.noteEntryLocked(w.b, e.LedgerID)
+	}
+	op := w.b.SetDeferred(entryKeyLen, entryHeaderLen+len(e.Payload))
+	putEntryKey(op.Key, e.LedgerID, e.EntryID)
+	putEntryHeader(op.Value, h)
+	copy(op.Value[entryHeaderLen:], e.Payload)
+	return op.Finish()
+}
+
+// forget drops the ledger's entries from the entry log's accounting.
+// Called with DB.mu held.
+func (w *writes) forget(ledger int64) error {
+	if w.log == nil {
+		return nil
+	}
+	emptied, err := w.log.forgetLedgerLocked(w.b, ledger)
+	w.emptied = append(w.emptied, emptied...)
+	return err
+}
+
 func (d *DB) commit(reqs []*request) {
-	b := d.db.NewBatch()
+	w := &writes{b: d.db.NewBatch(), log: d.elog}
+	var closeAfter *logFile
+	if l := d.elog; l != nil && l.cur.size >= l.fileSize && d.writeErr() == nil {
+		var err error
+		if closeAfter, err = d.roll(w); err != nil {
+			d.fail(err)
+		}
+	}
 	accepted := make([]*request, 0, len(reqs))
 	d.mu.Lock()
 	failed := d.writeErrLocked()
@@ -803,7 +980,7 @@ func (d *DB) commit(reqs []*request) {
 	for _, r := range reqs {
 		err := failed
 		if err == nil {
-			err = d.applyLocked(b, r)
+			err = d.applyLocked(w, r)
 		}
 		if err != nil {
 			r.err = err
@@ -817,21 +994,67 @@ func (d *DB) commit(reqs []*request) {
 	for _, r := range refused {
 		r.finish(r.err)
 	}
-	if len(accepted) == 0 {
-		b.Close()
+	if len(accepted) == 0 && closeAfter == nil {
+		if d.elog != nil {
+			d.elog.buf = d.elog.buf[:0]
+		}
+		w.b.Close()
 		return
 	}
 	started := time.Now()
-	if err := d.applyNoSyncWait(b); err != nil {
+	f := inflight{batch: w.b, reqs: accepted, started: started, closeAfter: closeAfter}
+	var err error
+	if l := d.elog; l != nil {
+		before := l.cur.size
+		err = l.flushBuf()
+		f.logBytes = l.cur.size - before
+		d.logBytes.Add(f.logBytes)
+		f.file, f.end = l.cur, logPos{file: l.cur.num, off: l.cur.size}
+		if len(w.emptied) > 0 {
+			d.mu.Lock()
+			for _, num := range w.emptied {
+				l.emptiedAt[num] = f.end
+			}
+			d.mu.Unlock()
+		}
+	} else {
+		err = d.applyNoSyncWait(w.b)
+	}
+	if err != nil {
 		d.fail(err)
 		err = d.writeErr()
 		for _, r := range accepted {
 			r.finish(err)
 		}
-		b.Close()
+		w.b.Close()
+		if closeAfter != nil {
+			closeAfter.f.Close()
+		}
 		return
 	}
-	d.syncs <- inflight{batch: b, reqs: accepted, started: started}
+	d.syncs <- f
+}
+
+// roll starts the entry log's next file; the current one is closed once
+// its writes are synced. Its end is recorded in w.
+func (d *DB) roll(w *writes) (*logFile, error) {
+	l := d.elog
+	old := l.cur
+	nf, err := l.create(old.num + 1)
+	if err != nil {
+		return nil, err
+	}
+	l.cur = nf
+	clear(l.curLedgers)
+	d.mu.Lock()
+	if len(l.fileLedgers[old.num]) == 0 {
+		w.emptied = append(w.emptied, old.num) // only ledger records: it can go
+	}
+	d.mu.Unlock()
+	if err := w.set(logEndKey(old.num), encodePos(logPos{file: old.num, off: old.size})[4:]); err != nil {
+		return old, err
+	}
+	return old, nil
 }
 
 // applyNoSyncWait applies b to the memtable and WAL without waiting for the
@@ -850,48 +1073,126 @@ func (d *DB) applyNoSyncWait(b *pebble.Batch) (err error) {
 	return d.db.ApplyNoSyncWait(b, pebble.Sync)
 }
 
-// syncLoop waits for each batch's WAL sync in commit order, then answers
-// its requests.
+// syncLoop waits for each batch's sync in commit order (Pebble's WAL, or
+// the entry log's file, then applies the batch to Pebble), makes its
+// writes visible and answers its requests.
 func (d *DB) syncLoop() {
 	defer d.stopped.Done()
+	var group []inflight
 	for f := range d.syncs {
-		err := f.batch.SyncWait()
-		if d.opts.OnSync != nil {
-			bytes := 0
-			for _, r := range f.reqs {
-				bytes += len(r.entry.Payload)
+		if f.file == nil {
+			d.synced(f, f.batch.SyncWait())
+			continue
+		}
+		// Every batch queued by now was written before this sync starts:
+		// one sync per file covers them all (group commit).
+		group = append(group[:0], f)
+	drain:
+		for len(group) < cap(d.syncs)*16 {
+			select {
+			case g, ok := <-d.syncs:
+				if !ok {
+					break drain
+				}
+				group = append(group, g)
+			default:
+				break drain
 			}
-			d.opts.OnSync(len(f.reqs), bytes, time.Since(f.started), err)
 		}
-		if err != nil {
-			d.fail(err)
-			err = d.writeErr()
+		var err error
+		var syncedFile *logFile
+		for _, g := range group {
+			if err == nil && g.file != syncedFile {
+				err, syncedFile = g.file.f.SyncData(), g.file
+			}
+			if g.closeAfter != nil {
+				g.closeAfter.f.Close() // synced by earlier batches
+			}
+			if err == nil {
+				err = g.batch.Commit(pebble.NoSync)
+			}
+			d.synced(g, err)
 		}
+	}
+}
+
+// synced ends a batch once its sync did: it fails the storage or makes the
+// batch's writes visible, and answers its requests.
+func (d *DB) synced(f inflight, err error) {
+	if d.opts.OnSync != nil {
+		bytes := 0
 		for _, r := range f.reqs {
-			if err == nil && r.kind == reqAdd {
-				d.adds.Add(1)
-				d.addBytes.Add(int64(len(r.entry.Payload)))
-			}
-			r.finish(err)
+			bytes += len(r.entry.Payload)
 		}
-		f.batch.Close()
+		d.opts.OnSync(len(f.reqs), bytes, time.Since(f.started), err)
+	}
+	if err != nil {
+		d.fail(err)
+		err = d.writeErr()
+	} else {
+		d.visible(f)
+	}
+	for _, r := range f.reqs {
+		if err == nil && r.kind == reqAdd {
+			d.adds.Add(1)
+			d.addBytes.Add(int64(len(r.entry.Payload)))
+		}
+		r.finish(err)
+	}
+	f.batch.Close()
+}
+
+// visible makes a durable batch's adds and last-add-confirmed values
+// visible to readers, in order, and tells fences the ledger's state.
+func (d *DB) visible(f inflight) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range f.reqs {
+		st := d.mu.ledgers[r.entry.LedgerID]
+		if st == nil {
+			continue // deleted since, or a request on no ledger
+		}
+		switch r.kind {
+		case reqAdd:
+			st.lastEntry = max(st.lastEntry, r.entry.EntryID)
+			if r.entry.LAC > st.lac {
+				st.lac = r.entry.LAC
+				st.wake()
+			}
+		case reqWriteLAC:
+			if r.lac > st.lac {
+				st.lac = r.lac
+				st.wake()
+			}
+		case reqFence:
+			r.info = st.info()
+		}
+	}
+	if f.file != nil {
+		d.mu.applied = f.end
+		d.mu.sinceCheckpoint += f.logBytes
+		if d.mu.sinceCheckpoint >= d.opts.CheckpointBytes {
+			select {
+			case d.ckptKick <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
 // applyLocked validates r against the ledger state, updates the state and
-// adds r's writes to b. Called with d.mu held, by the committer only.
-func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
+// adds r's writes to w. Called with d.mu held, by the committer only.
+func (d *DB) applyLocked(w *writes, r *request) error {
 	switch r.kind {
 	case reqDelete:
-		d.deleteLocked(b, r.ledgers)
-		return nil
+		return d.deleteLocked(w, r.ledgers)
 	case reqDrop:
-		return d.dropLocked(b, r.ledgers)
+		return d.dropLocked(w, r.ledgers)
 	case reqSystem:
-		return b.Set(r.sysKey, r.sysValue, nil)
+		return w.set(r.sysKey, r.sysValue)
 	}
 	ledger := r.entry.LedgerID
-	st, err := d.ledgerForWriteLocked(b, ledger, r.masterKey, r.kind == reqFence)
+	st, err := d.ledgerForWriteLocked(w, ledger, r.masterKey, r.kind == reqFence)
 	if err != nil {
 		return err
 	}
@@ -900,29 +1201,18 @@ func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
 		if st.fenced && !r.recovery {
 			return fmt.Errorf("%w: ledger %d, add of entry %d refused", wire.ErrFenced, ledger, r.entry.EntryID)
 		}
-		e := &r.entry
-		op := b.SetDeferred(entryKeyLen, entryHeaderLen+len(e.Payload))
-		putEntryKey(op.Key, ledger, e.EntryID)
-		putEntryHeader(op.Value, entryHeader{LAC: e.LAC, Length: e.Length, CRC: e.CRC})
-		copy(op.Value[entryHeaderLen:], e.Payload)
-		if err := op.Finish(); err != nil {
+		if err := w.entry(&r.entry); err != nil {
 			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
 		}
-		st.lastEntry = max(st.lastEntry, e.EntryID)
-		if e.LAC > st.lac {
-			st.lac = e.LAC
-			st.wake()
-		}
+		st.accLAC = max(st.accLAC, r.entry.LAC)
 	case reqFence:
-		st.fenced = true
-		r.info = st.info()
+		st.fenced = true // r.info is set once the fence is durable
 	case reqWriteLAC:
-		if r.lac <= st.lac {
+		if r.lac <= st.accLAC {
 			return nil // nothing new; answered after the batch's sync anyway
 		}
-		st.lac = r.lac
-		st.wake()
-		if err := b.Set(ledgerKey(ledger), encodeLedgerRecord(st.record()), nil); err != nil {
+		st.accLAC = r.lac
+		if err := w.set(ledgerKey(ledger), encodeLedgerRecord(st.record())); err != nil {
 			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
 		}
 	}
@@ -930,13 +1220,13 @@ func (d *DB) applyLocked(b *pebble.Batch, r *request) error {
 }
 
 func (s *ledgerState) record() ledgerRecord {
-	return ledgerRecord{Fenced: s.fenced, LAC: s.lac, MasterKey: s.masterKey}
+	return ledgerRecord{Fenced: s.fenced, LAC: s.accLAC, MasterKey: s.masterKey}
 }
 
 // ledgerForWriteLocked returns the ledger's state after checking the master
-// key, creating the ledger (and its record, in b) on first sight. A fence
+// key, creating the ledger (and its record, in w) on first sight. A fence
 // always rewrites the record.
-func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byte, fence bool) (*ledgerState, error) {
+func (d *DB) ledgerForWriteLocked(w *writes, ledger int64, masterKey []byte, fence bool) (*ledgerState, error) {
 	st := d.mu.ledgers[ledger]
 	if st != nil && !bytes.Equal(st.masterKey, masterKey) {
 		return nil, fmt.Errorf("%w: ledger %d", wire.ErrBadMasterKey, ledger)
@@ -947,14 +1237,14 @@ func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byt
 		return st, nil
 	}
 	if st == nil {
-		st = &ledgerState{masterKey: bytes.Clone(masterKey), lac: -1, lastEntry: -1}
+		st = &ledgerState{masterKey: bytes.Clone(masterKey), accLAC: -1, lac: -1, lastEntry: -1}
 		d.mu.ledgers[ledger] = st
 		close(d.mu.created)
 		d.mu.created = make(chan struct{})
 	}
 	rec := st.record()
 	rec.Fenced = rec.Fenced || fence
-	if err := b.Set(ledgerKey(ledger), encodeLedgerRecord(rec), nil); err != nil {
+	if err := w.set(ledgerKey(ledger), encodeLedgerRecord(rec)); err != nil {
 		return nil, fmt.Errorf("%w: %v", wire.ErrStorage, err)
 	}
 	return st, nil
@@ -963,17 +1253,20 @@ func (d *DB) ledgerForWriteLocked(b *pebble.Batch, ledger int64, masterKey []byt
 // dropLocked deletes the ledgers' entries but keeps each ledger's record,
 // fenced: a writer that missed the ledger's recovery must still be refused
 // here, although this bookie no longer holds copies.
-func (d *DB) dropLocked(b *pebble.Batch, ids []int64) error {
+func (d *DB) dropLocked(w *writes, ids []int64) error {
 	for _, id := range ids {
 		st := d.mu.ledgers[id]
 		if st == nil {
 			continue
 		}
 		st.fenced = true
-		if err := b.Set(ledgerKey(id), encodeLedgerRecord(st.record()), nil); err != nil {
+		if err := w.set(ledgerKey(id), encodeLedgerRecord(st.record())); err != nil {
 			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
 		}
-		if err := b.DeleteRange(entryKey(id, 0), entryKey(id+1, 0), nil); err != nil {
+		if err := w.deleteRange(entryKey(id, 0), entryKey(id+1, 0)); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+		}
+		if err := w.forget(id); err != nil {
 			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
 		}
 	}
@@ -982,7 +1275,7 @@ func (d *DB) dropLocked(b *pebble.Batch, ids []int64) error {
 
 // deleteLocked removes ledgers, coalescing runs of consecutive ids into one
 // range deletion each (many small range tombstones slow Pebble down).
-func (d *DB) deleteLocked(b *pebble.Batch, ids []int64) {
+func (d *DB) deleteLocked(w *writes, ids []int64) error {
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	for i := 0; i < len(ids); {
@@ -991,16 +1284,24 @@ func (d *DB) deleteLocked(b *pebble.Batch, ids []int64) {
 			j++
 		}
 		first, last := ids[i], ids[j]
-		b.DeleteRange(entryKey(first, 0), entryKey(last+1, 0), nil)
-		b.DeleteRange(ledgerKey(first), ledgerKey(last+1), nil)
+		if err := w.deleteRange(entryKey(first, 0), entryKey(last+1, 0)); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+		}
+		if err := w.deleteRange(ledgerKey(first), ledgerKey(last+1)); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+		}
 		for id := first; id <= last; id++ {
 			if st := d.mu.ledgers[id]; st != nil {
 				st.wake()
 				delete(d.mu.ledgers, id)
 			}
+			if err := w.forget(id); err != nil {
+				return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+			}
 		}
 		i = j + 1
 	}
+	return nil
 }
 
 // fatalError is what pebbleLogger.Fatalf panics with. err is the first

@@ -34,6 +34,8 @@ var variants = []struct {
 }{
 	{"plain", Options{}},
 	{"value-separation", Options{ValueSeparation: true, ValueSeparationMinSize: 64}},
+	// Small files and checkpoints, so that tests roll over and checkpoint.
+	{"entry-log", Options{EntryLog: true, EntryLogFileSize: 16 << 10, CheckpointBytes: 64 << 10}},
 }
 
 func forEachVariant(t *testing.T, fn func(t *testing.T, base Options)) {
@@ -190,25 +192,27 @@ func TestFenceRefusesAddsButNotRecoveryAdds(t *testing.T) {
 }
 
 func TestMasterKeyAndMissing(t *testing.T) {
-	d := open(t, Options{}, vfs.NewMem())
-	defer d.Close()
-	ctx := ctxT(t)
-	mustAdd(t, d, mkEntry(1, 0, 10))
-	if err := d.AddEntry(ctx, mkEntry(1, 1, 10), []byte("wrong"), false); !errors.Is(err, wire.ErrBadMasterKey) {
-		t.Fatalf("add with wrong key: %v", err)
-	}
-	if err := d.WriteLAC(ctx, 1, []byte("wrong"), 0); !errors.Is(err, wire.ErrBadMasterKey) {
-		t.Fatalf("write LAC with wrong key: %v", err)
-	}
-	if _, err := d.ReadEntry(2, 0); !errors.Is(err, wire.ErrNoSuchLedger) {
-		t.Fatalf("read of unknown ledger: %v", err)
-	}
-	if _, err := d.ReadEntry(1, 5); !errors.Is(err, wire.ErrNoSuchEntry) {
-		t.Fatalf("read of missing entry: %v", err)
-	}
-	if _, err := d.Info(2); !errors.Is(err, wire.ErrNoSuchLedger) {
-		t.Fatalf("info of unknown ledger: %v", err)
-	}
+	forEachVariant(t, func(t *testing.T, base Options) {
+		d := open(t, base, vfs.NewMem())
+		defer d.Close()
+		ctx := ctxT(t)
+		mustAdd(t, d, mkEntry(1, 0, 10))
+		if err := d.AddEntry(ctx, mkEntry(1, 1, 10), []byte("wrong"), false); !errors.Is(err, wire.ErrBadMasterKey) {
+			t.Fatalf("add with wrong key: %v", err)
+		}
+		if err := d.WriteLAC(ctx, 1, []byte("wrong"), 0); !errors.Is(err, wire.ErrBadMasterKey) {
+			t.Fatalf("write LAC with wrong key: %v", err)
+		}
+		if _, err := d.ReadEntry(2, 0); !errors.Is(err, wire.ErrNoSuchLedger) {
+			t.Fatalf("read of unknown ledger: %v", err)
+		}
+		if _, err := d.ReadEntry(1, 5); !errors.Is(err, wire.ErrNoSuchEntry) {
+			t.Fatalf("read of missing entry: %v", err)
+		}
+		if _, err := d.Info(2); !errors.Is(err, wire.ErrNoSuchLedger) {
+			t.Fatalf("info of unknown ledger: %v", err)
+		}
+	})
 }
 
 func TestInvalidArguments(t *testing.T) {
@@ -247,64 +251,66 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 func TestWaitLAC(t *testing.T) {
-	d := open(t, Options{}, vfs.NewMem())
-	defer d.Close()
-	ctx := ctxT(t)
-	mustAdd(t, d, mkEntry(1, 0, 10)) // lac -1
-	got := make(chan LedgerInfo, 1)
-	go func() {
-		info, err := d.WaitLAC(ctx, 1, -1)
-		if err != nil {
-			t.Error(err)
+	forEachVariant(t, func(t *testing.T, base Options) {
+		d := open(t, base, vfs.NewMem())
+		defer d.Close()
+		ctx := ctxT(t)
+		mustAdd(t, d, mkEntry(1, 0, 10)) // lac -1
+		got := make(chan LedgerInfo, 1)
+		go func() {
+			info, err := d.WaitLAC(ctx, 1, -1)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- info
+		}()
+		mustAdd(t, d, mkEntry(1, 1, 10)) // lac 0: wakes the waiter
+		select {
+		case info := <-got:
+			if info.LAC != 0 {
+				t.Fatalf("waiter woke with LAC %d", info.LAC)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("waiter not woken by an add carrying a newer LAC")
 		}
-		got <- info
-	}()
-	mustAdd(t, d, mkEntry(1, 1, 10)) // lac 0: wakes the waiter
-	select {
-	case info := <-got:
-		if info.LAC != 0 {
-			t.Fatalf("waiter woke with LAC %d", info.LAC)
+		// Already past: returns at once. Timeout: returns the current state.
+		if info, err := d.WaitLAC(ctx, 1, -1); err != nil || info.LAC != 0 {
+			t.Fatalf("wait for a passed LAC: %+v %v", info, err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("waiter not woken by an add carrying a newer LAC")
-	}
-	// Already past: returns at once. Timeout: returns the current state.
-	if info, err := d.WaitLAC(ctx, 1, -1); err != nil || info.LAC != 0 {
-		t.Fatalf("wait for a passed LAC: %+v %v", info, err)
-	}
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if info, err := d.WaitLAC(short, 1, 0); err != nil || info.LAC != 0 {
-		t.Fatalf("timed-out wait: %+v %v", info, err)
-	}
-	// Explicit LAC wakes waiters too; deletion ends them with an error.
-	go func() {
-		info, err := d.WaitLAC(ctx, 1, 0)
-		if err != nil || info.LAC != 1 {
-			t.Errorf("wait for explicit LAC: %+v %v", info, err)
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		if info, err := d.WaitLAC(short, 1, 0); err != nil || info.LAC != 0 {
+			t.Fatalf("timed-out wait: %+v %v", info, err)
 		}
-		got <- info
-	}()
-	if err := d.WriteLAC(ctx, 1, key, 1); err != nil {
-		t.Fatal(err)
-	}
-	<-got
-	errc := make(chan error, 1)
-	go func() {
-		_, err := d.WaitLAC(ctx, 1, 10)
-		errc <- err
-	}()
-	testutil.Eventually(t, 10*time.Second, "waiter to block", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return d.mu.ledgers[1].lacWait != nil
+		// Explicit LAC wakes waiters too; deletion ends them with an error.
+		go func() {
+			info, err := d.WaitLAC(ctx, 1, 0)
+			if err != nil || info.LAC != 1 {
+				t.Errorf("wait for explicit LAC: %+v %v", info, err)
+			}
+			got <- info
+		}()
+		if err := d.WriteLAC(ctx, 1, key, 1); err != nil {
+			t.Fatal(err)
+		}
+		<-got
+		errc := make(chan error, 1)
+		go func() {
+			_, err := d.WaitLAC(ctx, 1, 10)
+			errc <- err
+		}()
+		testutil.Eventually(t, 10*time.Second, "waiter to block", func() bool {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return d.mu.ledgers[1].lacWait != nil
+		})
+		if err := d.DeleteLedgers(ctx, []int64{1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; !errors.Is(err, wire.ErrNoSuchLedger) {
+			t.Fatalf("waiter on deleted ledger: %v", err)
+		}
 	})
-	if err := d.DeleteLedgers(ctx, []int64{1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; !errors.Is(err, wire.ErrNoSuchLedger) {
-		t.Fatalf("waiter on deleted ledger: %v", err)
-	}
 }
 
 func TestDeleteLedgers(t *testing.T) {
@@ -395,135 +401,141 @@ func (g *syncGate) release() {
 // Many concurrent adds share WAL syncs: while one sync is held, every add
 // that arrives queues behind it and the next sync covers them all.
 func TestGroupCommit(t *testing.T) {
-	gate := &syncGate{}
-	d := open(t, Options{}, errorfs.Wrap(vfs.NewMem(), gate))
-	defer d.Close()
-	ctx := ctxT(t)
-	mustAdd(t, d, mkEntry(1, 0, 10))
+	forEachVariant(t, func(t *testing.T, base Options) {
+		gate := &syncGate{}
+		d := open(t, base, errorfs.Wrap(vfs.NewMem(), gate))
+		defer d.Close()
+		ctx := ctxT(t)
+		mustAdd(t, d, mkEntry(1, 0, 10))
 
-	gate.hold()
-	first := make(chan error, 1)
-	go func() { first <- d.AddEntry(ctx, mkEntry(1, 1, 10), key, false) }()
-	testutil.Eventually(t, 10*time.Second, "first sync to be held", func() bool { return gate.waiting.Load() == 1 })
-	before := gate.syncs.Load()
+		gate.hold()
+		first := make(chan error, 1)
+		go func() { first <- d.AddEntry(ctx, mkEntry(1, 1, 10), key, false) }()
+		testutil.Eventually(t, 10*time.Second, "first sync to be held", func() bool { return gate.waiting.Load() == 1 })
+		before := gate.syncs.Load()
 
-	const n = 500
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := int64(0); i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- d.AddEntry(ctx, mkEntry(2, i, 100), key, false)
-		}()
-	}
-	// All of them queue up; none is acknowledged while the sync is held.
-	testutil.Eventually(t, 30*time.Second, "adds to queue", func() bool { return d.Stats().Pending == n+1 })
-	select {
-	case err := <-errs:
-		t.Fatalf("an add was answered (%v) while its sync was held", err)
-	default:
-	}
-	gate.release()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
+		const n = 500
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := int64(0); i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- d.AddEntry(ctx, mkEntry(2, i, 100), key, false)
+			}()
+		}
+		// All of them queue up; none is acknowledged while the sync is held.
+		testutil.Eventually(t, 30*time.Second, "adds to queue", func() bool { return d.Stats().Pending == n+1 })
+		select {
+		case err := <-errs:
+			t.Fatalf("an add was answered (%v) while its sync was held", err)
+		default:
+		}
+		gate.release()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-first; err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	syncs := gate.syncs.Load() - before
-	t.Logf("%d adds committed with %d WAL syncs", n, syncs)
-	if syncs > n/10 {
-		t.Fatalf("%d adds needed %d syncs: no group commit", n, syncs)
-	}
+		syncs := gate.syncs.Load() - before
+		t.Logf("%d adds committed with %d WAL syncs", n, syncs)
+		if syncs > n/10 {
+			t.Fatalf("%d adds needed %d syncs: no group commit", n, syncs)
+		}
+	})
 }
 
 // A fence and adds racing on one ledger: every add that succeeded is
 // stored, and no add that started after the fence returned succeeds.
 func TestFenceAddRace(t *testing.T) {
-	d := open(t, Options{}, vfs.NewMem())
-	defer d.Close()
-	ctx := ctxT(t)
-	const writers = 8
-	var fenced atomic.Bool
-	var wg sync.WaitGroup
-	type result struct {
-		entry      int64
-		err        error
-		afterFence bool
-	}
-	results := make(chan result, 1<<16)
-	for w := int64(0); w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Each writer adds until the fence stops it.
-			for e := w; ; e += writers {
-				after := fenced.Load()
-				err := d.AddEntry(ctx, mkEntry(1, e, 50), key, false)
-				results <- result{entry: e, err: err, afterFence: after}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
-	testutil.Eventually(t, 30*time.Second, "some adds to be acknowledged", func() bool { return d.Stats().Adds >= 200 })
-	if _, err := d.Fence(ctx, 1, key); err != nil {
-		t.Fatal(err)
-	}
-	fenced.Store(true)
-	wg.Wait()
-	close(results)
-	ok, refused := 0, 0
-	for r := range results {
-		switch {
-		case r.err == nil:
-			ok++
-			if r.afterFence {
-				t.Fatalf("entry %d acknowledged although its add began after the fence returned", r.entry)
-			}
-			checkEntry(t, d, mkEntry(1, r.entry, 50))
-		case errors.Is(r.err, wire.ErrFenced):
-			refused++
-		default:
-			t.Fatal(r.err)
+	forEachVariant(t, func(t *testing.T, base Options) {
+		d := open(t, base, vfs.NewMem())
+		defer d.Close()
+		ctx := ctxT(t)
+		const writers = 8
+		var fenced atomic.Bool
+		var wg sync.WaitGroup
+		type result struct {
+			entry      int64
+			err        error
+			afterFence bool
 		}
-	}
-	t.Logf("%d adds acknowledged, %d refused by the fence", ok, refused)
-	if refused != writers {
-		t.Fatalf("%d writers were stopped by the fence, want %d", refused, writers)
-	}
+		results := make(chan result, 1<<16)
+		for w := int64(0); w < writers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Each writer adds until the fence stops it.
+				for e := w; ; e += writers {
+					after := fenced.Load()
+					err := d.AddEntry(ctx, mkEntry(1, e, 50), key, false)
+					results <- result{entry: e, err: err, afterFence: after}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+		testutil.Eventually(t, 30*time.Second, "some adds to be acknowledged", func() bool { return d.Stats().Adds >= 200 })
+		if _, err := d.Fence(ctx, 1, key); err != nil {
+			t.Fatal(err)
+		}
+		fenced.Store(true)
+		wg.Wait()
+		close(results)
+		ok, refused := 0, 0
+		for r := range results {
+			switch {
+			case r.err == nil:
+				ok++
+				if r.afterFence {
+					t.Fatalf("entry %d acknowledged although its add began after the fence returned", r.entry)
+				}
+				checkEntry(t, d, mkEntry(1, r.entry, 50))
+			case errors.Is(r.err, wire.ErrFenced):
+				refused++
+			default:
+				t.Fatal(r.err)
+			}
+		}
+		t.Logf("%d adds acknowledged, %d refused by the fence", ok, refused)
+		if refused != writers {
+			t.Fatalf("%d writers were stopped by the fence, want %d", refused, writers)
+		}
+	})
 }
 
 // A long poll on a ledger not stored yet waits for it instead of failing
 // at once (a reader tailing a ledger that was just created).
 func TestWaitLACOnUnknownLedger(t *testing.T) {
-	d := open(t, Options{}, vfs.NewMem())
-	defer d.Close()
-	ctx := ctxT(t)
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	if _, err := d.WaitLAC(short, 9, -1); !errors.Is(err, wire.ErrNoSuchLedger) {
-		t.Fatalf("wait on an unknown ledger at its deadline: %v", err)
-	}
-	got := make(chan LedgerInfo, 1)
-	go func() {
-		info, err := d.WaitLAC(ctx, 9, -1)
-		if err != nil {
-			t.Error(err)
+	forEachVariant(t, func(t *testing.T, base Options) {
+		d := open(t, base, vfs.NewMem())
+		defer d.Close()
+		ctx := ctxT(t)
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if _, err := d.WaitLAC(short, 9, -1); !errors.Is(err, wire.ErrNoSuchLedger) {
+			t.Fatalf("wait on an unknown ledger at its deadline: %v", err)
 		}
-		got <- info
-	}()
-	mustAdd(t, d, mkEntry(9, 0, 10)) // creates the ledger, LAC -1
-	mustAdd(t, d, mkEntry(9, 1, 10)) // LAC 0
-	if info := <-got; info.LAC != 0 {
-		t.Fatalf("woke with %+v", info)
-	}
+		got := make(chan LedgerInfo, 1)
+		go func() {
+			info, err := d.WaitLAC(ctx, 9, -1)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- info
+		}()
+		mustAdd(t, d, mkEntry(9, 0, 10)) // creates the ledger, LAC -1
+		mustAdd(t, d, mkEntry(9, 1, 10)) // LAC 0
+		if info := <-got; info.LAC != 0 {
+			t.Fatalf("woke with %+v", info)
+		}
+	})
 }
 
 // Dropping a ledger's entries (its copies moved to other bookies) keeps

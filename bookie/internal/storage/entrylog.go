@@ -1,0 +1,808 @@
+package storage
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+)
+
+// The entry log (Options.EntryLog) is the write-once storage design: every
+// write is appended to a log of our own and made durable by its fdatasync,
+// as BookKeeper's journal is; payloads stay in the log, and Pebble, with
+// its write-ahead log off, holds only an index (entry id -> header and
+// position in the log) and the ledger records. Each payload is written to
+// disk once per bookie instead of twice (Pebble's WAL, then a blob file or
+// sstable at the memtable's flush).
+//
+// Invariants:
+//   - The log is the source of truth for everything after the checkpoint:
+//     a Pebble batch is applied only after the log bytes holding its
+//     writes were synced, so Pebble never refers to bytes that may be lost.
+//   - The checkpoint (key 'c') is a log position P such that every write
+//     before P is in Pebble's sstables (a Pebble flush made it durable).
+//     Open replays the log from P in order; replaying a write twice is
+//     harmless (sets and range deletions only, last write wins).
+//   - The log is a strict prefix after a crash: replay stops at the first
+//     record that does not check (a torn tail) and removes the files after
+//     it, which held nothing acknowledged (a file's writes are synced, and
+//     answered, only after every earlier file's).
+//   - A file's valid end, once known, is recorded (key 'l'): a bad record
+//     before it is corruption, not a torn tail.
+//   - A log file is deleted once no ledger has entries in it (keys 'f':
+//     file, ledger), the deletions that emptied it are before the
+//     checkpoint, and it is before the checkpoint's file: so replay never
+//     needs it, and everything it held that still matters (ledger records)
+//     is in Pebble's sstables.
+//
+// Log file: <dir>/entries/<number, 10 digits>.log, a sequence of records
+//
+//	crc32c(4) length(4) kind(1) body(length-1)
+//
+// where the checksum covers the file's number (4 bytes) and kind and body.
+// Kinds: entry (key(17), entry header(21), payload), set (key length(2),
+// key, value), delete range (start length(2), start, end).
+const (
+	logDir             = "entries"
+	logRecordHeaderLen = 8
+	maxLogRecord       = 128 << 20 // above the largest entry a bookie accepts
+
+	logKindEntry       byte = 1
+	logKindSet         byte = 2
+	logKindDeleteRange byte = 3
+
+	prefixCheckpoint byte = 'c'
+	prefixFileLedger byte = 'f'
+	prefixLogEnd     byte = 'l'
+
+	// entryPointerLen is an indexed entry's value: version(1)=2, header
+	// fields (20), file(4), offset(8), payload length(4).
+	entryPointerLen = entryHeaderLen + 4 + 8 + 4
+	pointerVersion  = 2
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// logPos is a position in the log: a file and an offset in it.
+type logPos struct {
+	file uint32
+	off  int64
+}
+
+func (p logPos) less(q logPos) bool {
+	return p.file < q.file || p.file == q.file && p.off < q.off
+}
+
+func checkpointKey() []byte { return []byte{prefixCheckpoint} }
+
+func encodePos(p logPos) []byte {
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint32(b, p.file)
+	binary.BigEndian.PutUint64(b[4:], uint64(p.off))
+	return b
+}
+
+func decodePos(v []byte) (logPos, error) {
+	if len(v) != 12 {
+		return logPos{}, fmt.Errorf("%w: log position of %d bytes", errCorrupt, len(v))
+	}
+	return logPos{file: binary.BigEndian.Uint32(v), off: int64(binary.BigEndian.Uint64(v[4:]))}, nil
+}
+
+func fileLedgerKey(file uint32, ledger int64) []byte {
+	k := make([]byte, 13)
+	k[0] = prefixFileLedger
+	binary.BigEndian.PutUint32(k[1:], file)
+	binary.BigEndian.PutUint64(k[5:], uint64(ledger))
+	return k
+}
+
+func logEndKey(file uint32) []byte {
+	k := make([]byte, 5)
+	k[0] = prefixLogEnd
+	binary.BigEndian.PutUint32(k[1:], file)
+	return k
+}
+
+func logFileName(num uint32) string { return fmt.Sprintf("%010d.log", num) }
+
+func parseLogFileName(name string) (uint32, bool) {
+	s, ok := strings.CutSuffix(name, ".log")
+	if !ok || len(s) != 10 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	return uint32(n), err == nil
+}
+
+// entryPointer is where an indexed entry's payload is in the log.
+type entryPointer struct {
+	file uint32
+	off  int64
+	len  uint32
+}
+
+func encodeEntryPointer(h entryHeader, p entryPointer) []byte {
+	v := make([]byte, entryPointerLen)
+	putEntryHeader(v, h)
+	v[0] = pointerVersion
+	binary.BigEndian.PutUint32(v[entryHeaderLen:], p.file)
+	binary.BigEndian.PutUint64(v[entryHeaderLen+4:], uint64(p.off))
+	binary.BigEndian.PutUint32(v[entryHeaderLen+12:], p.len)
+	return v
+}
+
+// decodeStoredEntry decodes an entry's value in Pebble: either the entry
+// itself (payload inline, Pebble storage) or, in the entry log's index, its
+// header and where its payload is (isPtr).
+func decodeStoredEntry(v []byte) (h entryHeader, payload []byte, ptr entryPointer, isPtr bool, err error) {
+	if len(v) > 0 && v[0] == pointerVersion {
+		if len(v) != entryPointerLen {
+			return h, nil, ptr, false, fmt.Errorf("%w: entry pointer of %d bytes", errCorrupt, len(v))
+		}
+		w := slices.Clone(v[:entryHeaderLen])
+		w[0] = recordVersion
+		h, _, err = decodeEntry(w)
+		ptr = entryPointer{
+			file: binary.BigEndian.Uint32(v[entryHeaderLen:]),
+			off:  int64(binary.BigEndian.Uint64(v[entryHeaderLen+4:])),
+			len:  binary.BigEndian.Uint32(v[entryHeaderLen+12:]),
+		}
+		return h, nil, ptr, true, err
+	}
+	h, payload, err = decodeEntry(v)
+	return h, payload, ptr, false, err
+}
+
+// logFile is a log file being written. Owned by the committer; the syncer
+// syncs and closes it.
+type logFile struct {
+	num  uint32
+	f    vfs.File
+	size int64 // bytes written
+}
+
+// entryLog is the entry log: its files, the committer's write state and
+// which ledgers have entries in which file.
+type entryLog struct {
+	fs       vfs.FS
+	dir      string
+	fileSize int64 // a file is rolled once it holds this much
+
+	// Committer-owned.
+	cur *logFile
+	buf []byte // the batch being built
+	// curLedgers are the ledgers whose 'f' key for cur is set (or in the
+	// batch being built).
+	curLedgers map[int64]struct{}
+
+	// Guarded by DB.mu: the committer's view (including writes not yet
+	// synced).
+	fileLedgers map[uint32]map[int64]struct{}
+	ledgerFiles map[int64][]uint32
+	// emptiedAt is, for a file whose last ledger was removed, the end of
+	// the batch that removed it: the file may go once the checkpoint is
+	// past it.
+	emptiedAt map[uint32]logPos
+
+	// readers are read handles of the files, opened on first read.
+	readers struct {
+		sync.RWMutex
+		m map[uint32]vfs.File
+	}
+}
+
+func newEntryLog(fs vfs.FS, dir string, fileSize int64) *entryLog {
+	l := &entryLog{
+		fs:          fs,
+		dir:         fs.PathJoin(dir, logDir),
+		fileSize:    fileSize,
+		curLedgers:  make(map[int64]struct{}),
+		fileLedgers: make(map[uint32]map[int64]struct{}),
+		ledgerFiles: make(map[int64][]uint32),
+		emptiedAt:   make(map[uint32]logPos),
+	}
+	l.readers.m = make(map[uint32]vfs.File)
+	return l
+}
+
+func (l *entryLog) path(num uint32) string { return l.fs.PathJoin(l.dir, logFileName(num)) }
+
+// files lists the log's files in order.
+func (l *entryLog) files() ([]uint32, error) {
+	names, err := l.fs.List(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	var nums []uint32
+	for _, n := range names {
+		if num, ok := parseLogFileName(n); ok {
+			nums = append(nums, num)
+		}
+	}
+	slices.Sort(nums)
+	return nums, nil
+}
+
+// syncDir makes the directory's entries (files created or removed) durable.
+func (l *entryLog) syncDir() error {
+	d, err := l.fs.OpenDir(l.dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// create makes log file num, durably (its directory entry synced).
+func (l *entryLog) create(num uint32) (*logFile, error) {
+	f, err := l.fs.Create(l.path(num), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.syncDir(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &logFile{num: num, f: f}, nil
+}
+
+// appendRecord appends a record's header and returns the body to fill.
+func (l *entryLog) appendRecord(kind byte, bodyLen int) []byte {
+	n := len(l.buf)
+	l.buf = slices.Grow(l.buf, logRecordHeaderLen+1+bodyLen)[:n+logRecordHeaderLen+1+bodyLen]
+	rec := l.buf[n:]
+	binary.BigEndian.PutUint32(rec[4:], uint32(1+bodyLen))
+	rec[logRecordHeaderLen] = kind
+	return rec[logRecordHeaderLen+1:]
+}
+
+// sealRecord computes the checksum of the record that starts at off in buf.
+func (l *entryLog) sealRecord(off int) {
+	rec := l.buf[off:]
+	crc := recordCRC(l.cur.num, rec[logRecordHeaderLen:])
+	binary.BigEndian.PutUint32(rec, crc)
+}
+
+func recordCRC(file uint32, kindAndBody []byte) uint32 {
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], file)
+	return crc32.Update(crc32.Update(0, crcTable, n[:]), crcTable, kindAndBody)
+}
+
+// addEntry appends an entry record and returns where its payload will be.
+func (l *entryLog) addEntry(ledger, entry int64, h entryHeader, payload []byte) entryPointer {
+	off := len(l.buf)
+	body := l.appendRecord(logKindEntry, entryKeyLen+entryHeaderLen+len(payload))
+	putEntryKey(body, ledger, entry)
+	putEntryHeader(body[entryKeyLen:], h)
+	copy(body[entryKeyLen+entryHeaderLen:], payload)
+	l.sealRecord(off)
+	payloadOff := l.cur.size + int64(off+logRecordHeaderLen+1+entryKeyLen+entryHeaderLen)
+	return entryPointer{file: l.cur.num, off: payloadOff, len: uint32(len(payload))}
+}
+
+func (l *entryLog) addSet(key, value []byte) {
+	off := len(l.buf)
+	body := l.appendRecord(logKindSet, 2+len(key)+len(value))
+	binary.BigEndian.PutUint16(body, uint16(len(key)))
+	copy(body[2:], key)
+	copy(body[2+len(key):], value)
+	l.sealRecord(off)
+}
+
+func (l *entryLog) addDeleteRange(start, end []byte) {
+	off := len(l.buf)
+	body := l.appendRecord(logKindDeleteRange, 2+len(start)+len(end))
+	binary.BigEndian.PutUint16(body, uint16(len(start)))
+	copy(body[2:], start)
+	copy(body[2+len(start):], end)
+	l.sealRecord(off)
+}
+
+// flushBuf writes the batch built in buf to the current file.
+func (l *entryLog) flushBuf() error {
+	if len(l.buf) == 0 {
+		return nil
+	}
+	n, err := l.cur.f.Write(l.buf)
+	l.cur.size += int64(n)
+	if err == nil && n != len(l.buf) {
+		err = io.ErrShortWrite
+	}
+	l.buf = l.buf[:0]
+	if cap(l.buf) > 4<<20 {
+		l.buf = nil // do not hold a huge batch's buffer
+	}
+	return err
+}
+
+// noteEntryLocked records that ledger has entries in the current file,
+// adding its 'f' key to b the first time. Called with DB.mu held.
+func (l *entryLog) noteEntryLocked(b *pebble.Batch, ledger int64) error {
+	if _, ok := l.curLedgers[ledger]; ok {
+		return nil
+	}
+	l.curLedgers[ledger] = struct{}{}
+	num := l.cur.num
+	set := l.fileLedgers[num]
+	if set == nil {
+		set = make(map[int64]struct{})
+		l.fileLedgers[num] = set
+	}
+	if _, ok := set[ledger]; !ok {
+		set[ledger] = struct{}{}
+		l.ledgerFiles[ledger] = append(l.ledgerFiles[ledger], num)
+	}
+	return b.Set(fileLedgerKey(num, ledger), nil, nil)
+}
+
+// forgetLedgerLocked removes the ledger's entries from the file accounting,
+// deleting its 'f' keys in b (and logging the deletions), and returns the
+// files it leaves empty. Called with DB.mu held, by the committer.
+func (l *entryLog) forgetLedgerLocked(b *pebble.Batch, ledger int64) (emptied []uint32, err error) {
+	for _, num := range l.ledgerFiles[ledger] {
+		set := l.fileLedgers[num]
+		delete(set, ledger)
+		k := fileLedgerKey(num, ledger)
+		if err := b.Delete(k, nil); err != nil {
+			return nil, err
+		}
+		l.addDeleteRange(k, append(slices.Clone(k), 0)) // [k, k's successor)
+		if len(set) == 0 {
+			emptied = append(emptied, num)
+		}
+	}
+	delete(l.ledgerFiles, ledger)
+	delete(l.curLedgers, ledger)
+	return emptied, nil
+}
+
+// entryRecordOverhead is an entry record's bytes before its payload.
+const entryRecordOverhead = logRecordHeaderLen + 1 + entryKeyLen + entryHeaderLen
+
+// read returns an entry's payload from the log, after checking its
+// record: the checksum (the disk's bits) and the key (the index's pointer).
+func (l *entryLog) read(ledger, entry int64, p entryPointer) ([]byte, error) {
+	l.readers.RLock()
+	f := l.readers.m[p.file]
+	l.readers.RUnlock()
+	if f == nil {
+		l.readers.Lock()
+		if f = l.readers.m[p.file]; f == nil {
+			var err error
+			if f, err = l.fs.Open(l.path(p.file)); err != nil {
+				l.readers.Unlock()
+				return nil, err
+			}
+			l.readers.m[p.file] = f
+		}
+		l.readers.Unlock()
+	}
+	if p.off < entryRecordOverhead {
+		return nil, fmt.Errorf("%w: entry pointer to offset %d", errCorrupt, p.off)
+	}
+	rec := make([]byte, entryRecordOverhead+int(p.len))
+	l.readers.RLock()
+	if l.readers.m[p.file] != f {
+		l.readers.RUnlock()
+		return nil, fmt.Errorf("log file %d was removed", p.file)
+	}
+	_, err := f.ReadAt(rec, p.off-entryRecordOverhead)
+	l.readers.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	body := rec[logRecordHeaderLen:]
+	if binary.BigEndian.Uint32(rec[4:]) != uint32(len(body)) || body[0] != logKindEntry ||
+		recordCRC(p.file, body) != binary.BigEndian.Uint32(rec) {
+		return nil, fmt.Errorf("%w: entry log file %d: bad record at offset %d", errCorrupt, p.file, p.off-entryRecordOverhead)
+	}
+	if _, kl, ke, err := decodeKey(body[1 : 1+entryKeyLen]); err != nil || kl != ledger || ke != entry {
+		return nil, fmt.Errorf("%w: entry log file %d: the record at offset %d is not entry %d/%d", errCorrupt, p.file, p.off-entryRecordOverhead, ledger, entry)
+	}
+	return rec[entryRecordOverhead:], nil
+}
+
+// remove deletes a log file.
+func (l *entryLog) remove(num uint32) error {
+	l.readers.Lock()
+	if f := l.readers.m[num]; f != nil {
+		f.Close()
+		delete(l.readers.m, num)
+	}
+	l.readers.Unlock()
+	return l.fs.Remove(l.path(num))
+}
+
+func (l *entryLog) closeReaders() {
+	l.readers.Lock()
+	defer l.readers.Unlock()
+	for n, f := range l.readers.m {
+		f.Close()
+		delete(l.readers.m, n)
+	}
+}
+
+// errTorn ends a file's valid records.
+var errTorn = errors.New("torn record")
+
+// scanFile reads file num's records from off, calling fn for each with the
+// record's offset, kind and body (which aliases a buffer reused by the next
+// call). It returns the offset after the last valid record; err is errTorn
+// if a record did not check before the end of the file.
+func (l *entryLog) scanFile(num uint32, off int64, fn func(recOff int64, kind byte, body []byte) error) (int64, error) {
+	f, err := l.fs.Open(l.path(num))
+	if err != nil {
+		return off, err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(io.NewSectionReader(f, off, 1<<62), 1<<20)
+	var hdr [logRecordHeaderLen]byte
+	var rec []byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if err == io.EOF {
+				return off, nil
+			}
+			if err == io.ErrUnexpectedEOF {
+				return off, errTorn
+			}
+			return off, err
+		}
+		n := binary.BigEndian.Uint32(hdr[4:])
+		if n == 0 || n > maxLogRecord {
+			return off, errTorn
+		}
+		if cap(rec) < int(n) {
+			rec = make([]byte, n)
+		}
+		rec = rec[:n]
+		if _, err := io.ReadFull(r, rec); err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return off, errTorn
+			}
+			return off, err
+		}
+		if recordCRC(num, rec) != binary.BigEndian.Uint32(hdr[:]) {
+			return off, errTorn
+		}
+		if err := fn(off, rec[0], rec[1:]); err != nil {
+			return off, err
+		}
+		off += logRecordHeaderLen + int64(n)
+	}
+}
+
+// replayRecord applies one log record to b. recOff is the record's offset
+// in file num.
+func replayRecord(b *pebble.Batch, num uint32, recOff int64, kind byte, body []byte) error {
+	switch kind {
+	case logKindEntry:
+		if len(body) < entryKeyLen+entryHeaderLen {
+			return fmt.Errorf("%w: entry log record of %d bytes", errCorrupt, len(body))
+		}
+		_, ledger, entry, err := decodeKey(body[:entryKeyLen])
+		if err != nil {
+			return err
+		}
+		h, payload, err := decodeEntry(body[entryKeyLen:])
+		if err != nil {
+			return err
+		}
+		ptr := entryPointer{file: num, off: recOff + logRecordHeaderLen + 1 + entryKeyLen + entryHeaderLen, len: uint32(len(payload))}
+		if err := b.Set(entryKey(ledger, entry), encodeEntryPointer(h, ptr), nil); err != nil {
+			return err
+		}
+		return b.Set(fileLedgerKey(num, ledger), nil, nil)
+	case logKindSet, logKindDeleteRange:
+		if len(body) < 2 || int(binary.BigEndian.Uint16(body)) > len(body)-2 {
+			return fmt.Errorf("%w: log record of kind %d", errCorrupt, kind)
+		}
+		k := int(binary.BigEndian.Uint16(body))
+		a, z := body[2:2+k], body[2+k:]
+		if kind == logKindSet {
+			return b.Set(a, z, nil)
+		}
+		return b.DeleteRange(a, z, nil)
+	}
+	return fmt.Errorf("%w: log record kind %d", errCorrupt, kind)
+}
+
+// getValue reads a small value from Pebble.
+func (d *DB) getValue(k []byte) ([]byte, bool, error) {
+	v, closer, err := d.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return slices.Clone(v), true, nil
+}
+
+// openLog replays the entry log from the checkpoint into Pebble, removes
+// what follows a torn tail, starts a new file and checkpoints.
+func (d *DB) openLog() error {
+	l := d.elog
+	if err := l.fs.MkdirAll(l.dir, 0o755); err != nil {
+		return fmt.Errorf("storage: entry log: %w", err)
+	}
+	if err := syncDirOf(l.fs, d.opts.Dir); err != nil {
+		return fmt.Errorf("storage: entry log: %w", err)
+	}
+	v, hasCkpt, err := d.getValue(checkpointKey())
+	if err != nil {
+		return fmt.Errorf("storage: entry log checkpoint: %w", err)
+	}
+	var ckpt logPos
+	if hasCkpt {
+		if ckpt, err = decodePos(v); err != nil {
+			return fmt.Errorf("storage: entry log checkpoint: %w", err)
+		}
+	}
+	nums, err := l.files()
+	if err != nil {
+		return fmt.Errorf("storage: entry log: %w", err)
+	}
+	if hasCkpt && !slices.Contains(nums, ckpt.file) {
+		return fmt.Errorf("%w: the entry log's checkpoint is in file %d, which is missing", errCorrupt, ckpt.file)
+	}
+
+	b := d.db.NewBatch()
+	defer func() { b.Close() }()
+	var (
+		torn   bool
+		after  []uint32 // files after a torn tail
+		last   logPos
+		anyLog bool
+	)
+	for _, num := range nums {
+		if num < ckpt.file {
+			continue
+		}
+		if torn {
+			after = append(after, num)
+			continue
+		}
+		start := int64(0)
+		if hasCkpt && num == ckpt.file {
+			start = ckpt.off
+		}
+		end, err := l.scanFile(num, start, func(off int64, kind byte, body []byte) error {
+			if err := replayRecord(b, num, off, kind, body); err != nil {
+				return fmt.Errorf("file %d offset %d: %w", num, off, err)
+			}
+			if b.Len() >= 16<<20 {
+				if err := b.Commit(pebble.NoSync); err != nil {
+					return err
+				}
+				b.Close()
+				b = d.db.NewBatch()
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errTorn) {
+			return fmt.Errorf("storage: entry log replay: %w", err)
+		}
+		mv, hasEnd, gerr := d.getValue(logEndKey(num))
+		if gerr != nil {
+			return fmt.Errorf("storage: entry log: %w", gerr)
+		}
+		if hasEnd && (len(mv) != 8 || int64(binary.BigEndian.Uint64(mv)) != end) {
+			return fmt.Errorf("%w: entry log file %d has valid records up to offset %d, but its recorded end is %x", errCorrupt, num, end, mv)
+		}
+		torn = errors.Is(err, errTorn)
+		last, anyLog = logPos{file: num, off: end}, true
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("storage: entry log replay: %w", err)
+	}
+	// Files after a torn tail hold only writes never acknowledged (their
+	// syncs come after the torn file's). Pebble must not refer to them.
+	for _, num := range after {
+		if n, err := d.countPrefix(fileLedgerKey(num, 0)[:5]); err != nil || n > 0 {
+			return fmt.Errorf("%w: entry log file %d is torn at offset %d, but file %d after it holds indexed entries (%v)", errCorrupt, last.file, last.off, num, err)
+		}
+		if err := l.fs.Remove(l.path(num)); err != nil {
+			return fmt.Errorf("storage: entry log: %w", err)
+		}
+		d.log.Warn("removed an entry log file after a torn tail (nothing in it was acknowledged)", zap.Uint32("file", num), zap.Uint32("torn", last.file), zap.Int64("at", last.off))
+	}
+
+	next := uint32(1)
+	if len(nums) > 0 {
+		next = nums[len(nums)-1] + 1
+	}
+	if anyLog {
+		var off [8]byte
+		binary.BigEndian.PutUint64(off[:], uint64(last.off))
+		if err := d.db.Set(logEndKey(last.file), off[:], pebble.NoSync); err != nil {
+			return fmt.Errorf("storage: entry log: %w", err)
+		}
+	}
+	if l.cur, err = l.create(next); err != nil {
+		return fmt.Errorf("storage: entry log: %w", err)
+	}
+	start := logPos{file: next}
+	if err := d.db.Set(checkpointKey(), encodePos(start), pebble.NoSync); err != nil {
+		l.cur.f.Close()
+		return fmt.Errorf("storage: entry log: %w", err)
+	}
+	if err := d.db.Flush(); err != nil {
+		l.cur.f.Close()
+		return fmt.Errorf("storage: entry log checkpoint: %w", err)
+	}
+	d.checkpointed, d.mu.applied = start, start
+	if err := d.loadFileLedgers(); err != nil {
+		l.cur.f.Close()
+		return err
+	}
+	// Files no ledger has entries in go now: the checkpoint is past them.
+	nums, err = l.files()
+	if err != nil {
+		l.cur.f.Close()
+		return fmt.Errorf("storage: entry log: %w", err)
+	}
+	for _, num := range nums {
+		if num < next && len(l.fileLedgers[num]) == 0 {
+			l.emptiedAt[num] = logPos{}
+		}
+	}
+	if err := d.collect(); err != nil {
+		l.cur.f.Close()
+		return err
+	}
+	for _, num := range nums {
+		if st, err := l.fs.Stat(l.path(num)); err == nil {
+			d.logBytes.Add(st.Size())
+		}
+	}
+	return nil
+}
+
+func syncDirOf(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// countPrefix counts Pebble's keys with the prefix.
+func (d *DB) countPrefix(prefix []byte) (int, error) {
+	upper := append(slices.Clone(prefix), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	return n, it.Close()
+}
+
+// loadFileLedgers reads which ledgers have entries in which log files.
+func (d *DB) loadFileLedgers() error {
+	l := d.elog
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixFileLedger}, UpperBound: []byte{prefixFileLedger + 1}})
+	if err != nil {
+		return fmt.Errorf("storage: entry log files: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != 13 {
+			it.Close()
+			return fmt.Errorf("%w: file ledger key of %d bytes", errCorrupt, len(k))
+		}
+		num, ledger := binary.BigEndian.Uint32(k[1:]), int64(binary.BigEndian.Uint64(k[5:]))
+		set := l.fileLedgers[num]
+		if set == nil {
+			set = make(map[int64]struct{})
+			l.fileLedgers[num] = set
+		}
+		set[ledger] = struct{}{}
+		l.ledgerFiles[ledger] = append(l.ledgerFiles[ledger], num)
+	}
+	return it.Close()
+}
+
+// checkpointLoop checkpoints when the syncer asks (enough written since the
+// last one) and every CheckpointInterval. Stops with Close.
+func (d *DB) checkpointLoop() {
+	defer d.stopped.Done()
+	t := time.NewTicker(d.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.quit:
+			return
+		case <-d.ckptKick:
+		case <-t.C:
+		}
+		if d.writeErr() != nil {
+			continue // nothing more is written; a checkpoint would only fail
+		}
+		if err := d.checkpoint(); err != nil {
+			d.fail(err)
+		}
+	}
+}
+
+// checkpoint makes everything applied to Pebble so far durable in its
+// sstables and records the log position it reaches, then deletes the log
+// files it made unneeded. Called by the checkpointer, or by Open and Close
+// when it does not run.
+func (d *DB) checkpoint() error {
+	d.mu.Lock()
+	p := d.mu.applied
+	d.mu.sinceCheckpoint = 0
+	d.mu.Unlock()
+	if p != d.checkpointed {
+		// Every batch that ends at or before p was applied before this
+		// Set, so the flush below holds them all.
+		if err := d.db.Set(checkpointKey(), encodePos(p), pebble.NoSync); err != nil {
+			return fmt.Errorf("storage: checkpoint: %w", err)
+		}
+		if err := d.db.Flush(); err != nil {
+			return fmt.Errorf("storage: checkpoint: %w", err)
+		}
+		d.checkpointed = p
+	}
+	return d.collect()
+}
+
+// collect deletes the log files no ledger has entries in, once the
+// deletions that emptied them and the files themselves are before the
+// checkpoint.
+func (d *DB) collect() error {
+	l, p := d.elog, d.checkpointed
+	var gone []uint32
+	d.mu.Lock()
+	for num, at := range l.emptiedAt {
+		if num < p.file && !p.less(at) && len(l.fileLedgers[num]) == 0 {
+			gone = append(gone, num)
+			delete(l.emptiedAt, num)
+			delete(l.fileLedgers, num)
+		}
+	}
+	d.mu.Unlock()
+	slices.Sort(gone)
+	for _, num := range gone {
+		var size int64
+		if st, err := l.fs.Stat(l.path(num)); err == nil {
+			size = st.Size()
+		}
+		if err := l.remove(num); err != nil && !oserrorIsNotExist(err) {
+			return fmt.Errorf("storage: remove entry log file %d: %w", num, err)
+		}
+		d.logBytes.Add(-size)
+		if err := d.db.Delete(logEndKey(num), pebble.NoSync); err != nil {
+			return fmt.Errorf("storage: entry log: %w", err)
+		}
+	}
+	return nil
+}
+
+func oserrorIsNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }

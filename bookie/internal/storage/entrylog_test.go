@@ -1,0 +1,226 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+)
+
+func entryLogOptions() Options {
+	return Options{EntryLog: true, EntryLogFileSize: 16 << 10, CheckpointBytes: 1 << 30, CheckpointInterval: 10 * time.Millisecond}
+}
+
+// logFiles lists the entry log's files.
+func logFiles(t *testing.T, fs vfs.FS) []uint32 {
+	t.Helper()
+	l := newEntryLog(fs, "bookie", 0)
+	nums, err := l.files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nums
+}
+
+// The log's files go once every ledger with entries in them is deleted (or
+// its entries dropped), and only then; the rest stay readable, before and
+// after a restart.
+func TestEntryLogFilesGoWithTheirLedgers(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := entryLogOptions()
+	d := open(t, opts, fs)
+	ctx := ctxT(t)
+	for _, l := range []int64{1, 2, 3} {
+		for e := int64(0); e < 40; e++ {
+			mustAdd(t, d, mkEntry(l, e, 1000))
+		}
+	}
+	// Which files hold which ledgers (the files are 16 KiB: several per
+	// ledger, some shared).
+	d.mu.Lock()
+	holds := map[uint32][]int64{}
+	for num, set := range d.elog.fileLedgers {
+		for l := range set {
+			holds[num] = append(holds[num], l)
+		}
+	}
+	d.mu.Unlock()
+	before := logFiles(t, fs)
+	usage := d.DiskSpaceUsage()
+	if len(before) < 6 {
+		t.Fatalf("%d log files for 120 KiB in 16 KiB files", len(before))
+	}
+
+	if err := d.DeleteLedgers(ctx, []int64{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DropEntries(ctx, []int64{3}); err != nil {
+		t.Fatal(err)
+	}
+	// Files that held only ledgers 1 and 3, but the one being written.
+	var gone []uint32
+	current := slices.Max(before)
+	for num, ls := range holds {
+		if !slices.Contains(ls, 2) && num != current {
+			gone = append(gone, num)
+		}
+	}
+	slices.Sort(gone)
+	if len(gone) < 3 {
+		t.Fatalf("only %d files without ledger 2: %v", len(gone), holds)
+	}
+	testutil.Eventually(t, 30*time.Second, "files of deleted ledgers removed at a checkpoint", func() bool {
+		now := logFiles(t, fs)
+		for _, num := range gone {
+			if slices.Contains(now, num) {
+				return false
+			}
+		}
+		return true
+	})
+	for num, ls := range holds {
+		if slices.Contains(ls, 2) && !slices.Contains(logFiles(t, fs), num) {
+			t.Fatalf("file %d (ledgers %v) removed while ledger 2 has entries in it", num, ls)
+		}
+	}
+	if after := d.DiskSpaceUsage(); after >= usage {
+		t.Fatalf("disk space %d after deleting two thirds, %d before", after, usage)
+	}
+	check := func(d *DB) {
+		t.Helper()
+		for e := int64(0); e < 40; e++ {
+			checkEntry(t, d, mkEntry(2, e, 1000))
+			if _, err := d.ReadEntry(1, e); !errors.Is(err, wire.ErrNoSuchLedger) {
+				t.Fatalf("deleted ledger 1 entry %d: %v", e, err)
+			}
+			if _, err := d.ReadEntry(3, e); !errors.Is(err, wire.ErrNoSuchEntry) {
+				t.Fatalf("dropped ledger 3 entry %d: %v", e, err)
+			}
+		}
+	}
+	check(d)
+	d.Close()
+	d = open(t, opts, fs)
+	defer d.Close()
+	check(d)
+	if _, err := d.Fence(ctx, 3, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddEntry(ctx, mkEntry(3, 40, 10), key, false); !errors.Is(err, wire.ErrFenced) {
+		t.Fatalf("add to a dropped ledger after restart: %v", err)
+	}
+}
+
+// A torn tail (a crash in the middle of a write never acknowledged) ends
+// the log: the entries before it are there, the files after it are
+// removed, and the log goes on after a restart, and another.
+func TestEntryLogTornTail(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	opts := entryLogOptions()
+	d := open(t, opts, mem)
+	for e := int64(0); e < 10; e++ {
+		mustAdd(t, d, mkEntry(1, e, 300))
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	d.Close()
+
+	nums := logFiles(t, crashed)
+	last := nums[len(nums)-1]
+	l := newEntryLog(crashed, "bookie", 0)
+	f, err := crashed.OpenReadWrite(l.path(last), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	// A record header promising 200 bytes, and only 50 of them.
+	torn := append([]byte{1, 2, 3, 4, 0, 0, 0, 200}, bytes.Repeat([]byte{0xab}, 50)...)
+	if _, err := f.WriteAt(torn, st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	g, err := crashed.Create(l.path(last+1), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Write(bytes.Repeat([]byte{0xcd}, 100))
+	g.Close()
+
+	d = open(t, opts, crashed)
+	for e := int64(0); e < 10; e++ {
+		checkEntry(t, d, mkEntry(1, e, 300))
+	}
+	if slices.Contains(logFiles(t, crashed), last+1) {
+		t.Fatalf("file %d after the torn tail was kept", last+1)
+	}
+	for e := int64(10); e < 20; e++ {
+		mustAdd(t, d, mkEntry(1, e, 300))
+	}
+	crashed2 := crashed.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	d.Close()
+	d = open(t, opts, crashed2)
+	defer d.Close()
+	for e := int64(0); e < 20; e++ {
+		checkEntry(t, d, mkEntry(1, e, 300))
+	}
+}
+
+// An entry whose bytes changed on disk is not served: the read fails with
+// ErrStorage (the reader goes to another bookie).
+func TestEntryLogCorruptEntryIsNotServed(t *testing.T) {
+	fs := vfs.NewMem()
+	d := open(t, entryLogOptions(), fs)
+	defer d.Close()
+	for e := int64(0); e < 3; e++ {
+		mustAdd(t, d, mkEntry(1, e, 300))
+	}
+	nums := logFiles(t, fs)
+	l := newEntryLog(fs, "bookie", 0)
+	f, err := fs.OpenReadWrite(l.path(nums[len(nums)-1]), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Entry 1's payload: the second record's last byte.
+	rec := int64(entryRecordOverhead + 300)
+	if _, err := f.WriteAt([]byte{0xff}, 2*rec-1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := d.ReadEntry(1, 1); !errors.Is(err, wire.ErrStorage) || !strings.Contains(err.Error(), "bad record") {
+		t.Fatalf("read of a corrupt entry: %v", err)
+	}
+	checkEntry(t, d, mkEntry(1, 0, 300))
+	checkEntry(t, d, mkEntry(1, 2, 300))
+}
+
+// A data directory written with the entry log is not opened without it:
+// its entries would not be found.
+func TestEntryLogDataNeedsTheEntryLog(t *testing.T) {
+	fs := vfs.NewMem()
+	d := open(t, entryLogOptions(), fs)
+	mustAdd(t, d, mkEntry(1, 0, 10))
+	d.Close()
+	o := Options{FS: fs, Dir: "bookie"}
+	if d, err := Open(o); err == nil || !strings.Contains(err.Error(), "entry log") {
+		if err == nil {
+			d.Close()
+		}
+		t.Fatalf("open without the entry log: %v", err)
+	}
+	// The other way works: Pebble's entries are read as they are.
+	fs = vfs.NewMem()
+	d = open(t, Options{}, fs)
+	mustAdd(t, d, mkEntry(1, 0, 10))
+	d.Close()
+	d = open(t, entryLogOptions(), fs)
+	defer d.Close()
+	checkEntry(t, d, mkEntry(1, 0, 10))
+	mustAdd(t, d, mkEntry(1, 1, 10))
+	checkEntry(t, d, mkEntry(1, 1, 10))
+}

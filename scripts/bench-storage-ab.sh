@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A/B of the bookies' storage designs in one run: magnetar standalone with 3
+# bookies (3/3/2), Pebble only against the entry log (--entry-log),
+# alternating, ROUNDS times each; each run drives magnetar perf batched at
+# the maximum rate (5,000 in flight), then unbatched (500 in flight), with
+# 1 KiB messages, and reports RSS and the data directory's size.
+#
+# Env: SECS (20, length of each perf run), ROUNDS (2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+secs=${SECS:-20}
+out=$root/bench/out/storage-ab
+mkdir -p "$out"
+make -s build
+bin=$root/.bin/magnetar
+url=magnetar://127.0.0.1:16650
+pid=
+dir=
+stop() {
+	if [[ -n $pid ]]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+		pid=
+	fi
+	if [[ -n $dir ]]; then
+		rm -rf "$dir"
+		dir=
+	fi
+}
+trap stop EXIT
+
+run() { # label standalone-flags...
+	local label=$1 t0
+	shift
+	dir=$(mktemp -d "$out/standalone.XXXXXX")
+	"$bin" standalone --data-dir "$dir/data" --bookies 3 --log-level warn \
+		--broker-listen 127.0.0.1:16650 --http 127.0.0.1:18080 \
+		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
+		"$@" >"$out/standalone-$label.log" 2>&1 &
+	pid=$!
+	t0=$SECONDS
+	until "$bin" client produce warmup -m first --url "$url" >/dev/null 2>&1; do
+		kill -0 "$pid" 2>/dev/null || { cat "$out/standalone-$label.log"; exit 1; }
+		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
+		sleep 0.2
+	done
+	local name args log
+	for c in "batched --max-pending 5000" "unbatched --disable-batching --max-pending 500"; do
+		read -r name args <<<"$c"
+		log=$out/perf-$label-$name.log
+		# shellcheck disable=SC2086
+		"$bin" perf produce "t-$name" --size 1024 --rate 0 --time "${secs}s" --url "$url" $args >"$log" 2>&1 || true
+		echo "$label $name $(grep ' summary: ' "$log" | tail -1 | sed 's/.*summary: //') load=$(cut -d' ' -f1 /proc/loadavg)"
+	done
+	echo "$label rss $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)) MiB peak $(($(awk '/VmHWM/ {print $2}' "/proc/$pid/status") / 1024)) MiB"
+	stop
+}
+
+echo "# $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty) cpus=$(nproc) secs=$secs"
+for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+	run "pebble-$r"
+	run "entrylog-$r" --entry-log
+done
