@@ -58,13 +58,20 @@ type Config struct {
 	StorageCompression bool `mapstructure:"storage-compression" yaml:"storage-compression"`
 	// EntryLog stores entries in an append-only log of the bookie's own,
 	// written once and synced before acknowledgement, with Pebble as
-	// its index (docs/architecture.md, "Storage engine"). Default false:
-	// everything in Pebble. A data directory keeps the choice it was
-	// created with for its entry log: once on, it cannot be turned off.
+	// its index (docs/architecture.md, "The entry log"). Default true;
+	// false: everything in Pebble (written to its WAL, then again at
+	// memtable flushes). A data directory written with the entry log
+	// needs it: once on, it cannot be turned off. One written without it
+	// is read in place with it on.
 	EntryLog bool `mapstructure:"entry-log" yaml:"entry-log"`
 	// EntryLogFileSize is the size at which the entry log starts a new
 	// file. Default 128MiB; in 1MiB..4GiB.
 	EntryLogFileSize bytesize.Size `mapstructure:"entry-log-file-size" yaml:"entry-log-file-size"`
+	// EntryLogCompactionThreshold: an entry log file whose live entries
+	// (of ledgers not deleted) take less than this share of it has them
+	// copied to the current file, and goes. Default 0.5; in [0, 1); 0:
+	// never (files then go only once all their ledgers are deleted).
+	EntryLogCompactionThreshold float64 `mapstructure:"entry-log-compaction-threshold" yaml:"entry-log-compaction-threshold"`
 	// SessionTTL is the lease TTL of the registration. Default 10s.
 	SessionTTL time.Duration `mapstructure:"session-ttl" yaml:"session-ttl"`
 	// RegistrationInterval is how often the load report is refreshed.
@@ -135,27 +142,29 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                    "127.0.0.1:3181",
-		DataDir:                   "./data/bookie",
-		MetastoreRoot:             "/magnetar",
-		MaxEntrySize:              5 << 20,
-		EntryLogFileSize:          128 << 20,
-		MaxInflightBytes:          256 << 20,
-		MemtableSize:              64 << 20,
-		BlockCacheSize:            64 << 20,
-		SessionTTL:                10 * time.Second,
-		RegistrationInterval:      5 * time.Second,
-		GCInterval:                time.Minute,
-		ValueSeparation:           true,
-		Autorecovery:              true,
-		LostBookieRecoveryDelay:   30 * time.Second,
-		AutorecoveryCheckInterval: 24 * time.Hour,
-		RebalanceInterval:         5 * time.Minute,
-		RebalanceTargetSpread:     0.2,
-		DiskUsageThreshold:        0.90,
-		DiskUsageLowThreshold:     0.85,
-		DiskCheckInterval:         time.Second,
-		AllowedRoles:              []string{"broker", "autorecovery"},
+		Listen:                      "127.0.0.1:3181",
+		DataDir:                     "./data/bookie",
+		MetastoreRoot:               "/magnetar",
+		MaxEntrySize:                5 << 20,
+		EntryLog:                    true,
+		EntryLogFileSize:            128 << 20,
+		EntryLogCompactionThreshold: 0.5,
+		MaxInflightBytes:            256 << 20,
+		MemtableSize:                64 << 20,
+		BlockCacheSize:              64 << 20,
+		SessionTTL:                  10 * time.Second,
+		RegistrationInterval:        5 * time.Second,
+		GCInterval:                  time.Minute,
+		ValueSeparation:             true,
+		Autorecovery:                true,
+		LostBookieRecoveryDelay:     30 * time.Second,
+		AutorecoveryCheckInterval:   24 * time.Hour,
+		RebalanceInterval:           5 * time.Minute,
+		RebalanceTargetSpread:       0.2,
+		DiskUsageThreshold:          0.90,
+		DiskUsageLowThreshold:       0.85,
+		DiskCheckInterval:           time.Second,
+		AllowedRoles:                []string{"broker", "autorecovery"},
 	}
 }
 
@@ -220,6 +229,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MemtableSize < 1<<20 || c.MemtableSize > 1<<30 {
 		errs = append(errs, fmt.Errorf("--memtable-size %v: must be in 1MiB..1GiB", c.MemtableSize))
+	}
+	if !(c.EntryLogCompactionThreshold >= 0 && c.EntryLogCompactionThreshold < 1) {
+		errs = append(errs, fmt.Errorf("--entry-log-compaction-threshold %v must be in [0, 1)", c.EntryLogCompactionThreshold))
 	}
 	if c.EntryLogFileSize < 1<<20 || c.EntryLogFileSize > 4<<30 {
 		errs = append(errs, fmt.Errorf("--entry-log-file-size %v: must be in 1MiB..4GiB", c.EntryLogFileSize))

@@ -443,3 +443,14 @@ func TestCloseEndsAddStreams(t *testing.T) {
 		t.Fatal("stream still open after Close")
 	}
 }
+
+// --entry-log-compaction-threshold 0 means never, which the storage spells
+// with a negative threshold (its zero is the default).
+func TestEntryLogCompactionThresholdZeroIsNever(t *testing.T) {
+	if got := bookie.CompactionThreshold(0); got >= 0 {
+		t.Fatalf("threshold 0 became %v: the storage would compact at its default", got)
+	}
+	if got := bookie.CompactionThreshold(0.3); got != 0.3 {
+		t.Fatalf("threshold 0.3 became %v", got)
+	}
+}

@@ -59,6 +59,6 @@ run() { # label standalone-flags...
 
 echo "# $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty) cpus=$(nproc) secs=$secs"
 for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
-	run "pebble-$r"
-	run "entrylog-$r" --entry-log
+	run "pebble-$r" --entry-log=false
+	run "entrylog-$r" --entry-log=true
 done

@@ -79,6 +79,7 @@ func DefaultConfig() Config {
 		MetastoreListen: "127.0.0.1:2379",
 		BookieListen:    "127.0.0.1:3181",
 		MaxEntrySize:    bookie.DefaultConfig().MaxEntrySize,
+		EntryLog:        bookie.DefaultConfig().EntryLog,
 		BrokerListen:    "127.0.0.1:6650",
 		HTTPListen:      "127.0.0.1:8080",
 

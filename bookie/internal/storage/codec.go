@@ -31,6 +31,9 @@ const (
 
 	// MaxMasterKeyLen caps the master key a ledger may use.
 	MaxMasterKeyLen = 256
+	// MaxPayload caps an entry's payload (the bookie's own cap, at most
+	// 64 MiB, is below it).
+	MaxPayload = 100 << 20
 )
 
 var errCorrupt = errors.New("storage: corrupt record")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -283,6 +284,88 @@ func TestNoSpaceStopsWritesNotReads(t *testing.T) {
 				}
 				mustAdd(t, d2, mkEntry(1, 10, 100))
 			})
+		}
+	})
+}
+
+// onceFailingSync holds the first WAL or entry log sync once armed, then
+// fails it; the syncs after it succeed.
+type onceFailingSync struct {
+	armed, used atomic.Bool
+	held        chan struct{} // closed once the failing sync is held
+	release     chan struct{}
+}
+
+func (o *onceFailingSync) MaybeError(op errorfs.Op) error {
+	if !isWALSync(op) || !o.armed.Load() || o.used.Swap(true) {
+		return nil
+	}
+	close(o.held)
+	<-o.release
+	return errorfs.ErrInjected
+}
+
+func (o *onceFailingSync) String() string { return "once-failing-sync" }
+
+// A sync that fails stops the storage: a batch queued behind it is not
+// acknowledged, although its own sync succeeds (after a failed fdatasync
+// Linux may drop the dirty pages and report the next one clean).
+func TestNoAcknowledgementAfterAFailedSync(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, base Options) {
+		mem := vfs.NewCrashableMem()
+		inj := &onceFailingSync{held: make(chan struct{}), release: make(chan struct{})}
+		d := open(t, base, errorfs.Wrap(mem, inj))
+		defer d.Close()
+		ctx := ctxT(t)
+		mustAdd(t, d, mkEntry(1, 0, 100))
+		inj.armed.Store(true)
+		errs := make(chan error, 2)
+		go func() { errs <- d.AddEntry(ctx, mkEntry(1, 1, 100), key, false) }()
+		<-inj.held
+		go func() { errs <- d.AddEntry(ctx, mkEntry(1, 2, 100), key, false) }()
+		testutil.Eventually(t, 30*time.Second, "the second add to queue behind the held sync", func() bool { return d.Stats().Pending == 2 })
+		close(inj.release)
+		for i := 0; i < 2; i++ {
+			if err := <-errs; !errors.Is(err, wire.ErrStorage) {
+				t.Fatalf("add %d after a failed sync: %v, want ErrStorage", i+1, err)
+			}
+		}
+	})
+}
+
+// A fence accepted before its ledger's deletion, answered after it, does not
+// report a state the ledger no longer has.
+func TestFenceOfALedgerDeletedMeanwhile(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, base Options) {
+		gate := &syncGate{}
+		d := open(t, base, errorfs.Wrap(vfs.NewMem(), gate))
+		defer d.Close()
+		ctx := ctxT(t)
+		mustAdd(t, d, mkEntry(1, 0, 100))
+		gate.hold()
+		type answer struct {
+			info LedgerInfo
+			err  error
+		}
+		fenced := make(chan answer, 1)
+		go func() {
+			info, err := d.Fence(ctx, 1, key)
+			fenced <- answer{info, err}
+		}()
+		testutil.Eventually(t, 30*time.Second, "the fence to be accepted", func() bool { return d.Stats().Pending == 1 })
+		deleted := make(chan error, 1)
+		go func() { deleted <- d.DeleteLedgers(ctx, []int64{1}) }()
+		testutil.Eventually(t, 30*time.Second, "the deletion to be accepted", func() bool {
+			_, err := d.Info(1)
+			return errors.Is(err, wire.ErrNoSuchLedger)
+		})
+		gate.release()
+		if err := <-deleted; err != nil {
+			t.Fatal(err)
+		}
+		a := <-fenced
+		if !errors.Is(a.err, wire.ErrNoSuchLedger) {
+			t.Fatalf("fence answered %+v, %v after the ledger was deleted; want ErrNoSuchLedger", a.info, a.err)
 		}
 	})
 }

@@ -35,12 +35,13 @@ import (
 //     before P is in Pebble's sstables (a Pebble flush made it durable).
 //     Open replays the log from P in order; replaying a write twice is
 //     harmless (sets and range deletions only, last write wins).
-//   - The log is a strict prefix after a crash: replay stops at the first
-//     record that does not check (a torn tail) and removes the files after
-//     it, which held nothing acknowledged (a file's writes are synced, and
-//     answered, only after every earlier file's).
-//   - A file's valid end, once known, is recorded (key 'l'): a bad record
-//     before it is corruption, not a torn tail.
+//   - The log is a strict prefix after a crash. A file is synced whole
+//     before the next is created, so only the last file written to can
+//     have a torn tail: replay stops at the first record that does not
+//     check there. A bad record in a file followed by a file with records
+//     is corruption, and Open refuses (as etcd and Pebble do): it never
+//     drops what follows. File numbers are contiguous from the
+//     checkpoint's on.
 //   - A log file is deleted once no ledger has entries in it (keys 'f':
 //     file, ledger), the deletions that emptied it are before the
 //     checkpoint, and it is before the checkpoint's file: so replay never
@@ -57,7 +58,7 @@ import (
 const (
 	logDir             = "entries"
 	logRecordHeaderLen = 8
-	maxLogRecord       = 128 << 20 // above the largest entry a bookie accepts
+	maxLogRecord       = MaxPayload + 1<<10
 
 	logKindEntry       byte = 1
 	logKindSet         byte = 2
@@ -65,7 +66,6 @@ const (
 
 	prefixCheckpoint byte = 'c'
 	prefixFileLedger byte = 'f'
-	prefixLogEnd     byte = 'l'
 
 	// entryPointerLen is an indexed entry's value: version(1)=2, header
 	// fields (20), file(4), offset(8), payload length(4).
@@ -106,13 +106,6 @@ func fileLedgerKey(file uint32, ledger int64) []byte {
 	k[0] = prefixFileLedger
 	binary.BigEndian.PutUint32(k[1:], file)
 	binary.BigEndian.PutUint64(k[5:], uint64(ledger))
-	return k
-}
-
-func logEndKey(file uint32) []byte {
-	k := make([]byte, 5)
-	k[0] = prefixLogEnd
-	binary.BigEndian.PutUint32(k[1:], file)
 	return k
 }
 
@@ -187,15 +180,22 @@ type entryLog struct {
 	// curLedgers are the ledgers whose 'f' key for cur is set (or in the
 	// batch being built).
 	curLedgers map[int64]struct{}
+	// retired are files rolled over on a failure path, closed by Close.
+	retired []*logFile
 
 	// Guarded by DB.mu: the committer's view (including writes not yet
-	// synced).
-	fileLedgers map[uint32]map[int64]struct{}
+	// synced). fileLedgers holds, for each file, the record bytes of each
+	// ledger's entries in it (what compaction would copy); fileSizes the
+	// files' sizes once they are no longer written.
+	fileLedgers map[uint32]map[int64]int64
+	fileSizes   map[uint32]int64
 	ledgerFiles map[int64][]uint32
 	// emptiedAt is, for a file whose last ledger was removed, the end of
 	// the batch that removed it: the file may go once the checkpoint is
 	// past it.
 	emptiedAt map[uint32]logPos
+	// compactFailed are files compaction could not read: not tried again.
+	compactFailed map[uint32]bool
 
 	// readers are read handles of the files, opened on first read.
 	readers struct {
@@ -206,13 +206,15 @@ type entryLog struct {
 
 func newEntryLog(fs vfs.FS, dir string, fileSize int64) *entryLog {
 	l := &entryLog{
-		fs:          fs,
-		dir:         fs.PathJoin(dir, logDir),
-		fileSize:    fileSize,
-		curLedgers:  make(map[int64]struct{}),
-		fileLedgers: make(map[uint32]map[int64]struct{}),
-		ledgerFiles: make(map[int64][]uint32),
-		emptiedAt:   make(map[uint32]logPos),
+		fs:            fs,
+		dir:           fs.PathJoin(dir, logDir),
+		fileSize:      fileSize,
+		curLedgers:    make(map[int64]struct{}),
+		fileLedgers:   make(map[uint32]map[int64]int64),
+		fileSizes:     make(map[uint32]int64),
+		ledgerFiles:   make(map[int64][]uint32),
+		emptiedAt:     make(map[uint32]logPos),
+		compactFailed: make(map[uint32]bool),
 	}
 	l.readers.m = make(map[uint32]vfs.File)
 	return l
@@ -332,24 +334,45 @@ func (l *entryLog) flushBuf() error {
 	return err
 }
 
-// noteEntryLocked records that ledger has entries in the current file,
-// adding its 'f' key to b the first time. Called with DB.mu held.
-func (l *entryLog) noteEntryLocked(b *pebble.Batch, ledger int64) error {
+// noteEntryLocked records that ledger has an entry record of recBytes in
+// the current file, adding its 'f' key to b the first time (the key's
+// value, the ledger's bytes in the file, is set when the file is rolled
+// over). Called with DB.mu held.
+func (l *entryLog) noteEntryLocked(b *pebble.Batch, ledger, recBytes int64) error {
+	num := l.cur.num
+	set := l.fileLedgers[num]
+	if set == nil {
+		set = make(map[int64]int64)
+		l.fileLedgers[num] = set
+	}
+	if _, ok := set[ledger]; !ok {
+		l.ledgerFiles[ledger] = append(l.ledgerFiles[ledger], num)
+	}
+	set[ledger] += recBytes
 	if _, ok := l.curLedgers[ledger]; ok {
 		return nil
 	}
 	l.curLedgers[ledger] = struct{}{}
-	num := l.cur.num
-	set := l.fileLedgers[num]
-	if set == nil {
-		set = make(map[int64]struct{})
-		l.fileLedgers[num] = set
-	}
-	if _, ok := set[ledger]; !ok {
-		set[ledger] = struct{}{}
-		l.ledgerFiles[ledger] = append(l.ledgerFiles[ledger], num)
-	}
 	return b.Set(fileLedgerKey(num, ledger), nil, nil)
+}
+
+// releaseFileLocked drops file num from the accounting, as if every ledger
+// in it had been forgotten there (its entries were copied elsewhere by
+// compaction), deleting the 'f' keys in b and logging it.
+func (l *entryLog) releaseFileLocked(b *pebble.Batch, num uint32) error {
+	for ledger := range l.fileLedgers[num] {
+		l.ledgerFiles[ledger] = slices.DeleteFunc(l.ledgerFiles[ledger], func(n uint32) bool { return n == num })
+		if len(l.ledgerFiles[ledger]) == 0 {
+			delete(l.ledgerFiles, ledger)
+		}
+		k := fileLedgerKey(num, ledger)
+		if err := b.Delete(k, nil); err != nil {
+			return err
+		}
+		l.addDeleteRange(k, append(slices.Clone(k), 0))
+	}
+	delete(l.fileLedgers, num)
+	return nil
 }
 
 // forgetLedgerLocked removes the ledger's entries from the file accounting,
@@ -374,6 +397,7 @@ func (l *entryLog) forgetLedgerLocked(b *pebble.Batch, ledger int64) (emptied []
 }
 
 // entryRecordOverhead is an entry record's bytes before its payload.
+// An entry record is entryRecordOverhead + payload bytes long.
 const entryRecordOverhead = logRecordHeaderLen + 1 + entryKeyLen + entryHeaderLen
 
 // read returns an entry's payload from the log, after checking its
@@ -394,8 +418,8 @@ func (l *entryLog) read(ledger, entry int64, p entryPointer) ([]byte, error) {
 		}
 		l.readers.Unlock()
 	}
-	if p.off < entryRecordOverhead {
-		return nil, fmt.Errorf("%w: entry pointer to offset %d", errCorrupt, p.off)
+	if p.off < entryRecordOverhead || p.len > MaxPayload {
+		return nil, fmt.Errorf("%w: entry pointer to %d bytes at offset %d", errCorrupt, p.len, p.off)
 	}
 	rec := make([]byte, entryRecordOverhead+int(p.len))
 	l.readers.RLock()
@@ -419,14 +443,15 @@ func (l *entryLog) read(ledger, entry int64, p entryPointer) ([]byte, error) {
 	return rec[entryRecordOverhead:], nil
 }
 
-// remove deletes a log file.
+// remove deletes a log file. The readers' lock is held throughout, so
+// that no read opens it again in between.
 func (l *entryLog) remove(num uint32) error {
 	l.readers.Lock()
+	defer l.readers.Unlock()
 	if f := l.readers.m[num]; f != nil {
 		f.Close()
 		delete(l.readers.m, num)
 	}
-	l.readers.Unlock()
 	return l.fs.Remove(l.path(num))
 }
 
@@ -568,19 +593,25 @@ func (d *DB) openLog() error {
 	b := d.db.NewBatch()
 	defer func() { b.Close() }()
 	var (
-		torn   bool
-		after  []uint32 // files after a torn tail
-		last   logPos
+		torn   *logPos // where a file's records stopped checking
+		prev   uint32
 		anyLog bool
 	)
 	for _, num := range nums {
 		if num < ckpt.file {
 			continue
 		}
-		if torn {
-			after = append(after, num)
-			continue
+		if anyLog && num != prev+1 {
+			return fmt.Errorf("%w: entry log file %d is missing (files %d and %d are there)", errCorrupt, prev+1, prev, num)
 		}
+		if torn != nil {
+			// Only an empty file may follow a torn tail: one created at a
+			// rollover or at open, before anything was written to it.
+			if st, err := l.fs.Stat(l.path(num)); err != nil || st.Size() > 0 {
+				return fmt.Errorf("%w: entry log file %d has a bad record at offset %d, and file %d after it has records (%v)", errCorrupt, torn.file, torn.off, num, err)
+			}
+		}
+		prev, anyLog = num, true
 		start := int64(0)
 		if hasCkpt && num == ckpt.file {
 			start = ckpt.off
@@ -598,44 +629,23 @@ func (d *DB) openLog() error {
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, errTorn) {
+		switch {
+		case errors.Is(err, errTorn):
+			torn = &logPos{file: num, off: end}
+		case err != nil:
 			return fmt.Errorf("storage: entry log replay: %w", err)
 		}
-		mv, hasEnd, gerr := d.getValue(logEndKey(num))
-		if gerr != nil {
-			return fmt.Errorf("storage: entry log: %w", gerr)
-		}
-		if hasEnd && (len(mv) != 8 || int64(binary.BigEndian.Uint64(mv)) != end) {
-			return fmt.Errorf("%w: entry log file %d has valid records up to offset %d, but its recorded end is %x", errCorrupt, num, end, mv)
-		}
-		torn = errors.Is(err, errTorn)
-		last, anyLog = logPos{file: num, off: end}, true
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("storage: entry log replay: %w", err)
 	}
-	// Files after a torn tail hold only writes never acknowledged (their
-	// syncs come after the torn file's). Pebble must not refer to them.
-	for _, num := range after {
-		if n, err := d.countPrefix(fileLedgerKey(num, 0)[:5]); err != nil || n > 0 {
-			return fmt.Errorf("%w: entry log file %d is torn at offset %d, but file %d after it holds indexed entries (%v)", errCorrupt, last.file, last.off, num, err)
-		}
-		if err := l.fs.Remove(l.path(num)); err != nil {
-			return fmt.Errorf("storage: entry log: %w", err)
-		}
-		d.log.Warn("removed an entry log file after a torn tail (nothing in it was acknowledged)", zap.Uint32("file", num), zap.Uint32("torn", last.file), zap.Int64("at", last.off))
+	if torn != nil {
+		d.log.Info("entry log ends in a torn record (a write not acknowledged when the bookie stopped)", zap.Uint32("file", torn.file), zap.Int64("at", torn.off))
 	}
 
 	next := uint32(1)
 	if len(nums) > 0 {
 		next = nums[len(nums)-1] + 1
-	}
-	if anyLog {
-		var off [8]byte
-		binary.BigEndian.PutUint64(off[:], uint64(last.off))
-		if err := d.db.Set(logEndKey(last.file), off[:], pebble.NoSync); err != nil {
-			return fmt.Errorf("storage: entry log: %w", err)
-		}
 	}
 	if l.cur, err = l.create(next); err != nil {
 		return fmt.Errorf("storage: entry log: %w", err)
@@ -672,6 +682,9 @@ func (d *DB) openLog() error {
 	for _, num := range nums {
 		if st, err := l.fs.Stat(l.path(num)); err == nil {
 			d.logBytes.Add(st.Size())
+			if num < next {
+				l.fileSizes[num] = st.Size()
+			}
 		}
 	}
 	return nil
@@ -689,43 +702,62 @@ func syncDirOf(fs vfs.FS, dir string) error {
 	return err
 }
 
-// countPrefix counts Pebble's keys with the prefix.
-func (d *DB) countPrefix(prefix []byte) (int, error) {
-	upper := append(slices.Clone(prefix), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for ok := it.First(); ok; ok = it.Next() {
-		n++
-	}
-	return n, it.Close()
-}
-
-// loadFileLedgers reads which ledgers have entries in which log files.
+// loadFileLedgers reads which ledgers have entries in which log files, and
+// how many bytes. The files whose sizes were not recorded (those written
+// since the last rollover before a restart) are scanned for them.
 func (d *DB) loadFileLedgers() error {
 	l := d.elog
 	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixFileLedger}, UpperBound: []byte{prefixFileLedger + 1}})
 	if err != nil {
 		return fmt.Errorf("storage: entry log files: %w", err)
 	}
+	unknown := map[uint32]bool{}
 	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		if len(k) != 13 {
+		k, v := it.Key(), it.Value()
+		if len(k) != 13 || (len(v) != 0 && len(v) != 8) {
 			it.Close()
-			return fmt.Errorf("%w: file ledger key of %d bytes", errCorrupt, len(k))
+			return fmt.Errorf("%w: file ledger key of %d bytes, value of %d", errCorrupt, len(k), len(v))
 		}
 		num, ledger := binary.BigEndian.Uint32(k[1:]), int64(binary.BigEndian.Uint64(k[5:]))
 		set := l.fileLedgers[num]
 		if set == nil {
-			set = make(map[int64]struct{})
+			set = make(map[int64]int64)
 			l.fileLedgers[num] = set
 		}
-		set[ledger] = struct{}{}
+		if len(v) == 8 {
+			set[ledger] = int64(binary.BigEndian.Uint64(v))
+		} else {
+			set[ledger] = 0
+			unknown[num] = true
+		}
 		l.ledgerFiles[ledger] = append(l.ledgerFiles[ledger], num)
 	}
-	return it.Close()
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("storage: entry log files: %w", err)
+	}
+	for num := range unknown {
+		set := l.fileLedgers[num]
+		sizes := map[int64]int64{}
+		_, err := l.scanFile(num, 0, func(_ int64, kind byte, body []byte) error {
+			if kind == logKindEntry && len(body) >= entryKeyLen {
+				ledger := int64(binary.BigEndian.Uint64(body[1:]))
+				sizes[ledger] += int64(logRecordHeaderLen + 1 + len(body))
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errTorn) {
+			return fmt.Errorf("storage: entry log file %d: %w", num, err)
+		}
+		for ledger := range set {
+			set[ledger] = sizes[ledger]
+			var v [8]byte
+			binary.BigEndian.PutUint64(v[:], uint64(sizes[ledger]))
+			if err := d.db.Set(fileLedgerKey(num, ledger), v[:], pebble.NoSync); err != nil {
+				return fmt.Errorf("storage: entry log files: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // checkpointLoop checkpoints when the syncer asks (enough written since the
@@ -746,6 +778,12 @@ func (d *DB) checkpointLoop() {
 		}
 		if err := d.checkpoint(); err != nil {
 			d.fail(err)
+			continue
+		}
+		if d.opts.CompactionThreshold > 0 {
+			if err := d.compact(d.stopCtx); err != nil && d.stopCtx.Err() == nil && d.writeErr() == nil {
+				d.log.Error("entry log compaction", zap.Error(err))
+			}
 		}
 	}
 }
@@ -785,6 +823,7 @@ func (d *DB) collect() error {
 			gone = append(gone, num)
 			delete(l.emptiedAt, num)
 			delete(l.fileLedgers, num)
+			delete(l.fileSizes, num)
 		}
 	}
 	d.mu.Unlock()
@@ -798,9 +837,6 @@ func (d *DB) collect() error {
 			return fmt.Errorf("storage: remove entry log file %d: %w", num, err)
 		}
 		d.logBytes.Add(-size)
-		if err := d.db.Delete(logEndKey(num), pebble.NoSync); err != nil {
-			return fmt.Errorf("storage: entry log: %w", err)
-		}
 	}
 	return nil
 }

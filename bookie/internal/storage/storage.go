@@ -35,6 +35,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -103,6 +104,11 @@ type Options struct {
 	// checkpoints.
 	CheckpointBytes    int64
 	CheckpointInterval time.Duration
+	// CompactionThreshold: a log file whose live entries (of ledgers not
+	// deleted) take less than this share of it is compacted after a
+	// checkpoint: they are copied to the current file and the file goes.
+	// Default 0.5; negative: never.
+	CompactionThreshold float64
 
 	// onStallBegin, for tests, is told when a write stall begins.
 	onStallBegin func()
@@ -168,6 +174,8 @@ const (
 	reqDelete
 	reqDrop
 	reqSystem
+	reqRelocate // compaction: an entry copied to the current log file
+	reqRelease  // compaction: a log file whose entries were all copied
 )
 
 // request is one write handed to the committer.
@@ -180,6 +188,8 @@ type request struct {
 	ledgers   []int64
 	sysKey    []byte // reqSystem
 	sysValue  []byte
+	file      uint32 // reqRelocate: the file copied from; reqRelease
+	deleted   bool   // reqFence: the ledger was deleted before the answer
 
 	// Set by the committer or syncer, then finish closes done or calls cb.
 	err  error
@@ -242,6 +252,9 @@ type DB struct {
 	logBytes atomic.Int64
 	// ckptKick wakes the checkpointer.
 	ckptKick chan struct{}
+	// stopCtx ends with Close (compaction's requests).
+	stopCtx  context.Context
+	stopping context.CancelFunc
 	// checkpointed is the last checkpoint. Owned by the checkpointer
 	// (and Open and Close, when it does not run).
 	checkpointed logPos
@@ -308,6 +321,9 @@ func Open(opts Options) (*DB, error) {
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Minute
 	}
+	if opts.CompactionThreshold == 0 {
+		opts.CompactionThreshold = 0.5
+	}
 	d := &DB{
 		opts:    opts,
 		log:     opts.Logger,
@@ -324,6 +340,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	d.mu.ledgers = make(map[int64]*ledgerState)
 	d.mu.created = make(chan struct{})
+	d.stopCtx, d.stopping = context.WithCancel(context.Background())
 
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
@@ -487,7 +504,6 @@ func (d *DB) Close() error {
 		return nil
 	}
 	d.mu.closed = true
-	healthy := d.mu.err == nil && d.mu.noSpace == nil
 	if d.mu.err == nil {
 		d.mu.err = ErrClosed
 	}
@@ -497,6 +513,7 @@ func (d *DB) Close() error {
 	close(d.mu.created)
 	d.mu.created = make(chan struct{})
 	d.mu.Unlock()
+	d.stopping()
 	// Wait for enqueues in progress (the committer still runs and takes
 	// them); none starts after this.
 	d.sendMu.Lock()
@@ -509,12 +526,15 @@ func (d *DB) Close() error {
 	if d.elog != nil {
 		// A last checkpoint spares the next Open a replay (best effort:
 		// the log has everything anyway).
-		if healthy {
+		if d.failure() == nil { // not when a write failed, even while closing
 			if err := d.checkpoint(); err != nil {
 				d.log.Warn("last checkpoint", zap.Error(err))
 			}
 		}
 		d.elog.cur.f.Close()
+		for _, f := range d.elog.retired {
+			f.f.Close()
+		}
 		d.elog.closeReaders()
 	}
 	return d.db.Close()
@@ -542,6 +562,17 @@ func (d *DB) writeErrLocked() error {
 	return d.mu.noSpace
 }
 
+// failure is the storage's failure (an I/O error, or no space), nil while
+// it has none; being closed is not one.
+func (d *DB) failure() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.err != nil && d.mu.err != ErrClosed {
+		return d.mu.err
+	}
+	return d.mu.noSpace
+}
+
 // writeErr is writeErrLocked taking the lock.
 func (d *DB) writeErr() error {
 	d.mu.Lock()
@@ -557,8 +588,8 @@ func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 func (d *DB) fail(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mu.err != nil || d.mu.noSpace != nil {
-		return
+	if d.mu.err != nil && d.mu.err != ErrClosed || d.mu.noSpace != nil {
+		return // already failed; a failure while closing is still recorded
 	}
 	if isNoSpace(err) {
 		d.mu.noSpace = fmt.Errorf("%w: %v", ErrNoSpace, err)
@@ -637,6 +668,9 @@ func validate(ledger, entry int64, masterKey []byte) error {
 func checkAdd(e Entry, masterKey []byte) error {
 	if err := validate(e.LedgerID, e.EntryID, masterKey); err != nil {
 		return err
+	}
+	if len(e.Payload) > MaxPayload {
+		return fmt.Errorf("%w: entry %d of ledger %d has %d bytes (at most %d)", wire.ErrInvalidArgument, e.EntryID, e.LedgerID, len(e.Payload), MaxPayload)
 	}
 	if e.LAC < -1 || e.LAC >= e.EntryID || e.Length < int64(len(e.Payload)) {
 		return fmt.Errorf("%w: entry %d of ledger %d carries last add confirmed %d and length %d", wire.ErrInvalidArgument, e.EntryID, e.LedgerID, e.LAC, e.Length)
@@ -748,30 +782,52 @@ func (d *DB) ReadEntry(ledger, entry int64) (Entry, error) {
 	if st == nil {
 		return Entry{}, fmt.Errorf("%w: ledger %d", wire.ErrNoSuchLedger, ledger)
 	}
-	v, closer, err := d.db.Get(entryKey(ledger, entry))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return Entry{}, fmt.Errorf("%w: ledger %d entry %d (last add confirmed %d)", wire.ErrNoSuchEntry, ledger, entry, lac)
-	}
+	h, payload, ptr, isPtr, err := d.lookup(ledger, entry, lac)
 	if err != nil {
-		return Entry{}, fmt.Errorf("%w: read ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
+		return Entry{}, err
 	}
-	h, payload, ptr, isPtr, err := decodeStoredEntry(v)
-	if err == nil && !isPtr {
-		payload = bytes.Clone(payload)
-	}
-	closer.Close()
-	if err != nil {
-		return Entry{}, fmt.Errorf("%w: ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
-	}
-	if isPtr {
-		if payload, err = d.elog.read(ledger, entry, ptr); err != nil {
-			if _, ierr := d.Info(ledger); ierr != nil {
-				return Entry{}, ierr // deleted meanwhile, or failed
-			}
-			return Entry{}, fmt.Errorf("%w: read ledger %d entry %d from the log: %v", wire.ErrStorage, ledger, entry, err)
+	for attempt := 0; isPtr; attempt++ {
+		var readErr error
+		if payload, readErr = d.elog.read(ledger, entry, ptr); readErr == nil {
+			break
 		}
+		if _, ierr := d.Info(ledger); ierr != nil {
+			return Entry{}, ierr // deleted meanwhile, or failed
+		}
+		if attempt == 0 {
+			// Compaction may have copied the entry, and its old file
+			// gone, since the lookup: look again.
+			var moved entryPointer
+			h, _, moved, isPtr, err = d.lookup(ledger, entry, lac)
+			if err != nil {
+				return Entry{}, err
+			}
+			if isPtr && moved != ptr {
+				ptr = moved
+				continue
+			}
+		}
+		return Entry{}, fmt.Errorf("%w: read ledger %d entry %d from the log: %v", wire.ErrStorage, ledger, entry, readErr)
 	}
 	return Entry{LedgerID: ledger, EntryID: entry, LAC: h.LAC, Length: h.Length, CRC: h.CRC, Payload: payload}, nil
+}
+
+// lookup reads an entry's value in Pebble: the entry (payload copied) or,
+// with the entry log, where it is.
+func (d *DB) lookup(ledger, entry, lac int64) (h entryHeader, payload []byte, ptr entryPointer, isPtr bool, err error) {
+	v, closer, err := d.db.Get(entryKey(ledger, entry))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return h, nil, ptr, false, fmt.Errorf("%w: ledger %d entry %d (last add confirmed %d)", wire.ErrNoSuchEntry, ledger, entry, lac)
+	}
+	if err != nil {
+		return h, nil, ptr, false, fmt.Errorf("%w: read ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
+	}
+	defer closer.Close()
+	h, payload, ptr, isPtr, err = decodeStoredEntry(v)
+	if err != nil {
+		return h, nil, ptr, false, fmt.Errorf("%w: ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
+	}
+	return h, bytes.Clone(payload), ptr, isPtr, nil
 }
 
 // Info returns the ledger's state.
@@ -944,7 +1000,7 @@ func (w *writes) entry(e *Entry) error {
 		if err := w.b.Set(entryKey(e.LedgerID, e.EntryID), encodeEntryPointer(h, ptr), nil); err != nil {
 			return err
 		}
-		return w.log.noteEntryLocked(w.b, e.LedgerID)
+		return w.log.noteEntryLocked(w.b, e.LedgerID, int64(entryRecordOverhead+len(e.Payload)))
 	}
 	op := w.b.SetDeferred(entryKeyLen, entryHeaderLen+len(e.Payload))
 	putEntryKey(op.Key, e.LedgerID, e.EntryID)
@@ -970,7 +1026,7 @@ func (d *DB) commit(reqs []*request) {
 	if l := d.elog; l != nil && l.cur.size >= l.fileSize && d.writeErr() == nil {
 		var err error
 		if closeAfter, err = d.roll(w); err != nil {
-			d.fail(err)
+			d.fail(err) // every request below is refused
 		}
 	}
 	accepted := make([]*request, 0, len(reqs))
@@ -1028,7 +1084,9 @@ func (d *DB) commit(reqs []*request) {
 		}
 		w.b.Close()
 		if closeAfter != nil {
-			closeAfter.f.Close()
+			// An earlier batch's sync may still be running on it: closed by
+			// Close.
+			d.elog.retired = append(d.elog.retired, closeAfter)
 		}
 		return
 	}
@@ -1040,6 +1098,12 @@ func (d *DB) commit(reqs []*request) {
 func (d *DB) roll(w *writes) (*logFile, error) {
 	l := d.elog
 	old := l.cur
+	// The file is synced whole before the next exists, so that only the
+	// last file can have a torn tail (replay's rule). Mostly a no-op: the
+	// syncer has synced, or is syncing, all of it.
+	if err := old.f.SyncData(); err != nil {
+		return nil, err
+	}
 	nf, err := l.create(old.num + 1)
 	if err != nil {
 		return nil, err
@@ -1047,12 +1111,19 @@ func (d *DB) roll(w *writes) (*logFile, error) {
 	l.cur = nf
 	clear(l.curLedgers)
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	l.fileSizes[old.num] = old.size
 	if len(l.fileLedgers[old.num]) == 0 {
 		w.emptied = append(w.emptied, old.num) // only ledger records: it can go
 	}
-	d.mu.Unlock()
-	if err := w.set(logEndKey(old.num), encodePos(logPos{file: old.num, off: old.size})[4:]); err != nil {
-		return old, err
+	// Each ledger's bytes in the file, for compaction to weigh it.
+	for ledger, n := range l.fileLedgers[old.num] {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], uint64(n))
+		if err := w.set(fileLedgerKey(old.num, ledger), v[:]); err != nil {
+			l.retired = append(l.retired, old)
+			return nil, err
+		}
 	}
 	return old, nil
 }
@@ -1079,16 +1150,25 @@ func (d *DB) applyNoSyncWait(b *pebble.Batch) (err error) {
 func (d *DB) syncLoop() {
 	defer d.stopped.Done()
 	var group []inflight
+	// failed is the first failed sync: no batch after it is answered
+	// with success, even if its own sync works (after a failed fdatasync
+	// Linux may drop the dirty pages and report the next one clean).
+	var failed error
 	for f := range d.syncs {
 		if f.file == nil {
-			d.synced(f, f.batch.SyncWait())
+			err := f.batch.SyncWait()
+			if failed != nil {
+				err = failed
+			}
+			failed = err
+			d.synced(f, err)
 			continue
 		}
 		// Every batch queued by now was written before this sync starts:
 		// one sync per file covers them all (group commit).
 		group = append(group[:0], f)
 	drain:
-		for len(group) < cap(d.syncs)*16 {
+		for len(group) < maxSyncGroup {
 			select {
 			case g, ok := <-d.syncs:
 				if !ok {
@@ -1099,7 +1179,7 @@ func (d *DB) syncLoop() {
 				break drain
 			}
 		}
-		var err error
+		err := failed
 		var syncedFile *logFile
 		for _, g := range group {
 			if err == nil && g.file != syncedFile {
@@ -1111,10 +1191,14 @@ func (d *DB) syncLoop() {
 			if err == nil {
 				err = g.batch.Commit(pebble.NoSync)
 			}
+			failed = err
 			d.synced(g, err)
 		}
 	}
 }
+
+// maxSyncGroup bounds the batches one entry log sync covers.
+const maxSyncGroup = 64
 
 // synced ends a batch once its sync did: it fails the storage or makes the
 // batch's writes visible, and answers its requests.
@@ -1126,6 +1210,9 @@ func (d *DB) synced(f inflight, err error) {
 		}
 		d.opts.OnSync(len(f.reqs), bytes, time.Since(f.started), err)
 	}
+	if err == nil {
+		err = d.failure()
+	}
 	if err != nil {
 		d.fail(err)
 		err = d.writeErr()
@@ -1133,6 +1220,10 @@ func (d *DB) synced(f inflight, err error) {
 		d.visible(f)
 	}
 	for _, r := range f.reqs {
+		if err == nil && r.deleted {
+			r.finish(fmt.Errorf("%w: ledger %d was deleted", wire.ErrNoSuchLedger, r.entry.LedgerID))
+			continue
+		}
 		if err == nil && r.kind == reqAdd {
 			d.adds.Add(1)
 			d.addBytes.Add(int64(len(r.entry.Payload)))
@@ -1150,7 +1241,10 @@ func (d *DB) visible(f inflight) {
 	for _, r := range f.reqs {
 		st := d.mu.ledgers[r.entry.LedgerID]
 		if st == nil {
-			continue // deleted since, or a request on no ledger
+			// Deleted since it was accepted (or a request on no ledger):
+			// a fence must not answer with a state it does not have.
+			r.deleted = r.kind == reqFence
+			continue
 		}
 		switch r.kind {
 		case reqAdd:
@@ -1190,6 +1284,22 @@ func (d *DB) applyLocked(w *writes, r *request) error {
 		return d.dropLocked(w, r.ledgers)
 	case reqSystem:
 		return w.set(r.sysKey, r.sysValue)
+	case reqRelocate:
+		// Copied only while the ledger's entries are still in the file:
+		// not deleted or dropped since compaction read them.
+		if !slices.Contains(d.elog.ledgerFiles[r.entry.LedgerID], r.file) {
+			return errRelocated
+		}
+		if err := w.entry(&r.entry); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+		}
+		return nil
+	case reqRelease:
+		if err := d.elog.releaseFileLocked(w.b, r.file); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrStorage, err)
+		}
+		w.emptied = append(w.emptied, r.file)
+		return nil
 	}
 	ledger := r.entry.LedgerID
 	st, err := d.ledgerForWriteLocked(w, ledger, r.masterKey, r.kind == reqFence)

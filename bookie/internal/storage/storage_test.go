@@ -482,12 +482,16 @@ func TestFenceAddRace(t *testing.T) {
 			}()
 		}
 		testutil.Eventually(t, 30*time.Second, "some adds to be acknowledged", func() bool { return d.Stats().Adds >= 200 })
-		if _, err := d.Fence(ctx, 1, key); err != nil {
+		info, err := d.Fence(ctx, 1, key)
+		if err != nil {
 			t.Fatal(err)
 		}
 		fenced.Store(true)
 		wg.Wait()
 		close(results)
+		if !info.Fenced {
+			t.Fatalf("fence answered %+v", info)
+		}
 		ok, refused := 0, 0
 		for r := range results {
 			switch {
@@ -495,6 +499,11 @@ func TestFenceAddRace(t *testing.T) {
 				ok++
 				if r.afterFence {
 					t.Fatalf("entry %d acknowledged although its add began after the fence returned", r.entry)
+				}
+				// Every add accepted (so acknowledged) was before the
+				// fence: its answer counts it (recovery reads up to it).
+				if r.entry > info.LastEntry {
+					t.Fatalf("entry %d acknowledged, but the fence answered last entry %d", r.entry, info.LastEntry)
 				}
 				checkEntry(t, d, mkEntry(1, r.entry, 50))
 			case errors.Is(r.err, wire.ErrFenced):
