@@ -231,7 +231,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--memtable-size %v: must be in 1MiB..1GiB", c.MemtableSize))
 	}
 	if !(c.EntryLogCompactionThreshold >= 0 && c.EntryLogCompactionThreshold < 1) {
-		errs = append(errs, fmt.Errorf("--entry-log-compaction-threshold %v must be in [0, 1)", c.EntryLogCompactionThreshold))
+		errs = append(errs, fmt.Errorf("--entry-log-compaction-threshold %v: must be in [0, 1)", c.EntryLogCompactionThreshold))
 	}
 	if c.EntryLogFileSize < 1<<20 || c.EntryLogFileSize > 4<<30 {
 		errs = append(errs, fmt.Errorf("--entry-log-file-size %v: must be in 1MiB..4GiB", c.EntryLogFileSize))

@@ -125,8 +125,8 @@ func TestBadDiskSettingsAreClearErrors(t *testing.T) {
 		{[]string{"--memtable-size", "2GiB"}, "--memtable-size 2GiB: must be in 1MiB..1GiB"},
 		{[]string{"--block-cache-size", "0"}, "--block-cache-size 0: must be at least 1MiB"},
 		{[]string{"--entry-log-file-size", "64KiB"}, "--entry-log-file-size 64KiB: must be in 1MiB..4GiB"},
-		{[]string{"--entry-log-compaction-threshold", "1"}, "--entry-log-compaction-threshold 1 must be in [0, 1)"},
-		{[]string{"--entry-log-compaction-threshold", "NaN"}, "--entry-log-compaction-threshold NaN must be in [0, 1)"},
+		{[]string{"--entry-log-compaction-threshold", "1"}, "--entry-log-compaction-threshold 1: must be in [0, 1)"},
+		{[]string{"--entry-log-compaction-threshold", "NaN"}, "--entry-log-compaction-threshold NaN: must be in [0, 1)"},
 		{[]string{"--block-cache-size", "lots"}, `invalid argument "lots" for "--block-cache-size"`},
 	} {
 		err := run(context.Background(), io.Discard, append(base, tc.args...)...)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 )
 
 // Compaction of the entry log. A log file is deleted whole once no ledger
@@ -36,8 +37,8 @@ import (
 // it was read (deleted or dropped).
 var errRelocated = errors.New("storage: the ledger's entries left the file")
 
-// compactionBatch bounds the copies in flight.
-const compactionBatch = 256
+// compactionBytes bounds the payload bytes of the copies in flight.
+const compactionBytes = 16 << 20
 
 // pickCompaction returns the file before the checkpoint with the smallest
 // share of live bytes, if under the threshold, and its ledgers.
@@ -81,7 +82,7 @@ func (d *DB) compact(ctx context.Context) error {
 		firstErr error
 		copied   int
 	)
-	sem := make(chan struct{}, compactionBatch)
+	sem := semaphore.NewWeighted(compactionBytes)
 	finish := func(err error) error {
 		wg.Wait()
 		mu.Lock()
@@ -118,11 +119,17 @@ func (d *DB) compact(ctx context.Context) error {
 				d.mu.Unlock()
 				return finish(fmt.Errorf("entry %d/%d in file %d: %w", ledger, entry, num, err))
 			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
+			mu.Lock()
+			failed := firstErr
+			mu.Unlock()
+			if failed != nil {
 				it.Close()
-				return finish(ctx.Err())
+				return finish(nil)
+			}
+			weight := min(int64(len(payload)), compactionBytes)
+			if err := sem.Acquire(ctx, weight); err != nil {
+				it.Close()
+				return finish(err)
 			}
 			r := &request{kind: reqRelocate, file: num, entry: Entry{LedgerID: ledger, EntryID: entry, LAC: h.LAC, Length: h.Length, CRC: h.CRC, Payload: payload}}
 			r.cb = func(err error) { // on the storage's goroutines: no blocking
@@ -135,7 +142,7 @@ func (d *DB) compact(ctx context.Context) error {
 					firstErr = err
 				}
 				mu.Unlock()
-				<-sem
+				sem.Release(weight)
 				wg.Done()
 			}
 			wg.Add(1)

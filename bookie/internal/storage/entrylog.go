@@ -593,9 +593,10 @@ func (d *DB) openLog() error {
 	b := d.db.NewBatch()
 	defer func() { b.Close() }()
 	var (
-		torn   *logPos // where a file's records stopped checking
-		prev   uint32
-		anyLog bool
+		torn     *logPos // where a file's records stopped checking
+		prev     uint32
+		anyLog   bool
+		replayed []uint32
 	)
 	for _, num := range nums {
 		if num < ckpt.file {
@@ -612,6 +613,7 @@ func (d *DB) openLog() error {
 			}
 		}
 		prev, anyLog = num, true
+		replayed = append(replayed, num)
 		start := int64(0)
 		if hasCkpt && num == ckpt.file {
 			start = ckpt.off
@@ -638,6 +640,14 @@ func (d *DB) openLog() error {
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("storage: entry log replay: %w", err)
+	}
+	// What was replayed may have been read from the page cache only (the
+	// process died between a write and its sync): make it durable before
+	// the checkpoint below makes the index to it durable (L1).
+	for _, num := range replayed {
+		if err := syncFile(l.fs, l.path(num)); err != nil {
+			return fmt.Errorf("storage: entry log: sync file %d: %w", num, err)
+		}
 	}
 	if torn != nil {
 		d.log.Info("entry log ends in a torn record (a write not acknowledged when the bookie stopped)", zap.Uint32("file", torn.file), zap.Int64("at", torn.off))
@@ -675,19 +685,31 @@ func (d *DB) openLog() error {
 			l.emptiedAt[num] = logPos{}
 		}
 	}
-	if err := d.collect(); err != nil {
-		l.cur.f.Close()
-		return err
-	}
 	for _, num := range nums {
 		if st, err := l.fs.Stat(l.path(num)); err == nil {
-			d.logBytes.Add(st.Size())
+			d.logBytes.Add(st.Size()) // before collect takes the removed ones off
 			if num < next {
 				l.fileSizes[num] = st.Size()
 			}
 		}
 	}
+	if err := d.collect(); err != nil {
+		l.cur.f.Close()
+		return err
+	}
 	return nil
+}
+
+func syncFile(fs vfs.FS, path string) error {
+	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	err = f.SyncData()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func syncDirOf(fs vfs.FS, dir string) error {

@@ -221,6 +221,9 @@ type inflight struct {
 	closeAfter *logFile
 	end        logPos
 	logBytes   int64
+	// barrier, if set, is told once the syncer synced file up to end
+	// (or failed): a rollover waits for it.
+	barrier chan error
 }
 
 // DB is a bookie's storage. It is safe for concurrent use.
@@ -750,8 +753,14 @@ func (d *DB) DropEntries(ctx context.Context, ledgers []int64) error {
 
 // PutSystem durably stores a small system value (the bookie's cookie).
 func (d *DB) PutSystem(ctx context.Context, name string, value []byte) error {
+	if len(name) > 256 || len(value) > maxSystemValue {
+		return fmt.Errorf("%w: system value %q of %d bytes (at most %d)", wire.ErrInvalidArgument, name, len(value), maxSystemValue)
+	}
 	return d.submit(ctx, &request{kind: reqSystem, sysKey: systemKey(name), sysValue: value})
 }
+
+// maxSystemValue caps a system value (a cookie is a few hundred bytes).
+const maxSystemValue = 1 << 20
 
 // GetSystem reads a system value; ok is false if it was never stored.
 func (d *DB) GetSystem(name string) (value []byte, ok bool, err error) {
@@ -1099,9 +1108,12 @@ func (d *DB) roll(w *writes) (*logFile, error) {
 	l := d.elog
 	old := l.cur
 	// The file is synced whole before the next exists, so that only the
-	// last file can have a torn tail (replay's rule). Mostly a no-op: the
-	// syncer has synced, or is syncing, all of it.
-	if err := old.f.SyncData(); err != nil {
+	// last file can have a torn tail (replay's rule). The syncer does it,
+	// after the batches queued before: its error is sticky, where a
+	// second fdatasync after a failed one may report success.
+	done := make(chan error, 1)
+	d.syncs <- inflight{batch: d.db.NewBatch(), started: time.Now(), file: old, end: logPos{file: old.num, off: old.size}, barrier: done}
+	if err := <-done; err != nil {
 		return nil, err
 	}
 	nf, err := l.create(old.num + 1)
@@ -1203,7 +1215,7 @@ const maxSyncGroup = 64
 // synced ends a batch once its sync did: it fails the storage or makes the
 // batch's writes visible, and answers its requests.
 func (d *DB) synced(f inflight, err error) {
-	if d.opts.OnSync != nil {
+	if d.opts.OnSync != nil && f.barrier == nil {
 		bytes := 0
 		for _, r := range f.reqs {
 			bytes += len(r.entry.Payload)
@@ -1231,6 +1243,9 @@ func (d *DB) synced(f inflight, err error) {
 		r.finish(err)
 	}
 	f.batch.Close()
+	if f.barrier != nil {
+		f.barrier <- err
+	}
 }
 
 // visible makes a durable batch's adds and last-add-confirmed values
