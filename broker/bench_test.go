@@ -342,21 +342,7 @@ func BenchmarkProduce(b *testing.B) {
 		inflight int
 	}{{"batched-5000", true, 5000}, {"unbatched-500", false, 500}} {
 		b.Run(tc.name, func(b *testing.B) {
-			c := testcluster.Start(b, 3, testcluster.Options{})
-			cfg := broker.DefaultConfig()
-			cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", ""
-			cfg.Metastore = c.Etcd.Endpoints()
-			cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 3, 3, 2
-			s, err := broker.Start(context.Background(), cfg, broker.WithStore(c.Store), broker.WithLogger(zap.NewNop()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(cl.Close)
+			_, cl := benchBroker(b)
 			p, err := cl.CreateProducer(client.ProducerOptions{Topic: "produce-" + tc.name, DisableBatching: !tc.batching,
 				MaxPendingMessages: tc.inflight})
 			if err != nil {

@@ -239,17 +239,7 @@ func (l *entryLog) files() ([]uint32, error) {
 }
 
 // syncDir makes the directory's entries (files created or removed) durable.
-func (l *entryLog) syncDir() error {
-	d, err := l.fs.OpenDir(l.dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (l *entryLog) syncDir() error { return syncDirOf(l.fs, l.dir) }
 
 // create makes log file num, durably (its directory entry synced).
 func (l *entryLog) create(num uint32) (*logFile, error) {
