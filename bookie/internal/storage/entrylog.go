@@ -129,12 +129,18 @@ type entryPointer struct {
 
 func encodeEntryPointer(h entryHeader, p entryPointer) []byte {
 	v := make([]byte, entryPointerLen)
+	putEntryPointer(v, h, p)
+	return v
+}
+
+// putEntryPointer writes an indexed entry's value into v (entryPointerLen
+// bytes).
+func putEntryPointer(v []byte, h entryHeader, p entryPointer) {
 	putEntryHeader(v, h)
 	v[0] = pointerVersion
 	binary.BigEndian.PutUint32(v[entryHeaderLen:], p.file)
 	binary.BigEndian.PutUint64(v[entryHeaderLen+4:], uint64(p.off))
 	binary.BigEndian.PutUint32(v[entryHeaderLen+12:], p.len)
-	return v
 }
 
 // decodeStoredEntry decodes an entry's value in Pebble: either the entry
@@ -691,19 +697,13 @@ func (d *DB) openLog() error {
 }
 
 func syncFile(fs vfs.FS, path string) error {
-	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return err
-	}
-	err = f.SyncData()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return syncAndClose(fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified))
 }
 
-func syncDirOf(fs vfs.FS, dir string) error {
-	f, err := fs.OpenDir(dir)
+func syncDirOf(fs vfs.FS, dir string) error { return syncAndClose(fs.OpenDir(dir)) }
+
+// syncAndClose syncs a file (or directory) just opened, then closes it.
+func syncAndClose(f vfs.File, err error) error {
 	if err != nil {
 		return err
 	}

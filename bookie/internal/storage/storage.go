@@ -1006,7 +1006,10 @@ func (w *writes) entry(e *Entry) error {
 	h := entryHeader{LAC: e.LAC, Length: e.Length, CRC: e.CRC}
 	if w.log != nil {
 		ptr := w.log.addEntry(e.LedgerID, e.EntryID, h, e.Payload)
-		if err := w.b.Set(entryKey(e.LedgerID, e.EntryID), encodeEntryPointer(h, ptr), nil); err != nil {
+		op := w.b.SetDeferred(entryKeyLen, entryPointerLen)
+		putEntryKey(op.Key, e.LedgerID, e.EntryID)
+		putEntryPointer(op.Value, h, ptr)
+		if err := op.Finish(); err != nil {
 			return err
 		}
 		return w.log.noteEntryLocked(w.b, e.LedgerID, int64(entryRecordOverhead+len(e.Payload)))
