@@ -67,6 +67,11 @@ type Config struct {
 	// EntryLogFileSize is the size at which the entry log starts a new
 	// file. Default 128MiB; in 1MiB..4GiB.
 	EntryLogFileSize bytesize.Size `mapstructure:"entry-log-file-size" yaml:"entry-log-file-size"`
+	// EntryLogDirectIO writes the entry log with direct I/O (O_DIRECT),
+	// around the page cache, which costs CPU for every byte written.
+	// Default true; where the filesystem refuses direct I/O (tmpfs), the
+	// writes go through the page cache. Reads always do.
+	EntryLogDirectIO bool `mapstructure:"entry-log-direct-io" yaml:"entry-log-direct-io"`
 	// EntryLogCompactionThreshold: an entry log file whose live entries
 	// (of ledgers not deleted) take less than this share of it has them
 	// copied to the current file, and goes. Default 0.5; in [0, 1); 0:
@@ -148,6 +153,7 @@ func DefaultConfig() Config {
 		MaxEntrySize:                5 << 20,
 		EntryLog:                    true,
 		EntryLogFileSize:            128 << 20,
+		EntryLogDirectIO:            true,
 		EntryLogCompactionThreshold: 0.5,
 		MaxInflightBytes:            256 << 20,
 		MemtableSize:                64 << 20,

@@ -30,7 +30,7 @@ func TestBookieHealthEndpoints(t *testing.T) {
 	e := newEnv(t)
 	var failing atomic.Bool
 	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if failing.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+		if failing.Load() && strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) {
 			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.EIO}
 		}
 		return nil

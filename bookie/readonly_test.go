@@ -216,7 +216,7 @@ func TestNoSpaceMakesReadOnlyNotUnregistered(t *testing.T) {
 	e := newEnv(t)
 	var full atomic.Bool
 	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if full.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+		if full.Load() && strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) {
 			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
 		}
 		return nil

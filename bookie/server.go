@@ -185,6 +185,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		Compress:            cfg.StorageCompression,
 		EntryLog:            cfg.EntryLog,
 		EntryLogFileSize:    int64(cfg.EntryLogFileSize),
+		EntryLogDirectIO:    cfg.EntryLogDirectIO,
 		CompactionThreshold: compactionThreshold(cfg.EntryLogCompactionThreshold),
 		OnSync:              s.metrics.synced,
 		OnWriteStall: func(reason string, took time.Duration) {

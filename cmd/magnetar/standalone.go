@@ -82,6 +82,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.String("bookie-listen", def.BookieListen, "address of the first bookie; bookie i uses port+i (port 0: free ports)")
 	f.Int("max-entry-size", def.MaxEntrySize, "largest entry (message or batch) accepted, in bytes")
 	f.Bool("entry-log", def.EntryLog, "the bookies store entries in an append-only log written once, with Pebble as the index (a data directory that used it keeps needing it)")
+	f.Bool("entry-log-direct-io", def.EntryLogDirectIO, "the bookies write the entry log with direct I/O, around the page cache (where the filesystem has it; not tmpfs)")
 	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
 	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz, /readyz and /metrics)")
 	f.String("advertised-address", def.AdvertisedAddress, "broker address clients are sent to, HOST:PORT (default: --broker-listen, with 127.0.0.1 for 0.0.0.0)")

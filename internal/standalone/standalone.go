@@ -41,6 +41,8 @@ type Config struct {
 	MaxEntrySize int `mapstructure:"max-entry-size"`
 	// EntryLog is the bookies' --entry-log.
 	EntryLog bool `mapstructure:"entry-log"`
+	// EntryLogDirectIO is the bookies' --entry-log-direct-io.
+	EntryLogDirectIO bool `mapstructure:"entry-log-direct-io"`
 	// BrokerListen is the client (gRPC) address. Default 127.0.0.1:6650.
 	BrokerListen string `mapstructure:"broker-listen"`
 	// HTTPListen is the admin REST address. Default 127.0.0.1:8080.
@@ -74,14 +76,15 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		DataDir:         "./data",
-		Bookies:         1,
-		MetastoreListen: "127.0.0.1:2379",
-		BookieListen:    "127.0.0.1:3181",
-		MaxEntrySize:    bookie.DefaultConfig().MaxEntrySize,
-		EntryLog:        bookie.DefaultConfig().EntryLog,
-		BrokerListen:    "127.0.0.1:6650",
-		HTTPListen:      "127.0.0.1:8080",
+		DataDir:          "./data",
+		Bookies:          1,
+		MetastoreListen:  "127.0.0.1:2379",
+		BookieListen:     "127.0.0.1:3181",
+		MaxEntrySize:     bookie.DefaultConfig().MaxEntrySize,
+		EntryLog:         bookie.DefaultConfig().EntryLog,
+		EntryLogDirectIO: bookie.DefaultConfig().EntryLogDirectIO,
+		BrokerListen:     "127.0.0.1:6650",
+		HTTPListen:       "127.0.0.1:8080",
 
 		LostBookieRecoveryDelay: bookie.DefaultConfig().LostBookieRecoveryDelay,
 		ClusterName:             "standalone",
@@ -217,6 +220,7 @@ func (c *Config) bookieConfig(b Budget, i int) bookie.Config {
 	bc.DataDir = filepath.Join(c.DataDir, fmt.Sprintf("bookie-%d", i))
 	bc.MaxEntrySize = c.MaxEntrySize
 	bc.EntryLog = c.EntryLog
+	bc.EntryLogDirectIO = c.EntryLogDirectIO
 	bc.MemtableSize = bytesize.Size(b.Bookie.Memtables / 2)
 	bc.BlockCacheSize = bytesize.Size(b.Bookie.BlockCache)
 	bc.MaxInflightBytes = b.Bookie.InflightPayload

@@ -166,7 +166,7 @@ func TestSyncFailureIsNeverAcknowledged(t *testing.T) {
 			t.Run(kindName(kind), func(t *testing.T) {
 				mem := vfs.NewCrashableMem()
 				toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-					if strings.HasSuffix(op.Path, ".log") && op.Kind == kind {
+					if strings.HasSuffix(op.Path, ".log") && sameKind(op.Kind, kind) {
 						return errorfs.ErrInjected
 					}
 					return nil
@@ -208,6 +208,11 @@ func TestSyncFailureIsNeverAcknowledged(t *testing.T) {
 	})
 }
 
+// sameKind: "write" is Write (Pebble's WAL) or WriteAt (the entry log).
+func sameKind(op, k errorfs.OpKind) bool {
+	return op == k || (k == errorfs.OpFileWrite && op == errorfs.OpFileWriteAt)
+}
+
 func kindName(k errorfs.OpKind) string {
 	switch k {
 	case errorfs.OpFileSyncData:
@@ -231,7 +236,7 @@ func TestNoSpaceStopsWritesNotReads(t *testing.T) {
 			t.Run(kindName(kind), func(t *testing.T) {
 				mem := vfs.NewCrashableMem()
 				toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-					if strings.HasSuffix(op.Path, ".log") && op.Kind == kind {
+					if strings.HasSuffix(op.Path, ".log") && sameKind(op.Kind, kind) {
 						return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
 					}
 					return nil

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -166,11 +169,31 @@ func decodeStoredEntry(v []byte) (h entryHeader, payload []byte, ptr entryPointe
 }
 
 // logFile is a log file being written. Owned by the committer; the syncer
-// syncs and closes it.
+// writes what the committer handed over, syncs and closes it.
 type logFile struct {
 	num  uint32
 	f    vfs.File
-	size int64 // bytes written
+	size int64 // committer-owned: bytes appended (written or handed over)
+
+	// w takes the writes: f, or direct, the same file opened for direct
+	// I/O (Options.EntryLogDirectIO).
+	w      io.WriterAt
+	direct *os.File
+
+	// Syncer-owned: bytes written (not counting the padding after them),
+	// and bytes known synced.
+	written, synced int64
+}
+
+// close closes the file's handles.
+func (f *logFile) close() error {
+	err := f.f.Close()
+	if f.direct != nil {
+		if derr := f.direct.Close(); err == nil {
+			err = derr
+		}
+	}
+	return err
 }
 
 // entryLog is the entry log: its files, the committer's write state and
@@ -179,10 +202,29 @@ type entryLog struct {
 	fs       vfs.FS
 	dir      string
 	fileSize int64 // a file is rolled once it holds this much
+	log      *zap.Logger
+	// direct: files are written with O_DIRECT (the operating system's
+	// filesystem only). Turned off if the filesystem refuses it.
+	direct bool
 
 	// Committer-owned.
 	cur *logFile
 	buf []byte // the batch being built
+
+	// pending holds the records the committer handed over (handOver) and
+	// the syncer has not written yet (writePending): one write per group
+	// commit instead of one per batch. They all belong to file, the
+	// committer's current file: a rollover waits until the syncer wrote
+	// and synced the old file whole, so pending never spans two files.
+	pending struct {
+		sync.Mutex
+		file  *logFile
+		buf   []byte
+		spare []byte // the buffer last written, for reuse
+	}
+	// wbuf is the syncer's aligned write buffer (writeAligned); it starts
+	// with the current file's last partial block once written.
+	wbuf []byte
 	// curLedgers are the ledgers whose 'f' key for cur is set (or in the
 	// batch being built).
 	curLedgers map[int64]struct{}
@@ -210,11 +252,13 @@ type entryLog struct {
 	}
 }
 
-func newEntryLog(fs vfs.FS, dir string, fileSize int64) *entryLog {
+func newEntryLog(fs vfs.FS, dir string, fileSize int64, direct bool, log *zap.Logger) *entryLog {
 	l := &entryLog{
 		fs:            fs,
 		dir:           fs.PathJoin(dir, logDir),
 		fileSize:      fileSize,
+		log:           log,
+		direct:        direct && fs == vfs.Default,
 		curLedgers:    make(map[int64]struct{}),
 		fileLedgers:   make(map[uint32]map[int64]int64),
 		fileSizes:     make(map[uint32]int64),
@@ -257,7 +301,19 @@ func (l *entryLog) create(num uint32) (*logFile, error) {
 		f.Close()
 		return nil, err
 	}
-	return &logFile{num: num, f: f}, nil
+	lf := &logFile{num: num, f: f, w: f}
+	if l.direct {
+		df, err := os.OpenFile(l.path(num), os.O_WRONLY|syscall.O_DIRECT|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			// tmpfs, for one, has no direct I/O: the same writes, through
+			// the page cache.
+			l.log.Info("entry log: no direct I/O here, writing through the page cache", zap.String("dir", l.dir), zap.Error(err))
+			l.direct = false
+		} else {
+			lf.w, lf.direct = df, df
+		}
+	}
+	return lf, nil
 }
 
 // appendRecord appends a record's header and returns the body to fill.
@@ -313,21 +369,95 @@ func (l *entryLog) addDeleteRange(start, end []byte) {
 	l.sealRecord(off)
 }
 
-// flushBuf writes the batch built in buf to the current file.
-func (l *entryLog) flushBuf() error {
+// maxKeptBuf bounds a buffer kept for reuse: a huge batch's is dropped.
+const maxKeptBuf = 4 << 20
+
+// handOver passes the batch built in buf to the syncer, which writes it
+// (writePending) before its next sync. Committer only.
+func (l *entryLog) handOver() {
 	if len(l.buf) == 0 {
+		return
+	}
+	l.cur.size += int64(len(l.buf))
+	l.pending.Lock()
+	if len(l.pending.buf) == 0 {
+		// The syncer keeps up: swap buffers, no copy.
+		l.pending.buf, l.buf = l.buf, l.pending.buf[:0]
+	} else {
+		l.pending.buf = append(l.pending.buf, l.buf...)
+		l.buf = l.buf[:0]
+	}
+	l.pending.file = l.cur
+	l.pending.Unlock()
+	if cap(l.buf) > maxKeptBuf {
+		l.buf = nil
+	}
+}
+
+// writePending writes what the committer handed over to its file, with
+// one write. Syncer only; the committer appends meanwhile.
+func (l *entryLog) writePending() error {
+	l.pending.Lock()
+	buf, f := l.pending.buf, l.pending.file
+	l.pending.buf, l.pending.spare = l.pending.spare[:0], nil
+	l.pending.Unlock()
+	if len(buf) == 0 {
 		return nil
 	}
-	n, err := l.cur.f.Write(l.buf)
-	l.cur.size += int64(n)
-	if err == nil && n != len(l.buf) {
-		err = io.ErrShortWrite
-	}
-	l.buf = l.buf[:0]
-	if cap(l.buf) > 4<<20 {
-		l.buf = nil // do not hold a huge batch's buffer
+	err := l.writeAligned(f, buf)
+	if cap(buf) <= maxKeptBuf {
+		l.pending.Lock()
+		l.pending.spare = buf[:0]
+		l.pending.Unlock()
 	}
 	return err
+}
+
+// Writes to a log file start and end on logAlign boundaries, as direct
+// I/O needs (offsets, lengths and memory aligned to the device's logical
+// block; 4 KiB covers every device), with or without direct I/O: one
+// layout, tested on the in-memory filesystem too. Zeros pad a write's
+// end; the next write starts with the last partial block again and
+// overwrites them. A file's records are thus followed by zeros up to the
+// next boundary, which scanFile takes for the file's end.
+const (
+	logAlign      = 4096
+	logWriteChunk = 1 << 20 // the most one write takes (wbuf's size)
+)
+
+// writeAligned writes p to f after its f.written bytes. Syncer only.
+func (l *entryLog) writeAligned(f *logFile, p []byte) error {
+	if l.wbuf == nil {
+		l.wbuf = alignedBuf(logWriteChunk)
+	}
+	for len(p) > 0 {
+		start := f.written &^ (logAlign - 1)
+		tail := int(f.written - start) // wbuf[:tail]: the file's bytes from start
+		n := min(len(p), logWriteChunk-tail)
+		end := tail + n
+		padded := (end + logAlign - 1) &^ (logAlign - 1)
+		copy(l.wbuf[tail:end], p[:n])
+		clear(l.wbuf[end:padded])
+		m, err := f.w.WriteAt(l.wbuf[:padded], start)
+		if err == nil && m != padded {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return err
+		}
+		f.written += int64(n)
+		p = p[n:]
+		last := end &^ (logAlign - 1) // the new partial block goes to the front
+		copy(l.wbuf, l.wbuf[last:end])
+	}
+	return nil
+}
+
+// alignedBuf returns n bytes whose address is a multiple of logAlign.
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+logAlign)
+	off := (logAlign - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))&(logAlign-1))) & (logAlign - 1)
+	return b[off : off+n : off+n]
 }
 
 // noteEntryLocked records that ledger has an entry record of recBytes in
@@ -487,6 +617,14 @@ func (l *entryLog) scanFile(num uint32, off int64, fn func(recOff int64, kind by
 			return off, err
 		}
 		n := binary.BigEndian.Uint32(hdr[4:])
+		if n == 0 && binary.BigEndian.Uint32(hdr[:]) == 0 {
+			// Zeros: the writes' padding (writeAligned) if they go on to
+			// the end of the file, which is aligned.
+			if padding(r, off+logRecordHeaderLen) {
+				return off, nil
+			}
+			return off, errTorn
+		}
 		if n == 0 || n > maxLogRecord {
 			return off, errTorn
 		}
@@ -508,6 +646,25 @@ func (l *entryLog) scanFile(num uint32, off int64, fn func(recOff int64, kind by
 		}
 		off += logRecordHeaderLen + int64(n)
 	}
+}
+
+// padding reports whether r, at offset off of its file, holds zeros up to
+// the end of the file, which falls on the next logAlign boundary (or on
+// off itself, when off is one).
+func padding(r *bufio.Reader, off int64) bool {
+	n := (logAlign - off%logAlign) % logAlign
+	var zeros [512]byte
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		b, err := r.Peek(int(k))
+		if err != nil || !bytes.Equal(b, zeros[:k]) {
+			return false
+		}
+		r.Discard(int(k))
+		n -= k
+	}
+	_, err := r.ReadByte()
+	return err == io.EOF
 }
 
 // replayRecord applies one log record to b. recOff is the record's offset
@@ -658,22 +815,22 @@ func (d *DB) openLog() error {
 	}
 	start := logPos{file: next}
 	if err := d.db.Set(checkpointKey(), encodePos(start), pebble.NoSync); err != nil {
-		l.cur.f.Close()
+		l.cur.close()
 		return fmt.Errorf("storage: entry log: %w", err)
 	}
 	if err := d.db.Flush(); err != nil {
-		l.cur.f.Close()
+		l.cur.close()
 		return fmt.Errorf("storage: entry log checkpoint: %w", err)
 	}
 	d.checkpointed, d.mu.applied = start, start
 	if err := d.loadFileLedgers(); err != nil {
-		l.cur.f.Close()
+		l.cur.close()
 		return err
 	}
 	// Files no ledger has entries in go now: the checkpoint is past them.
 	nums, err = l.files()
 	if err != nil {
-		l.cur.f.Close()
+		l.cur.close()
 		return fmt.Errorf("storage: entry log: %w", err)
 	}
 	for _, num := range nums {
@@ -690,7 +847,7 @@ func (d *DB) openLog() error {
 		}
 	}
 	if err := d.collect(); err != nil {
-		l.cur.f.Close()
+		l.cur.close()
 		return err
 	}
 	return nil

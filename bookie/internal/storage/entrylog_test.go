@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/testutil"
@@ -23,7 +28,7 @@ func entryLogOptions() Options {
 // logFiles lists the entry log's files.
 func logFiles(t *testing.T, fs vfs.FS) []uint32 {
 	t.Helper()
-	l := newEntryLog(fs, "bookie", 0)
+	l := newEntryLog(fs, "bookie", 0, false, zap.NewNop())
 	nums, err := l.files()
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +142,7 @@ func TestEntryLogTornTail(t *testing.T) {
 
 	nums := logFiles(t, crashed)
 	last := nums[len(nums)-1]
-	l := newEntryLog(crashed, "bookie", 0)
+	l := newEntryLog(crashed, "bookie", 0, false, zap.NewNop())
 	f, err := crashed.OpenReadWrite(l.path(last), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +216,7 @@ func TestEntryLogCorruptionRefusesToOpen(t *testing.T) {
 			if len(nums) < 3 {
 				t.Fatalf("%d files", len(nums))
 			}
-			tc.harm(t, crashed, newEntryLog(crashed, "bookie", 0), nums)
+			tc.harm(t, crashed, newEntryLog(crashed, "bookie", 0, false, zap.NewNop()), nums)
 			o := opts
 			o.FS, o.Dir = crashed, "bookie"
 			d2, err := Open(o)
@@ -239,7 +244,7 @@ func TestEntryLogCorruptEntryIsNotServed(t *testing.T) {
 		mustAdd(t, d, mkEntry(1, e, 300))
 	}
 	nums := logFiles(t, fs)
-	l := newEntryLog(fs, "bookie", 0)
+	l := newEntryLog(fs, "bookie", 0, false, zap.NewNop())
 	f, err := fs.OpenReadWrite(l.path(nums[len(nums)-1]), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
@@ -410,5 +415,217 @@ func TestEntryLogIndexWaitsForTheSync(t *testing.T) {
 	checkEntry(t, d, mkEntry(1, 0, 300))
 	if _, err := d.ReadEntry(1, 1); !errors.Is(err, wire.ErrNoSuchEntry) {
 		t.Fatalf("entry whose sync was held at the crash: %v, want ErrNoSuchEntry", err)
+	}
+}
+
+// oddSize gives entries sizes that leave the log's writes unaligned.
+func oddSize(e int64) int { return 1 + int(e*997)%3000 }
+
+// Writes are aligned and padded: a file holds what was written, then zeros
+// up to the next 4 KiB boundary, across writes of every size, those larger
+// than the write buffer included.
+func TestEntryLogAlignedWrites(t *testing.T) {
+	mem := vfs.NewMem()
+	l := newEntryLog(mem, "bookie", 0, false, zap.NewNop())
+	if err := mem.MkdirAll(l.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.create(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	var want []byte
+	for i, n := range []int{1, 4095, 1, 4096, 100, logWriteChunk - 7, 3, 2*logWriteChunk + 5000, 4096 - 13} {
+		p := bytes.Repeat([]byte{byte(i + 1)}, n)
+		if err := l.writeAligned(f, p); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, p...)
+		got, err := readAll(mem, l.path(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		padded := (len(want) + logAlign - 1) / logAlign * logAlign
+		if f.written != int64(len(want)) || len(got) != padded || !bytes.Equal(got[:len(want)], want) || !allZero(got[len(want):]) {
+			t.Fatalf("after write %d (%d bytes): written %d, file %d bytes; want %d written, %d bytes: the writes then zeros",
+				i, n, f.written, len(got), len(want), padded)
+		}
+	}
+}
+
+func readAll(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, st.Size())
+	_, err = f.ReadAt(b, 0)
+	return b, err
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// The zeros after a file's records end it cleanly only when they are the
+// writes' padding: up to the end of the file, which is aligned. Anything
+// else is a torn tail.
+func TestEntryLogPaddingEndsAFile(t *testing.T) {
+	mem := vfs.NewMem()
+	l := newEntryLog(mem, "bookie", 0, false, zap.NewNop())
+	if err := mem.MkdirAll(l.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.create(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.cur = f
+	for e := int64(0); e < 5; e++ {
+		l.addEntry(1, e, entryHeader{}, payloadOf(1, e, 700))
+	}
+	l.handOver()
+	if err := l.writePending(); err != nil {
+		t.Fatal(err)
+	}
+	f.close()
+	good, err := readAll(mem, l.path(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := int(f.size)
+	if end%logAlign == 0 || len(good)%logAlign != 0 {
+		t.Fatalf("records end at %d, file of %d bytes: want an unaligned end, padded", end, len(good))
+	}
+	exact := slices.Clone(good[:end])
+	for len(exact)%logAlign != 0 { // records that end on the boundary: no padding
+		exact = append(exact, 0)
+	}
+	for _, c := range []struct {
+		name    string
+		content []byte
+		end     int
+		torn    bool
+	}{
+		{"padded", good, end, false},
+		{"unpadded", good[:end], end, false},
+		{"padding cut short", good[:len(good)-1], end, true},
+		{"non-zero in the padding", append(slices.Clone(good[:len(good)-1]), 1), end, true},
+		{"zeros past the boundary", append(slices.Clone(good), make([]byte, logAlign)...), end, true},
+		{"one zero record header only", good[:end+logRecordHeaderLen], end, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "one zero record header only" && (end+logRecordHeaderLen)%logAlign == 0 {
+				t.Fatal("the case needs an unaligned end")
+			}
+			w, err := mem.Create(l.path(1), vfs.WriteCategoryUnspecified) // the records' CRCs cover the file number
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Write(slices.Clone(c.content)) // Write may change what it is given
+			w.Close()
+			n := 0
+			got, err := l.scanFile(1, 0, func(int64, byte, []byte) error { n++; return nil })
+			if int(got) != c.end || n != 5 || errors.Is(err, errTorn) != c.torn || (err != nil && !errors.Is(err, errTorn)) {
+				t.Fatalf("scan: end %d, %d records, err %v; want end %d, 5 records, torn %v", got, n, err, c.end, c.torn)
+			}
+		})
+	}
+}
+
+// Replay from a checkpoint several files back: the files before the last
+// end in padding, which is no torn tail (else the log would refuse to
+// open, a bad record being followed by records).
+func TestEntryLogReplayAcrossPaddedFiles(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	opts := entryLogOptions()
+	opts.CheckpointInterval = time.Hour // the replay starts at the first file
+	d := open(t, opts, mem)
+	for e := int64(0); e < 60; e++ {
+		mustAdd(t, d, mkEntry(1, e, oddSize(e)))
+	}
+	if n := len(logFiles(t, mem)); n < 4 {
+		t.Fatalf("%d log files: want several", n)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	d.Close()
+	d = open(t, opts, crashed)
+	defer d.Close()
+	for e := int64(0); e < 60; e++ {
+		checkEntry(t, d, mkEntry(1, e, oddSize(e)))
+	}
+}
+
+// With direct I/O on the operating system's filesystem: what is written is
+// read back, by the same process (the page cache does not hide the direct
+// writes) and after a restart, with or without direct I/O.
+func TestEntryLogDirectIO(t *testing.T) {
+	dir := t.TempDir()
+	probe, err := os.OpenFile(filepath.Join(dir, "probe"), os.O_CREATE|os.O_WRONLY|syscall.O_DIRECT, 0o644)
+	supported := err == nil
+	if supported {
+		probe.Close()
+	} else {
+		t.Logf("%s has no direct I/O (%v): the writes go through the page cache", dir, err)
+	}
+	openReal := func(direct bool) *DB {
+		t.Helper()
+		d, err := Open(Options{Dir: filepath.Join(dir, "bookie"), Logger: zaptest.NewLogger(t), MemTableSize: 1 << 20, CacheSize: 1 << 20,
+			EntryLog: true, EntryLogFileSize: 64 << 10, EntryLogDirectIO: direct})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := openReal(true)
+	if d.elog.direct != supported {
+		t.Fatalf("direct I/O in use: %v; the filesystem supports it: %v", d.elog.direct, supported)
+	}
+	ctx := ctxT(t)
+	const n = 200
+	errs := make(chan error, n)
+	for e := int64(0); e < n; e++ { // asynchronous: several per write
+		d.AddEntryAsync(mkEntry(2, e, oddSize(e)), key, false, func(err error) { errs <- err })
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for e := int64(0); e < n; e++ {
+		mustAdd(t, d, mkEntry(3, e, oddSize(e)))
+		checkEntry(t, d, mkEntry(3, e, oddSize(e)))
+	}
+	if _, err := d.Fence(ctx, 2, key); err != nil {
+		t.Fatal(err)
+	}
+	check := func(d *DB) {
+		t.Helper()
+		for _, l := range []int64{2, 3} {
+			for e := int64(0); e < n; e++ {
+				checkEntry(t, d, mkEntry(l, e, oddSize(e)))
+			}
+		}
+	}
+	check(d)
+	d.Close()
+	for _, direct := range []bool{true, false, true} {
+		d := openReal(direct)
+		check(d)
+		if err := d.AddEntry(ctx, mkEntry(2, n, 10), key, false); !errors.Is(err, wire.ErrFenced) {
+			t.Fatalf("add to the fenced ledger after a restart: %v", err)
+		}
+		d.Close()
 	}
 }
