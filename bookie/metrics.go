@@ -125,7 +125,9 @@ func (m *metrics) stalled(reason string, took time.Duration) {
 
 // twin exports a summary under its own name and, with the same figures,
 // under a second one: BookKeeper exports each request latency as both
-// X_REQUEST and X; observing each request once halves the cost.
+// X_REQUEST and X; observing each request once halves the cost. Both are
+// built from one reading of the summary, so that a scrape shows them
+// equal while adds go on.
 type twin struct {
 	vec  *prometheus.SummaryVec
 	desc *prometheus.Desc // the second name; the same variable labels
@@ -143,10 +145,9 @@ func (t twin) Collect(ch chan<- prometheus.Metric) {
 		close(ms)
 	}()
 	for m := range ms {
-		ch <- m
 		var pb dto.Metric
 		if err := m.Write(&pb); err != nil || pb.Summary == nil {
-			ch <- prometheus.NewInvalidMetric(t.desc, fmt.Errorf("summary %v: %v", m.Desc(), err))
+			ch <- prometheus.NewInvalidMetric(m.Desc(), fmt.Errorf("summary: %v", err))
 			continue
 		}
 		q := make(map[float64]float64, len(pb.Summary.Quantile))
@@ -157,11 +158,13 @@ func (t twin) Collect(ch chan<- prometheus.Metric) {
 		for i, l := range pb.Label {
 			values[i] = l.GetValue()
 		}
-		s, err := prometheus.NewConstSummary(t.desc, pb.Summary.GetSampleCount(), pb.Summary.GetSampleSum(), q, values...)
-		if err != nil {
-			s = prometheus.NewInvalidMetric(t.desc, err)
+		for _, d := range []*prometheus.Desc{m.Desc(), t.desc} {
+			s, err := prometheus.NewConstSummary(d, pb.Summary.GetSampleCount(), pb.Summary.GetSampleSum(), q, values...)
+			if err != nil {
+				s = prometheus.NewInvalidMetric(d, err)
+			}
+			ch <- s
 		}
-		ch <- s
 	}
 }
 

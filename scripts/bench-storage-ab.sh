@@ -5,7 +5,11 @@
 # the maximum rate (5,000 in flight), then unbatched (500 in flight), with
 # 1 KiB messages, and reports RSS and the data directory's size.
 #
-# Env: SECS (20, length of each perf run), ROUNDS (2).
+# Env: SECS (20, length of each perf run), ROUNDS (2), VARIANTS (the
+# designs compared, LABEL:FLAG pairs; default
+# "pebble:--entry-log=false entrylog:--entry-log=true"; e.g.
+# "buffered:--entry-log-direct-io=false direct:--entry-log-direct-io=true"
+# compares the entry log's writes through the page cache and direct).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -58,7 +62,9 @@ run() { # label standalone-flags...
 }
 
 echo "# $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty) cpus=$(nproc) secs=$secs"
+read -r -a variants <<<"${VARIANTS:-pebble:--entry-log=false entrylog:--entry-log=true}"
 for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
-	run "pebble-$r" --entry-log=false
-	run "entrylog-$r" --entry-log=true
+	for v in "${variants[@]}"; do
+		run "${v%%:*}-$r" "${v#*:}"
+	done
 done

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -413,6 +412,26 @@ func (l *entryLog) writePending() error {
 	return err
 }
 
+// probeDirect turns direct I/O off unless an aligned direct write works
+// in the log's directory: a filesystem may take the O_DIRECT open and
+// refuse the writes.
+func (l *entryLog) probeDirect() {
+	if !l.direct {
+		return
+	}
+	path := l.fs.PathJoin(l.dir, "direct-io-probe")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_DIRECT|syscall.O_CLOEXEC, 0o644)
+	if err == nil {
+		_, err = f.WriteAt(alignedBuf(logAlign), 0)
+		f.Close()
+		os.Remove(path)
+	}
+	if err != nil {
+		l.log.Info("entry log: no direct I/O here, writing through the page cache", zap.String("dir", l.dir), zap.Error(err))
+		l.direct = false
+	}
+}
+
 // Writes to a log file start and end on logAlign boundaries, as direct
 // I/O needs (offsets, lengths and memory aligned to the device's logical
 // block; 4 KiB covers every device), with or without direct I/O: one
@@ -607,8 +626,11 @@ func (l *entryLog) scanFile(num uint32, off int64, fn func(recOff int64, kind by
 	var hdr [logRecordHeaderLen]byte
 	var rec []byte
 	for {
+		if atPadding(r, off) {
+			return off, nil
+		}
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if err == io.EOF {
+			if err == io.EOF { // no padding: a file written before it
 				return off, nil
 			}
 			if err == io.ErrUnexpectedEOF {
@@ -617,14 +639,6 @@ func (l *entryLog) scanFile(num uint32, off int64, fn func(recOff int64, kind by
 			return off, err
 		}
 		n := binary.BigEndian.Uint32(hdr[4:])
-		if n == 0 && binary.BigEndian.Uint32(hdr[:]) == 0 {
-			// Zeros: the writes' padding (writeAligned) if they go on to
-			// the end of the file, which is aligned.
-			if padding(r, off+logRecordHeaderLen) {
-				return off, nil
-			}
-			return off, errTorn
-		}
 		if n == 0 || n > maxLogRecord {
 			return off, errTorn
 		}
@@ -648,23 +662,22 @@ func (l *entryLog) scanFile(num uint32, off int64, fn func(recOff int64, kind by
 	}
 }
 
-// padding reports whether r, at offset off of its file, holds zeros up to
-// the end of the file, which falls on the next logAlign boundary (or on
-// off itself, when off is one).
-func padding(r *bufio.Reader, off int64) bool {
-	n := (logAlign - off%logAlign) % logAlign
-	var zeros [512]byte
-	for n > 0 {
-		k := min(n, int64(len(zeros)))
-		b, err := r.Peek(int(k))
-		if err != nil || !bytes.Equal(b, zeros[:k]) {
+// atPadding reports whether r, at offset off of its file, holds the
+// writes' padding (writeAligned): zeros only, up to the end of the file,
+// which is the next logAlign boundary (or off itself). It reads nothing.
+func atPadding(r *bufio.Reader, off int64) bool {
+	k := int((logAlign - off%logAlign) % logAlign)
+	b, err := r.Peek(k + 1)
+	return err == io.EOF && len(b) == k && allZero(b)
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
 			return false
 		}
-		r.Discard(int(k))
-		n -= k
 	}
-	_, err := r.ReadByte()
-	return err == io.EOF
+	return true
 }
 
 // replayRecord applies one log record to b. recOff is the record's offset
@@ -725,6 +738,7 @@ func (d *DB) openLog() error {
 	if err := syncDirOf(l.fs, d.opts.Dir); err != nil {
 		return fmt.Errorf("storage: entry log: %w", err)
 	}
+	l.probeDirect()
 	v, hasCkpt, err := d.getValue(checkpointKey())
 	if err != nil {
 		return fmt.Errorf("storage: entry log checkpoint: %w", err)

@@ -430,27 +430,35 @@ func TestEntryLogAlignedWrites(t *testing.T) {
 	if err := mem.MkdirAll(l.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := l.create(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.close()
-	var want []byte
-	for i, n := range []int{1, 4095, 1, 4096, 100, logWriteChunk - 7, 3, 2*logWriteChunk + 5000, 4096 - 13} {
-		p := bytes.Repeat([]byte{byte(i + 1)}, n)
-		if err := l.writeAligned(f, p); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, p...)
-		got, err := readAll(mem, l.path(1))
+	// The second file starts after an unaligned end of the first: nothing
+	// of the first's last block may come with its first write.
+	for i, sizes := range [][]int{
+		{1, 4095, 1, 4096, 100, logWriteChunk - 7, 3, 2*logWriteChunk + 5000, 4096 - 13},
+		{10, 5000},
+	} {
+		num := uint32(i + 1)
+		f, err := l.create(num)
 		if err != nil {
 			t.Fatal(err)
 		}
-		padded := (len(want) + logAlign - 1) / logAlign * logAlign
-		if f.written != int64(len(want)) || len(got) != padded || !bytes.Equal(got[:len(want)], want) || !allZero(got[len(want):]) {
-			t.Fatalf("after write %d (%d bytes): written %d, file %d bytes; want %d written, %d bytes: the writes then zeros",
-				i, n, f.written, len(got), len(want), padded)
+		var want []byte
+		for i, n := range sizes {
+			p := bytes.Repeat([]byte{byte(10*num) + byte(i+1)}, n)
+			if err := l.writeAligned(f, p); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, p...)
+			got, err := readAll(mem, l.path(num))
+			if err != nil {
+				t.Fatal(err)
+			}
+			padded := (len(want) + logAlign - 1) / logAlign * logAlign
+			if f.written != int64(len(want)) || len(got) != padded || !bytes.Equal(got[:len(want)], want) || !allZero(got[len(want):]) {
+				t.Fatalf("file %d, after write %d (%d bytes): written %d, file %d bytes; want %d written, %d bytes: the writes then zeros",
+					num, i, n, f.written, len(got), len(want), padded)
+			}
 		}
+		f.close()
 	}
 }
 
@@ -469,76 +477,126 @@ func readAll(fs vfs.FS, path string) ([]byte, error) {
 	return b, err
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // The zeros after a file's records end it cleanly only when they are the
-// writes' padding: up to the end of the file, which is aligned. Anything
-// else is a torn tail.
+// writes' padding: up to the end of the file, which is aligned, however
+// short (shorter than a record header included) or long. Anything else
+// is a torn tail.
 func TestEntryLogPaddingEndsAFile(t *testing.T) {
 	mem := vfs.NewMem()
 	l := newEntryLog(mem, "bookie", 0, false, zap.NewNop())
 	if err := mem.MkdirAll(l.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := l.create(1)
-	if err != nil {
-		t.Fatal(err)
+	// writeFile writes two entry records that end pad bytes before the
+	// second boundary, as the log writes them; it returns the records'
+	// end and the file's content.
+	writeFile := func(t *testing.T, pad int) (int, []byte) {
+		t.Helper()
+		f, err := l.create(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.close()
+		l.cur = f
+		first := 1000
+		l.addEntry(1, 0, entryHeader{}, payloadOf(1, 0, first))
+		l.addEntry(1, 1, entryHeader{}, payloadOf(1, 1, 2*logAlign-pad-2*entryRecordOverhead-first))
+		l.handOver()
+		if err := l.writePending(); err != nil {
+			t.Fatal(err)
+		}
+		content, err := readAll(mem, l.path(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := int(f.size); end != 2*logAlign-pad || len(content) != 2*logAlign {
+			t.Fatalf("records end at %d in a file of %d bytes; want %d in %d", end, len(content), 2*logAlign-pad, 2*logAlign)
+		}
+		return int(f.size), content
 	}
-	l.cur = f
-	for e := int64(0); e < 5; e++ {
-		l.addEntry(1, e, entryHeader{}, payloadOf(1, e, 700))
+	scan := func(t *testing.T, content []byte) (int, int, error) {
+		t.Helper()
+		// The same file (the records' CRCs cover its number), rewritten.
+		w, err := mem.Create(l.path(1), vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(slices.Clone(content)) // Write may change what it is given
+		w.Close()
+		n := 0
+		end, err := l.scanFile(1, 0, func(int64, byte, []byte) error { n++; return nil })
+		return int(end), n, err
 	}
-	l.handOver()
-	if err := l.writePending(); err != nil {
-		t.Fatal(err)
-	}
-	f.close()
-	good, err := readAll(mem, l.path(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	end := int(f.size)
-	if end%logAlign == 0 || len(good)%logAlign != 0 {
-		t.Fatalf("records end at %d, file of %d bytes: want an unaligned end, padded", end, len(good))
-	}
-	exact := slices.Clone(good[:end])
-	for len(exact)%logAlign != 0 { // records that end on the boundary: no padding
-		exact = append(exact, 0)
-	}
-	for _, c := range []struct {
-		name    string
-		content []byte
-		end     int
-		torn    bool
-	}{
-		{"padded", good, end, false},
-		{"unpadded", good[:end], end, false},
-		{"padding cut short", good[:len(good)-1], end, true},
-		{"non-zero in the padding", append(slices.Clone(good[:len(good)-1]), 1), end, true},
-		{"zeros past the boundary", append(slices.Clone(good), make([]byte, logAlign)...), end, true},
-		{"one zero record header only", good[:end+logRecordHeaderLen], end, true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if c.name == "one zero record header only" && (end+logRecordHeaderLen)%logAlign == 0 {
-				t.Fatal("the case needs an unaligned end")
+	for _, pad := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 361, 4095} {
+		t.Run(fmt.Sprintf("padding=%d", pad), func(t *testing.T) {
+			end, good := writeFile(t, pad)
+			cases := []struct {
+				name    string
+				content []byte
+				torn    bool
+			}{
+				{"padded", good, false},
+				{"unpadded (written before padding)", good[:end], false},
+				{"zeros past the boundary", append(slices.Clone(good), make([]byte, logAlign)...), true},
 			}
-			w, err := mem.Create(l.path(1), vfs.WriteCategoryUnspecified) // the records' CRCs cover the file number
-			if err != nil {
-				t.Fatal(err)
+			if pad > 0 {
+				cases = append(cases,
+					struct {
+						name    string
+						content []byte
+						torn    bool
+					}{"padding cut short", good[:len(good)-1], pad != 1}, // with pad 1: no padding left, a clean end
+					struct {
+						name    string
+						content []byte
+						torn    bool
+					}{"non-zero in the padding", append(slices.Clone(good[:len(good)-1]), 1), true})
 			}
-			w.Write(slices.Clone(c.content)) // Write may change what it is given
-			w.Close()
-			n := 0
-			got, err := l.scanFile(1, 0, func(int64, byte, []byte) error { n++; return nil })
-			if int(got) != c.end || n != 5 || errors.Is(err, errTorn) != c.torn || (err != nil && !errors.Is(err, errTorn)) {
-				t.Fatalf("scan: end %d, %d records, err %v; want end %d, 5 records, torn %v", got, n, err, c.end, c.torn)
+			for _, c := range cases {
+				gotEnd, n, err := scan(t, c.content)
+				if gotEnd != end || n != 2 || errors.Is(err, errTorn) != c.torn || (err != nil && !errors.Is(err, errTorn)) {
+					t.Errorf("%s: end %d, %d records, err %v; want end %d, 2 records, torn %v", c.name, gotEnd, n, err, end, c.torn)
+				}
+			}
+		})
+	}
+}
+
+// A file whose records end a few bytes before a boundary (padding shorter
+// than a record header), then a rollover, then a crash with the checkpoint
+// still in the first file: Open replays both (a valid log, every add
+// synced), and refuses nothing.
+func TestEntryLogShortPaddingBeforeARollover(t *testing.T) {
+	for _, pad := range []int{0, 4, 8} {
+		t.Run(fmt.Sprintf("padding=%d", pad), func(t *testing.T) {
+			mem := vfs.NewCrashableMem()
+			opts := entryLogOptions()
+			opts.CheckpointInterval = time.Hour
+			d := open(t, opts, mem)
+			var sizes []int
+			add := func(size int) {
+				t.Helper()
+				mustAdd(t, d, mkEntry(1, int64(len(sizes)), size))
+				sizes = append(sizes, size)
+			}
+			for d.elog.cur.size < 12<<10 {
+				add(1000)
+			}
+			target := int64(5*logAlign - pad) // past the 16 KiB file size
+			add(int(target - d.elog.cur.size - entryRecordOverhead))
+			if d.elog.cur.num != 1 || d.elog.cur.size != target {
+				t.Fatalf("file %d of %d bytes; want file 1 of %d", d.elog.cur.num, d.elog.cur.size, target)
+			}
+			add(100) // rolls over
+			if d.elog.cur.num != 2 {
+				t.Fatalf("no rollover: file %d", d.elog.cur.num)
+			}
+			crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+			d.Close()
+			d = open(t, opts, crashed)
+			defer d.Close()
+			for e, size := range sizes {
+				checkEntry(t, d, mkEntry(1, int64(e), size))
 			}
 		})
 	}

@@ -1133,9 +1133,12 @@ func (d *DB) roll(w *writes) (*logFile, error) {
 	}
 	l.cur = nf
 	clear(l.curLedgers)
+	// On disk the file ends with the writes' padding (writeAligned).
+	padded := (old.size + logAlign - 1) &^ (logAlign - 1)
+	d.logBytes.Add(padded - old.size)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	l.fileSizes[old.num] = old.size
+	l.fileSizes[old.num] = padded
 	if len(l.fileLedgers[old.num]) == 0 {
 		w.emptied = append(w.emptied, old.num) // only ledger records: it can go
 	}
