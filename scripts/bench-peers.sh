@@ -13,8 +13,9 @@
 #    front end with 256 adds in flight (the group-commit ratio).
 # 3. magnetar standalone with 3 bookies (3/3/2) and with 1 (1/1/1), driven
 #    by magnetar perf in separate processes: batched at the maximum rate,
-#    unbatched with 500 in flight, and at half the maximum rate (the
-#    tail: p99 of the run and of every second). Resident memory of the
+#    unbatched with 500 in flight, and at half the maximum rate with
+#    batches waiting 1 ms at most (the tail: p99 of the run and of every
+#    second). Resident memory of the
 #    standalone after the runs.
 # Every run records the load average before and after it. The table goes
 # to bench/out/side-by-side.md and to stdout.
@@ -137,7 +138,10 @@ for bookies in 3 1; do
 		perf_run "b3_unbatched_500" unbatched --rate 0 --disable-batching --max-pending 500
 		max=$(awk '$2 == "b3_batched_max" && $4 == "msgs/s" { print $3 }' "$mag")
 		if [[ ${max:-0} -gt 0 ]]; then # --rate 0 would be no limit
-			perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000
+			# Batches wait 1 ms at most, as in Pulsar's published
+			# latency runs (the OpenMessaging benchmark's Pulsar driver):
+			# perf's default of 10 ms alone would be twice the goal.
+			perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
 		fi
 	fi
 	rec "magnetar rss_after_$bookies $(rss) MiB peak $(hwm) MiB"
@@ -180,7 +184,7 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	echo "| 3 copies unbatched, 500 in flight vs NATS R3 always, async 500 | $mu msg/s | $nats_always msg/s | $(ratio "$mu" "$nats_always") | >= 1.5x |"
 	echo "| the same: p99 | $mu99 ms | ${nats_always99:-?} ms | $(ratio "$mu99" "$nats_always99") | <= 1x |"
 	echo "| 1 copy batched, max rate vs Redis always, 50x16 | $m1 msg/s | $redis_always msg/s | $(ratio "$m1" "$redis_always") | >= 1.5x |"
-	echo "| 3 copies at half the max rate: p50 / p99 / worst second's p99 | $mh50 / $mh99 / $mhw ms | | worst/p50 $(ratio "$mhw" "$mh50") | p99 <= 5 ms, worst second <= 3x p50 |"
+	echo "| 3 copies at half the max rate, batches <= 1 ms: p50 / p99 / worst second's p99 | $mh50 / $mh99 / $mhw ms | | worst/p50 $(ratio "$mhw" "$mh50") | p99 <= 5 ms, worst second <= 3x p50 |"
 	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
 	if [[ -n ${fsync:-} ]]; then
 		echo "| group commit: bookie gRPC adds (256 in flight) / raw fsync | $stream / $fsync ops/s | | $(ratio "$stream" "$fsync") | >= 40x |"

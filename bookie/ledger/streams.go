@@ -1,9 +1,11 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,19 +40,31 @@ type streamConn struct {
 
 	mu struct {
 		sync.Mutex
-		nextID  uint64
-		pending map[uint64]*pendingAdd
-		queue   []*bookiepb.AddEntryRequest
-		err     error // set once: the stream is broken
+		nextID uint64
+		queue  []*bookiepb.AddEntryRequest
+		err    error // set once: the stream is broken
 		// retired: the bookie asked for a new stream (wire.StreamExpired);
 		// this one takes no new adds and closes once its adds are answered.
 		retired bool
+		// pending holds the adds sent or queued, in the order they were
+		// taken (by id, increasing); an answered one has its cb cleared
+		// and is dropped once it reaches the front. Every add has the
+		// same timeout, so the front one is the first to time out: one
+		// timer per stream (timer, armed while adds are pending) watches
+		// it, instead of one per add. npending counts those with a cb.
+		pending  []pendingAdd
+		npending int
+		timer    *time.Timer
+		armed    bool
 	}
 }
 
 type pendingAdd struct {
-	cb    func(error)
-	timer *time.Timer
+	id            uint64
+	cb            func(error) // nil once answered
+	ledger, entry int64
+	deadline      time.Time
+	timeout       time.Duration
 }
 
 // addAsync sends one add to a bookie; cb gets nil once it is durable there,
@@ -90,7 +104,6 @@ func (s *addStream) conn() *streamConn {
 	if s.cur == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		sc := &streamConn{s: s, ctx: ctx, cancel: cancel, signal: make(chan struct{}, 1), done: make(chan struct{})}
-		sc.mu.pending = make(map[uint64]*pendingAdd)
 		s.cur = sc
 		go sc.run()
 	}
@@ -167,19 +180,12 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 		LastAddConfirmed: req.LastAddConfirmed, Length: req.Length, Crc32C: req.Crc32C,
 		Payload: req.Payload, Recovery: req.Recovery, RequestId: id,
 	}
-	p := &pendingAdd{cb: cb}
-	p.timer = time.AfterFunc(timeout, func() {
-		if sc.take(id) != nil {
-			err := fmt.Errorf("%w: bookie %s did not acknowledge entry %d of ledger %d within %v", wire.ErrUnavailable, sc.s.bookie, req.EntryId, req.LedgerId, timeout)
-			cb(err)
-			// The stream is stalled: break it, so that what is queued on it
-			// is dropped (not kept for as long as the stall lasts) and the
-			// next add opens a new one.
-			sc.fail(err)
-		}
-	})
-	sc.mu.pending[id] = p
 	sc.mu.queue = append(sc.mu.queue, r)
+	sc.mu.pending = append(sc.mu.pending, pendingAdd{id: id, cb: cb, ledger: req.LedgerId, entry: req.EntryId, deadline: time.Now().Add(timeout), timeout: timeout})
+	sc.mu.npending++
+	if !sc.mu.armed {
+		sc.armLocked(timeout)
+	}
 	sc.mu.Unlock()
 	select {
 	case sc.signal <- struct{}{}:
@@ -187,13 +193,77 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 	}
 }
 
-// take removes a pending add, nil if it was already answered.
-func (sc *streamConn) take(id uint64) *pendingAdd {
+// take answers a pending add: it returns its callback, nil if it was
+// already answered (or is unknown).
+func (sc *streamConn) take(id uint64) func(error) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	p := sc.mu.pending[id]
-	delete(sc.mu.pending, id)
-	return p
+	p := sc.mu.pending
+	i, ok := slices.BinarySearchFunc(p, id, func(a pendingAdd, id uint64) int { return cmp.Compare(a.id, id) })
+	if !ok || p[i].cb == nil {
+		return nil
+	}
+	cb := p[i].cb
+	p[i].cb = nil
+	sc.mu.npending--
+	sc.trimLocked()
+	return cb
+}
+
+// trimLocked drops answered adds from the front of pending.
+func (sc *streamConn) trimLocked() {
+	p := sc.mu.pending
+	i := 0
+	for i < len(p) && p[i].cb == nil {
+		i++
+	}
+	if i == len(p) {
+		sc.mu.pending = p[:0] // keeps the array
+		return
+	}
+	sc.mu.pending = p[i:]
+}
+
+// armLocked starts the stream's timer to fire after d.
+func (sc *streamConn) armLocked(d time.Duration) {
+	sc.mu.armed = true
+	if sc.mu.timer == nil {
+		sc.mu.timer = time.AfterFunc(d, sc.checkTimeouts)
+		return
+	}
+	sc.mu.timer.Reset(d)
+}
+
+// checkTimeouts runs on the stream's timer: if the oldest pending add is
+// past its deadline, it fails and the stream breaks; else the timer is
+// set for the oldest's deadline.
+func (sc *streamConn) checkTimeouts() {
+	sc.mu.Lock()
+	sc.mu.armed = false
+	if sc.mu.err != nil {
+		sc.mu.Unlock()
+		return
+	}
+	sc.trimLocked()
+	if len(sc.mu.pending) == 0 {
+		sc.mu.Unlock()
+		return
+	}
+	first := sc.mu.pending[0]
+	if wait := time.Until(first.deadline); wait > 0 {
+		sc.armLocked(wait)
+		sc.mu.Unlock()
+		return
+	}
+	sc.mu.pending[0].cb = nil
+	sc.mu.npending--
+	sc.mu.Unlock()
+	err := fmt.Errorf("%w: bookie %s did not acknowledge entry %d of ledger %d within %v", wire.ErrUnavailable, sc.s.bookie, first.entry, first.ledger, first.timeout)
+	first.cb(err)
+	// The stream is stalled: break it, so that what is queued on it is
+	// dropped (not kept for as long as the stall lasts) and the next add
+	// opens a new one.
+	sc.fail(err)
 }
 
 // retire stops new adds from taking this stream: the bookie's next add
@@ -227,8 +297,11 @@ func (sc *streamConn) fail(err error) {
 	}
 	sc.mu.err = err
 	pending := sc.mu.pending
-	sc.mu.pending = nil
+	sc.mu.pending, sc.mu.npending = nil, 0
 	sc.mu.queue = nil
+	if sc.mu.timer != nil {
+		sc.mu.timer.Stop()
+	}
 	sc.mu.Unlock()
 	sc.cancel()
 	sc.s.mu.Lock()
@@ -242,8 +315,9 @@ func (sc *streamConn) fail(err error) {
 	default:
 	}
 	for _, p := range pending {
-		p.timer.Stop()
-		p.cb(err)
+		if p.cb != nil {
+			p.cb(err)
+		}
 	}
 }
 
@@ -272,7 +346,7 @@ func (sc *streamConn) sendLoop(stream bookiepb.Bookie_AddEntriesClient) {
 	for {
 		<-sc.signal
 		sc.mu.Lock()
-		if sc.mu.err != nil || (sc.mu.retired && len(sc.mu.pending) == 0 && len(sc.mu.queue) == 0) {
+		if sc.mu.err != nil || (sc.mu.retired && sc.mu.npending == 0 && len(sc.mu.queue) == 0) {
 			sc.mu.Unlock()
 			stream.CloseSend()
 			return
@@ -311,13 +385,12 @@ func (sc *streamConn) recvLoop(stream bookiepb.Bookie_AddEntriesClient) {
 				sc.retire()
 				continue
 			}
-			if p := sc.take(r.RequestId); p != nil {
-				p.timer.Stop()
-				p.cb(wire.FromResult(r.Code, r.Reason, r.Message))
+			if cb := sc.take(r.RequestId); cb != nil {
+				cb(wire.FromResult(r.Code, r.Reason, r.Message))
 			}
 		}
 		sc.mu.Lock()
-		done := sc.mu.retired && len(sc.mu.pending) == 0
+		done := sc.mu.retired && sc.mu.npending == 0
 		sc.mu.Unlock()
 		if done {
 			select {
