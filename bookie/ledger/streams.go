@@ -67,9 +67,11 @@ type pendingAdd struct {
 	timeout       time.Duration
 }
 
-// addAsync sends one add to a bookie; cb gets nil once it is durable there,
-// or an error (wire sentinels; ErrUnavailable when the bookie could not be
-// reached or did not answer within timeout). addAsync never blocks on the
+// addAsync sends one add to a bookie; cb gets nil once it is durable
+// there, or an error (wire sentinels; ErrUnavailable when the bookie could
+// not be reached or did not answer within timeout). Every add of a client
+// must have the same timeout: the stream's one timer watches its oldest
+// add only. addAsync never blocks on the
 // network; cb may run before it returns, and never under a lock of the
 // caller's: call it unlocked.
 func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout time.Duration, cb func(error)) {
@@ -218,7 +220,11 @@ func (sc *streamConn) trimLocked() {
 		i++
 	}
 	if i == len(p) {
-		sc.mu.pending = p[:0] // keeps the array
+		if cap(p) > 4096 {
+			sc.mu.pending = nil // grown during a stall: let it go
+		} else {
+			sc.mu.pending = p[:0]
+		}
 		return
 	}
 	sc.mu.pending = p[i:]
