@@ -56,7 +56,10 @@ import (
 //
 // where the checksum covers the file's number (4 bytes) and kind and body.
 // Kinds: entry (key(17), entry header(21), payload), set (key length(2),
-// key, value), delete range (start length(2), start, end).
+// key, value), delete range (start length(2), start, end). The records may
+// be followed by up to 4 KiB of zeros, the writes' padding to the next
+// 4 KiB boundary (writeAligned); zeros that run to an aligned end of file
+// end it, anything else that does not check is a torn record.
 const (
 	logDir             = "entries"
 	logRecordHeaderLen = 8

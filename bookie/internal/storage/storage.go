@@ -26,10 +26,11 @@
 // The ledgers' last entry and LAC move only once durable, when the syncer
 // answers.
 //
-// With Options.EntryLog the committer appends the batch to an entry log of
-// our own instead (each payload written once), and the syncer syncs it and
-// then applies the batch to Pebble, which holds only an index: see
-// entrylog.go.
+// With Options.EntryLog the committer builds the batch's records for an
+// entry log of our own instead (each payload written once) and hands them
+// to the syncer, which writes everything handed over with one write (direct
+// I/O where the filesystem has it), syncs, and then applies the batches to
+// Pebble, which holds only an index: see entrylog.go.
 package storage
 
 import (
