@@ -286,6 +286,60 @@ func TestSlowBookieIsReplaced(t *testing.T) {
 	}
 }
 
+// An entry completes with Qa = 2 of its 3 copies; the ledger closes
+// before the third bookie answers. If that bookie then fails the add (it
+// timed out here; read-only or out of space would do the same), the
+// closed ledger names it for an entry it lacks: Close waits for the
+// answer and marks the bookie under-replicated, so that autorecovery
+// copies the entry. A late answer that succeeds marks nothing.
+func TestCloseMarksBookieThatFailsAfterCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answers bool // the third bookie answers (late) before its add times out
+	}{{"fails", false}, {"answers late", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testcluster.Start(t, 3, testcluster.Options{})
+			cl := c.Client(ledger.Config{AddTimeout: time.Second})
+			ctx := ctxT(t)
+			w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Append(ctx, []byte("on three")); err != nil {
+				t.Fatal(err)
+			}
+			slow := c.Bookie(w.Metadata().Segments[0].Bookies[2])
+			slow.Proxy.Pause()
+			defer slow.Proxy.Resume()
+			held := slow.Proxy.Held()
+			if id, err := w.Append(ctx, []byte("on two")); err != nil || id != 1 {
+				t.Fatalf("append: %d, %v", id, err)
+			}
+			<-held
+			if tc.answers {
+				go func() {
+					// Close is waiting (or about to) for this answer.
+					slow.Proxy.Resume()
+				}()
+			}
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m, err := cl.Metadata(ctx, w.ID())
+			if err != nil || m.State != ledger.StateClosed || m.LastEntry != 1 || len(m.Segments) != 1 {
+				t.Fatalf("closed ledger: %+v, %v", m, err)
+			}
+			_, err = metastoreGet(t, c.Store, metastore.UnderReplicatedKey(w.ID(), slow.ID))
+			switch {
+			case tc.answers && !errors.Is(err, metastore.ErrNotFound):
+				t.Fatalf("%s answered: under-replication mark %v; want none", slow.ID, err)
+			case !tc.answers && err != nil:
+				t.Fatalf("%s failed entry 1 after it completed: no under-replication mark (%v)", slow.ID, err)
+			}
+		})
+	}
+}
+
 // No replacement exists: pending appends fail with ErrNotEnoughBookies
 // after EnsembleChangeTimeout; the ledger closes cleanly at what was
 // acknowledged.

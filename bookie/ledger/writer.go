@@ -59,6 +59,14 @@ type Writer struct {
 		idle         chan struct{} // closed when nothing is pending
 		lacSent      int64         // highest LAC sent to bookies
 		queue        []completion  // completions to deliver, in order
+		// owed counts, by bookie address, the adds sent to it and not
+		// answered yet (every add is answered, by AddTimeout at the
+		// latest). Close waits for the current ensemble's answers: an
+		// entry completes with Qa of Qw acks, and a bookie that fails it
+		// afterwards lacks it.
+		owed map[string]int
+		// answered is closed and replaced on every answer while closing.
+		answered chan struct{}
 	}
 	closeOnce sync.Once
 	closeErr  error
@@ -91,6 +99,8 @@ func newWriter(c *Client, m *Metadata) *Writer {
 	w.mu.idle = make(chan struct{})
 	close(w.mu.idle)
 	w.mu.lacSent = -1
+	w.mu.owed = make(map[string]int)
+	w.mu.answered = make(chan struct{})
 	go w.deliverLoop()
 	if c.cfg.ExplicitLACInterval > 0 {
 		w.wg.Add(1)
@@ -204,6 +214,7 @@ type send struct {
 }
 
 // sendsLocked prepares one add per target, carrying the current LAC.
+// Every send it returns must be dispatched: each is counted as owed.
 func (w *Writer) sendsLocked(ts []target) []send {
 	lac := w.mu.st.lac
 	w.mu.lacSent = max(w.mu.lacSent, lac)
@@ -223,6 +234,7 @@ func (w *Writer) sendsLocked(ts []target) []send {
 			}
 		}
 		sends = append(sends, send{req: req, pos: t.pos, bookie: w.mu.ensemble[t.pos]})
+		w.mu.owed[w.mu.ensemble[t.pos]]++
 	}
 	return sends
 }
@@ -244,6 +256,13 @@ func (w *Writer) dispatch(sends []send) {
 func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.mu.owed[addr]--; w.mu.owed[addr] == 0 {
+		delete(w.mu.owed, addr)
+	}
+	if w.mu.closing {
+		close(w.mu.answered)
+		w.mu.answered = make(chan struct{})
+	}
 	if w.mu.err != nil || w.mu.ensemble[pos] != addr {
 		return // stopped, or an answer from a bookie since replaced
 	}
@@ -280,6 +299,13 @@ func (w *Writer) onResult(id int64, pos int, addr string, err error) {
 	}
 	if !w.mu.st.fail(pos) {
 		return // already being replaced: the other adds it had fail too
+	}
+	if w.mu.closing && len(w.mu.st.pending) == 0 {
+		// An entry completed without it as the writer closes: nothing is
+		// left to send to a replacement, and Close marks the bookie as
+		// lacking entries.
+		w.log.Warn("bookie failed an add as the ledger closes", zap.String("bookie", addr), zap.Int64("entry", id), zap.String("reason", wire.Reason(err)), zap.Error(err))
+		return
 	}
 	w.log.Warn("bookie failed an add; replacing it", zap.String("bookie", addr), zap.Int64("entry", id), zap.String("reason", wire.Reason(err)), zap.Error(err))
 	if !w.mu.changing {
@@ -632,14 +658,33 @@ func (w *Writer) close(ctx context.Context) error {
 		}
 		w.mu.Lock()
 	}
+	// Entries complete with Qa acks; the other bookies of their write sets
+	// may still fail them. Wait for their answers (bounded by AddTimeout,
+	// after which every add is answered) so that such a bookie is known.
+	for w.mu.err == nil && w.owedLocked() {
+		answered := w.mu.answered
+		w.mu.Unlock()
+		select {
+		case <-answered:
+		case <-ctx.Done():
+		}
+		w.mu.Lock()
+		if ctx.Err() != nil {
+			break
+		}
+	}
 	prevErr := w.mu.err
 	lac, length := w.mu.st.lac, w.mu.st.lacLen
 	meta := w.mu.meta.clone()
 	// Bookies still failed when the ledger closes may lack entries that
-	// completed without them (no spare bookie was found).
+	// completed without them (no spare bookie was found, or they failed
+	// after the entries completed), and so may those that did not answer
+	// before ctx ended.
 	var lacking []string
-	for _, p := range w.mu.st.failedPositions() {
-		lacking = append(lacking, w.mu.ensemble[p])
+	for p, b := range w.mu.ensemble {
+		if w.mu.st.failed[p] || w.mu.owed[b] > 0 {
+			lacking = append(lacking, b)
+		}
 	}
 	if w.mu.err == nil {
 		w.mu.err = ErrWriterClosed
@@ -657,6 +702,17 @@ func (w *Writer) close(ctx context.Context) error {
 	close(w.stopDeliver)
 	<-w.delivered
 	return err
+}
+
+// owedLocked says whether a bookie of the current ensemble that has not
+// failed still owes answers to adds.
+func (w *Writer) owedLocked() bool {
+	for p, b := range w.mu.ensemble {
+		if !w.mu.st.failed[p] && w.mu.owed[b] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // closeMetadata marks the ledger closed at lac.
