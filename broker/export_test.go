@@ -211,3 +211,7 @@ func (s *Server) PersistedAcks(ctx context.Context, topic, sub string) (bool, er
 	}
 	return false, fmt.Errorf("no subscription %s on %s", sub, topic)
 }
+
+// RecentPositions is how many stored positions a producer's deduplication
+// state keeps to answer re-sends with.
+const RecentPositions = recentPositions

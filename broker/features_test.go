@@ -335,6 +335,77 @@ func TestDeduplication(t *testing.T) {
 	}
 }
 
+// Deduplication at the edges: a re-send of the last stored sequence id
+// (the one the check's "at most the highest stored" must include), of
+// the first, and of the oldest still among the recent positions is
+// acknowledged with the original's position; one older than those with
+// -1:-1, as Pulsar does. None is stored again, also for the last one
+// after a restart, when the state comes back from storage.
+func TestDeduplicationResendAtTheEdges(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.Deduplication = true })
+	cl := e.client()
+	const topic = "dedup-edges"
+	newProducer := func() client.Producer {
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: topic, Name: "p1", DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := newProducer()
+	const n = broker.RecentPositions + 2 // sequence ids 1..n
+	ids := make([]client.MessageID, n+1)
+	errs := make(chan error, n)
+	for s := int64(1); s <= n; s++ {
+		p.SendAsync(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprintf("v%05d", s)), SequenceID: &s},
+			func(id client.MessageID, _ *client.ProducerMessage, err error) {
+				ids[s] = id
+				errs <- err
+			})
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	resend := func(p client.Producer, s int64) client.MessageID {
+		t.Helper()
+		id, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(fmt.Sprintf("again %d", s)), SequenceID: &s})
+		if err != nil {
+			t.Fatalf("re-send of %d: %v", s, err)
+		}
+		return id
+	}
+	oldest := int64(n - broker.RecentPositions + 1) // the oldest of the recent positions
+	for _, s := range []int64{n, n - 1, oldest, oldest + 1} {
+		if id := resend(p, s); id.String() != ids[s].String() {
+			t.Errorf("re-send of %d: %v; want the original's %v", s, id, ids[s])
+		}
+	}
+	for _, s := range []int64{oldest - 1, 1} {
+		if id := resend(p, s); id.LedgerID() != -1 || id.EntryID() != -1 {
+			t.Errorf("re-send of %d, out of the recent positions: %v; want -1:-1", s, id)
+		}
+	}
+	p.Close()
+	e.restart()
+	p = newProducer()
+	defer p.Close()
+	if last := p.LastSequenceID(); last != n {
+		t.Fatalf("last sequence id after restart: %d, want %d", last, n)
+	}
+	resend(p, n)
+	got := readPayloads(t, cl, topic)
+	if len(got) != n {
+		t.Fatalf("%d messages stored, want %d (first %q, last %q)", len(got), n, got[0], got[len(got)-1])
+	}
+	for i, v := range got {
+		if want := fmt.Sprintf("v%05d", i+1); v != want {
+			t.Fatalf("message %d is %q, want %q", i, v, want)
+		}
+	}
+}
+
 // A batch as large as the consumer's whole receive queue arrives after a
 // smaller one: the consumer gives back the permits it used when it runs
 // idle, so the broker can send the big batch (it never sends more than

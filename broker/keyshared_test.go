@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -52,5 +53,89 @@ func TestRingSelectorRangesCoverTheSpaceOnce(t *testing.T) {
 		if c != cs[1] && s.pick(int32(h)) != c {
 			t.Fatalf("hash %d moved from %s though its consumer stayed", h, c.name)
 		}
+	}
+}
+
+// Every selector's pick at the first and last hash of every range it
+// gives, and at the hashes just outside: a boundary off by one holds the
+// keys of that hash for ever (sticky) or sends them to another consumer
+// than the one told about them.
+func TestKeySelectorPickAtRangeEdges(t *testing.T) {
+	sticky := func(rs ...[2]int32) *brokerpb.KeySharedMeta {
+		m := &brokerpb.KeySharedMeta{Mode: brokerpb.KeySharedMode_STICKY}
+		for _, r := range rs {
+			m.HashRanges = append(m.HashRanges, &brokerpb.HashRange{Start: r[0], End: r[1]})
+		}
+		return m
+	}
+	const last = hashRangeSize - 1
+	for _, tc := range []struct {
+		name      string
+		mode      brokerpb.KeySharedMode
+		consumers []*brokerpb.KeySharedMeta // nil: auto-split
+	}{
+		{"sticky one hash each", brokerpb.KeySharedMode_STICKY, []*brokerpb.KeySharedMeta{sticky([2]int32{0, 0}), sticky([2]int32{1, 1}), sticky([2]int32{last, last})}},
+		{"sticky adjacent", brokerpb.KeySharedMode_STICKY, []*brokerpb.KeySharedMeta{sticky([2]int32{0, 32767}), sticky([2]int32{32768, last})}},
+		{"sticky with gaps", brokerpb.KeySharedMode_STICKY, []*brokerpb.KeySharedMeta{sticky([2]int32{10, 19}, [2]int32{40, 49}), sticky([2]int32{20, 29}), sticky([2]int32{50, last - 1})}},
+		{"sticky whole space", brokerpb.KeySharedMode_STICKY, []*brokerpb.KeySharedMeta{sticky([2]int32{0, last})}},
+		{"auto-split one", brokerpb.KeySharedMode_AUTO_SPLIT, make([]*brokerpb.KeySharedMeta, 1)},
+		{"auto-split three", brokerpb.KeySharedMode_AUTO_SPLIT, make([]*brokerpb.KeySharedMeta, 3)},
+		{"auto-split ten", brokerpb.KeySharedMode_AUTO_SPLIT, make([]*brokerpb.KeySharedMeta, 10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newKeySelector(tc.mode)
+			var cs []*consumer
+			for i, m := range tc.consumers {
+				if m == nil {
+					m = &brokerpb.KeySharedMeta{Mode: brokerpb.KeySharedMode_AUTO_SPLIT}
+				}
+				c := &consumer{name: fmt.Sprint("c", i), keyShared: m}
+				if err := s.add(c); err != nil {
+					t.Fatal(err)
+				}
+				cs = append(cs, c)
+			}
+			owner := func(h int32) *consumer { // by the ranges each consumer is told
+				for _, c := range cs {
+					for _, r := range s.ranges(c) {
+						if r.start <= h && h <= r.end {
+							return c
+						}
+					}
+				}
+				return nil
+			}
+			name := func(c *consumer) string {
+				if c == nil {
+					return "nobody"
+				}
+				return c.name
+			}
+			edges := 0
+			for _, c := range cs {
+				rs := s.ranges(c)
+				if len(rs) == 0 {
+					t.Fatalf("%s has no range", c.name)
+				}
+				for _, r := range rs {
+					for _, h := range []int32{r.start - 1, r.start, r.end, r.end + 1} {
+						if h < 0 || h > last {
+							continue
+						}
+						want := owner(h)
+						if (h == r.start || h == r.end) && want != c {
+							t.Fatalf("hash %d, an edge of %s's range %v, is owned by %s", h, c.name, r, name(want))
+						}
+						if got := s.pick(h); got != want {
+							t.Errorf("pick(%d) at an edge of %s's range %v = %s; want %s", h, c.name, r, name(got), name(want))
+						}
+						edges++
+					}
+				}
+			}
+			if edges == 0 {
+				t.Fatal("no edge checked")
+			}
+		})
 	}
 }

@@ -350,3 +350,84 @@ func TestCursorWithoutLedger(t *testing.T) {
 		t.Fatalf("reloaded from the new cursor ledger: %+v", c.Stats())
 	}
 }
+
+// A cursor ledger that is missing when the cursor loads (deleted, or named
+// but empty: its owner crashed before a snapshot in it was acknowledged)
+// leaves the mark-delete position of the metadata, written with every new
+// cursor ledger: the cursor restarts at exactly that position, and
+// acknowledgements after it are delivered again.
+func TestMissingCursorLedgerFallsBackToMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, e *env, d Deps, info *metapb.CursorInfo)
+	}{
+		{"deleted", func(t *testing.T, e *env, d Deps, info *metapb.CursorInfo) {
+			if err := d.Ledgers.Delete(ctxT(t), info.CursorLedgerId); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"empty", func(t *testing.T, e *env, d Deps, info *metapb.CursorInfo) {
+			w, err := d.Ledgers.Create(ctxT(t), ledger.CreateOptions{Ensemble: 1, WriteQuorum: 1, AckQuorum: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close(ctxT(t)) // after the test's owner recovered it: fenced
+			info.CursorLedgerId = w.ID()
+			raw, _ := proto.Marshal(info)
+			if _, err := e.c.Store.Put(ctxT(t), metastore.CursorKey(e.topic, "sub"), raw); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ml, d := e.owner()
+			ctx := ctxT(t)
+			var ps []Position
+			for i := 0; i < 12; i++ {
+				p, err := ml.Append(ctx, []byte{byte(i)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps = append(ps, p)
+			}
+			c, _ := open(t, ml, d, "sub")
+			c.Ack(ps[0], ps[1], ps[2], ps[3], ps[4], ps[7])
+			if err := c.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The next incarnation names a new cursor ledger, and the
+			// position in the metadata with it.
+			c, _ = open(t, ml, d, "sub")
+			c.Ack(ps[5]) // in its cursor ledger only
+			if err := c.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			kv, err := e.c.Store.Get(ctx, metastore.CursorKey(e.topic, "sub"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var info metapb.CursorInfo
+			if err := proto.Unmarshal(kv.Value, &info); err != nil {
+				t.Fatal(err)
+			}
+			if got := (Position{Ledger: info.MarkDeleteLedger, Entry: info.MarkDeleteEntry}); got != ps[4] || info.CursorLedgerId == 0 {
+				t.Fatalf("metadata: mark-delete %v, cursor ledger %d; want %v and a ledger", got, info.CursorLedgerId, ps[4])
+			}
+			tc.lose(t, e, d, &info)
+
+			ml2, d2 := e.owner()
+			c2, created := open(t, ml2, d2, "sub")
+			defer c2.Close(ctx)
+			if created {
+				t.Fatal("the subscription was created again")
+			}
+			if md := c2.MarkDelete(); md != ps[4] || c2.ReadPosition() != ps[5] {
+				t.Fatalf("without its cursor ledger: mark-delete %v, read position %v; want %v, %v", md, c2.ReadPosition(), ps[4], ps[5])
+			}
+			if c2.IsAcked(ps[5]) || c2.IsAcked(ps[7]) {
+				t.Fatal("acknowledgements known only to the lost cursor ledger came back")
+			}
+		})
+	}
+}
