@@ -12,10 +12,10 @@ PROTO_FILES   := $(wildcard proto/*/*.proto)
 # without it: the tests against real processes, containers and the
 # Kubernetes control plane, the commands, the autoscaler's pure decisions.
 RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./internal/...
-PLAIN_PKGS    := ./autoscaler/... ./cmd/... ./e2e/... ./proto/...
+PLAIN_PKGS    := ./autoscaler/... ./cmd/... ./e2e/... ./proto/... ./tools/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build image kube-tools test-kube test test-plain test-race test-e2e test-e2e-long bench bench-peers bench-storage-ab bench-heal fuzz proto proto-check lint run tools clean
+.PHONY: all build image kube-tools test-kube test test-plain test-race test-e2e test-e2e-long mutate bench bench-peers bench-storage-ab bench-heal fuzz proto proto-check lint run tools clean
 
 all: build
 
@@ -88,6 +88,16 @@ test-e2e:
 E2E_OUT ?= /tmp/magnetar-e2e-long
 test-e2e-long:
 	MAGNETAR_E2E_PROFILE=long MAGNETAR_E2E_OUT=$(E2E_OUT) $(GO) test -count=1 -timeout 120m -v -run 'TestFaults|TestBookies' ./e2e/
+
+# The mutation check (docs/testing.md): each one-line mutation of an
+# invariant in tools/mutate/mutations.tsv against the tests that should
+# catch it; fails when one survives, and records the result in
+# docs/testing.md. Slow (about MUTATE_MINUTES on 2 cores), so not part of
+# `make test`. MUTATE_FLAGS="-only dedup-equal-seq,fencing" runs some
+# (by id or invariant).
+MUTATE_FLAGS ?=
+mutate:
+	$(GO) run ./tools/mutate -list tools/mutate/mutations.tsv -report docs/testing.md $(MUTATE_FLAGS)
 
 # The self-healing scenarios are left to bench-heal: each is a whole
 # cluster's life, not a loop over b.N.

@@ -678,13 +678,12 @@ func (w *Writer) close(ctx context.Context) error {
 	meta := w.mu.meta.clone()
 	// Bookies still failed when the ledger closes may lack entries that
 	// completed without them (no spare bookie was found, or they failed
-	// after the entries completed), and so may those that did not answer
-	// before ctx ended.
+	// after the entries completed). (If ctx ended before every answer
+	// came, so does the close below: a recovery closes the ledger, and
+	// copies its last entries to every bookie of their write sets.)
 	var lacking []string
-	for p, b := range w.mu.ensemble {
-		if w.mu.st.failed[p] || w.mu.owed[b] > 0 {
-			lacking = append(lacking, b)
-		}
+	for _, p := range w.mu.st.failedPositions() {
+		lacking = append(lacking, w.mu.ensemble[p])
 	}
 	if w.mu.err == nil {
 		w.mu.err = ErrWriterClosed
