@@ -1056,3 +1056,75 @@ func TestUnackedLimitPerSubscription(t *testing.T) {
 	}
 	waitSub(t, e, "sublimit", "s", func(st subStats) bool { return st.MsgBacklog == 0 && !st.Blocked })
 }
+
+// rawMessages receives n messages on a raw consumer stream, skipping other
+// responses.
+func rawMessages(t *testing.T, stream brokerpb.Broker_ConsumeClient, n int) []*brokerpb.MessageId {
+	t.Helper()
+	var ids []*brokerpb.MessageId
+	for len(ids) < n {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d of %d messages: %v", len(ids), n, err)
+		}
+		if m := r.GetMessage(); m != nil {
+			ids = append(ids, m.MessageId)
+		}
+	}
+	return ids
+}
+
+func sameEntry(a, b *brokerpb.MessageId) bool {
+	return a.LedgerId == b.LedgerId && a.EntryId == b.EntryId
+}
+
+// Key_Shared: a new entry of a key never overtakes an older entry of that
+// key waiting in replay, also when the replay entry is beyond the part of
+// replay one dispatch pass offers (200 entries) and its consumer could
+// take both. The raw protocol lets the test hold the permits.
+func TestKeySharedNewEntryWaitsBehindReplayOfItsKey(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "ks-replay", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	send := func(key string) client.MessageID {
+		t.Helper()
+		id, err := p.Send(ctxT(t), &client.ProducerMessage{Payload: []byte(key), Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	stream := rawConsume(t, e, &brokerpb.Subscribe{Topic: "ks-replay", Subscription: "s", Type: brokerpb.SubscriptionType_KEY_SHARED,
+		Durable: true, InitialPosition: brokerpb.InitialPosition_EARLIEST, ReceiverQueueSize: 1000,
+		KeyShared: &brokerpb.KeySharedMeta{Mode: brokerpb.KeySharedMode_AUTO_SPLIT}})
+	const n = 250
+	for i := range n {
+		send(fmt.Sprint("key-", i))
+	}
+	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: n}}})
+	first := rawMessages(t, stream, n)
+	// No permits left: the new message of the last key waits.
+	later := send(fmt.Sprint("key-", n-1))
+	// Every message goes back to replay, then permits for all.
+	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: first}}})
+	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: 1000}}})
+	again := rawMessages(t, stream, n+1)
+	at := func(id *brokerpb.MessageId) int {
+		for i, got := range again {
+			if sameEntry(got, id) {
+				return i
+			}
+		}
+		t.Fatalf("%v not delivered again", id)
+		return -1
+	}
+	older := at(first[n-1])
+	newer := at(&brokerpb.MessageId{LedgerId: later.LedgerID(), EntryId: later.EntryID()})
+	if newer < older {
+		t.Fatalf("key-%d: the new message was delivered %dth, before the older one in replay (%dth)", n-1, newer+1, older+1)
+	}
+}

@@ -369,3 +369,44 @@ func TestUnknownReasonIsRetriable(t *testing.T) {
 		t.Fatalf("INVALID_MESSAGE retriable")
 	}
 }
+
+// The broker goes away with sends in flight, unanswered: after the
+// producer reconnects it sends every one of them again, the oldest first,
+// and each is acknowledged once, in order.
+func TestProducerResendsInFlightAfterReconnect(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{})
+	f.cutAfterSends(3)
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	// A short send timeout: a send that is never resent fails soon.
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: true, SendTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	type result struct {
+		payload string
+		err     error
+	}
+	results := make(chan result, 3)
+	for _, v := range []string{"a", "b", "c"} {
+		p.SendAsync(ctxT(t), &ProducerMessage{Payload: []byte(v)}, func(_ MessageID, m *ProducerMessage, err error) {
+			results <- result{string(m.Payload), err}
+		})
+	}
+	// The last one stored: the resends are done.
+	testutil.Eventually(t, 20*time.Second, "the resends", func() bool {
+		got := f.stored()
+		return len(got) > 0 && string(got[len(got)-1]) == "c"
+	})
+	if got := f.stored(); len(got) != 3 || string(got[0]) != "a" || string(got[1]) != "b" {
+		t.Fatalf("stored after the reconnection: %q; want [a b c]", got)
+	}
+	for _, want := range []string{"a", "b", "c"} {
+		if r := <-results; r.payload != want || r.err != nil {
+			t.Fatalf("acknowledged %q (%v); want %q", r.payload, r.err, want)
+		}
+	}
+	if n := f.sends(); n != 6 {
+		t.Fatalf("%d sends reached the broker; want 3 and their 3 resends", n)
+	}
+}

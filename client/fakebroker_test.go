@@ -44,6 +44,10 @@ type fakeBroker struct {
 		// refuse, if set, is the reason every send is refused with (as a
 		// broker that cannot store anything for now).
 		refuse brokerpb.ErrorReason
+		// cutAfter, if set, is how many sends the next producer stream
+		// takes without answering them before it breaks (a broker that
+		// went away with the sends in flight).
+		cutAfter int
 	}
 }
 
@@ -113,6 +117,14 @@ func (f *fakeBroker) refuseSends(reason brokerpb.ErrorReason) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mu.refuse = reason
+}
+
+// cutAfterSends makes the next producer stream take n sends without
+// answering them, then break.
+func (f *fakeBroker) cutAfterSends(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.cutAfter = n
 }
 
 func (f *fakeBroker) stored() [][]byte {
@@ -190,6 +202,15 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 		f.mu.Lock()
 		f.mu.sends++
 		refuse := f.mu.refuse
+		if f.mu.cutAfter > 0 {
+			f.mu.cutAfter--
+			last := f.mu.cutAfter == 0
+			f.mu.Unlock()
+			if last {
+				return status.Error(codes.Unavailable, "the broker went away")
+			}
+			continue // unanswered
+		}
 		f.mu.Unlock()
 		var resp *brokerpb.ProduceResponse
 		// The broker's limit is on the stored entry: metadata and payload.

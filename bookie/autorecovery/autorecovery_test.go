@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/autorecovery"
@@ -19,6 +20,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/testcluster"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/metapb"
 )
 
 func TestMain(m *testing.M) {
@@ -591,5 +593,59 @@ func TestWriterEnsembleChangeRacesRepair(t *testing.T) {
 		if !bytes.Equal(e.Payload, payload(id, e.ID)) {
 			t.Fatalf("entry %d: %q", e.ID, e.Payload)
 		}
+	}
+}
+
+// A mark of a bookie in the last segment of a ledger whose writer is alive
+// is kept by the worker (A5: only the writer may touch that segment, and
+// the mark is what brings the copies back once it is closed), not deleted
+// with the marks it satisfied; once the writer closes the ledger, the
+// worker repairs it and clears the mark.
+func TestWorkerKeepsMarkOfWritersSegment(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx := ctxT(t)
+	sess, err := tc.Store.NewSession(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	lc := tc.Client(ledger.Config{WriterLease: func() int64 { return int64(sess.Lease()) }})
+	w, id := writeLedger(t, lc, 10, true)
+	b := ensembleOf(t, lc, id)[0]
+	key := metastore.UnderReplicatedKey(id, b)
+	raw, _ := proto.Marshal(&metapb.UnderReplicated{Reason: metapb.UnderReplicated_REASON_MISSING, MarkedBy: "test"})
+	if _, err := tc.Store.Put(ctx, key, raw); err != nil {
+		t.Fatal(err)
+	}
+	swapped := make(chan struct{}, 1)
+	s := startService(t, tc, "ar-1", nil)
+	s.SetHook(func(step string, lid int64) error {
+		if lid == id && step == "swapped" {
+			select {
+			case swapped <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	})
+	select {
+	case <-swapped: // a repair of the open ledger went through
+	case <-ctx.Done():
+		t.Fatal("no repair of the marked ledger")
+	}
+	if _, err := tc.Store.Get(ctx, key); err != nil {
+		t.Fatalf("the mark of %s, in the writer's segment, after a repair: %v", b, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func() error {
+		if ms := marks(t, tc.Store); len(ms) > 0 {
+			return fmt.Errorf("marks left once the ledger is closed: %v", ms)
+		}
+		return nil
+	})
+	if err := checkCopies(ctx, lc, id); err != nil {
+		t.Fatal(err)
 	}
 }
