@@ -149,6 +149,33 @@ func TestAddReadFenceOverGRPC(t *testing.T) {
 	if err != nil || f.LastAddConfirmed != 6 || f.LastEntryId != 6 {
 		t.Fatalf("fence: %+v %v", f, err)
 	}
+	// The writers' path, the AddEntries stream, keeps the fence too: a
+	// normal add is refused, a recovery add taken.
+	stream, err := c.AddEntries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, recovery := addReq(1, 7, []byte("late")), addReq(1, 7, []byte("late"))
+	late.RequestId, recovery.RequestId, recovery.Recovery = 1, 2, true
+	for _, r := range []*bookiepb.AddEntryRequest{late, recovery} {
+		if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: []*bookiepb.AddEntryRequest{r}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := resp.Results[0]
+		switch {
+		case res.RequestId != r.RequestId:
+			t.Fatalf("answer to request %d; want %d", res.RequestId, r.RequestId)
+		case !r.Recovery && res.Reason != "LEDGER_FENCED":
+			t.Fatalf("a normal add to a fenced ledger over the stream: %+v; want LEDGER_FENCED", res)
+		case r.Recovery && res.Code != 0:
+			t.Fatalf("a recovery add over the stream: %+v", res)
+		}
+	}
+	stream.CloseSend()
 }
 
 func wantStatus(t *testing.T, err error, code codes.Code, reason string) {

@@ -1,6 +1,10 @@
 package broker
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+)
 
 // take never hands out more messages than the consumer granted, except
 // for an entry larger than its whole receive queue, which goes when every
@@ -39,5 +43,29 @@ func TestConsumerTakeNeverExceedsPermits(t *testing.T) {
 				t.Fatalf("delivered %d, want %d", c.mu.delivered, want)
 			}
 		})
+	}
+}
+
+// The active consumer of an exclusive or failover subscription: Pulsar's
+// rule, the partition index modulo the consumer count for failover.
+func TestActiveIndex(t *testing.T) {
+	for _, tc := range []struct {
+		typ          brokerpb.SubscriptionType
+		partition, n int
+		want         int
+	}{
+		{brokerpb.SubscriptionType_EXCLUSIVE, 3, 1, 0},
+		{brokerpb.SubscriptionType_EXCLUSIVE, -1, 1, 0},
+		{brokerpb.SubscriptionType_FAILOVER, -1, 3, 0}, // not partitioned
+		{brokerpb.SubscriptionType_FAILOVER, 0, 3, 0},
+		{brokerpb.SubscriptionType_FAILOVER, 1, 3, 1},
+		{brokerpb.SubscriptionType_FAILOVER, 2, 3, 2},
+		{brokerpb.SubscriptionType_FAILOVER, 3, 3, 0},
+		{brokerpb.SubscriptionType_FAILOVER, 7, 2, 1},
+		{brokerpb.SubscriptionType_FAILOVER, 5, 1, 0},
+	} {
+		if got := activeIndex(tc.typ, tc.partition, tc.n); got != tc.want {
+			t.Errorf("%v, partition %d, %d consumers: active %d, want %d", tc.typ, tc.partition, tc.n, got, tc.want)
+		}
 	}
 }

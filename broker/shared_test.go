@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -443,12 +444,19 @@ func TestQueueSubscriptionsBadInput(t *testing.T) {
 // the caller).
 func rawConsume(t *testing.T, e *env, sub *brokerpb.Subscribe) brokerpb.Broker_ConsumeClient {
 	t.Helper()
+	return rawConsumeCtx(ctxT(t), t, e, sub)
+}
+
+// rawConsumeCtx is rawConsume with a stream that ends with ctx (then
+// Recv fails): a test waiting for a message that never comes fails then.
+func rawConsumeCtx(ctx context.Context, t *testing.T, e *env, sub *brokerpb.Subscribe) brokerpb.Broker_ConsumeClient {
+	t.Helper()
 	cc, err := grpc.NewClient(e.b.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	stream, err := brokerpb.NewBrokerClient(cc).Consume(ctxT(t))
+	stream, err := brokerpb.NewBrokerClient(cc).Consume(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1126,5 +1134,56 @@ func TestKeySharedNewEntryWaitsBehindReplayOfItsKey(t *testing.T) {
 	newer := at(&brokerpb.MessageId{LedgerId: later.LedgerID(), EntryId: later.EntryID()})
 	if newer < older {
 		t.Fatalf("key-%d: the new message was delivered %dth, before the older one in replay (%dth)", n-1, newer+1, older+1)
+	}
+}
+
+// Shared: a consumer's nack of its own messages sends them again at once
+// (the raw protocol has no client-side delay), counted; a consumer that
+// leaves has every message it held sent to another. Each step waits at
+// most 10 s for what must come: a redelivery that never comes fails the
+// test then, not after a long timeout.
+func TestSharedRedeliversNackedAndLeftMessages(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "redeliver", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 0, 6)
+	sub := func(name string) (brokerpb.Broker_ConsumeClient, context.CancelFunc) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		stream := rawConsumeCtx(ctx, t, e, &brokerpb.Subscribe{Topic: "redeliver", Subscription: "s", Type: brokerpb.SubscriptionType_SHARED,
+			ConsumerName: name, Durable: true, InitialPosition: brokerpb.InitialPosition_EARLIEST, ReceiverQueueSize: 10})
+		stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: 10}}})
+		return stream, cancel
+	}
+	a, cancelA := sub("a")
+	defer cancelA()
+	ids := rawMessages(t, a, 6)
+
+	a.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: ids[:2]}}})
+	for i := range 2 {
+		r, err := a.Recv()
+		for err == nil && r.GetMessage() == nil {
+			r, err = a.Recv()
+		}
+		if err != nil {
+			t.Fatalf("nacked message %d not sent again: %v", i, err)
+		}
+		if m := r.GetMessage(); !sameEntry(m.MessageId, ids[i]) || m.RedeliveryCount != 1 {
+			t.Fatalf("after the nack: %v (redelivery count %d); want %v, 1", m.MessageId, m.RedeliveryCount, ids[i])
+		}
+	}
+
+	b, cancelB := sub("b")
+	defer cancelB()
+	waitSub(t, e, "redeliver", "s", func(st subStats) bool { return len(st.Consumers) == 2 })
+	cancelA() // a leaves holding all six
+	got := rawMessages(t, b, 6)
+	for _, id := range ids {
+		if !slices.ContainsFunc(got, func(g *brokerpb.MessageId) bool { return sameEntry(g, id) }) {
+			t.Fatalf("%v, held by the consumer that left, not sent to the other; got %v", id, got)
+		}
 	}
 }

@@ -138,6 +138,18 @@ func (s *subscription) removeConsumer(c *consumer) {
 	s.electLocked()
 }
 
+// activeIndex is the position of the active consumer among n (sorted)
+// consumers of an exclusive or failover subscription: the first for
+// exclusive; for failover, the partition index modulo n (a partitioned
+// topic's partitions spread over the consumers; a topic that is not
+// partitioned, index -1, counts as partition 0), as Pulsar does.
+func activeIndex(typ brokerpb.SubscriptionType, partition, n int) int {
+	if typ != brokerpb.SubscriptionType_FAILOVER {
+		return 0
+	}
+	return max(partition, 0) % n
+}
+
 // electLocked picks the active consumer: the first for exclusive; for
 // failover, the one at the partition index modulo the count. A
 // change rewinds delivery and tells every consumer whether it is active.
@@ -148,11 +160,7 @@ func (s *subscription) electLocked() {
 	}
 	var next *consumer
 	if n := len(s.mu.consumers); n > 0 {
-		i := 0
-		if s.mu.typ == brokerpb.SubscriptionType_FAILOVER {
-			i = max(s.t.name.PartitionIndex(), 0) % n
-		}
-		next = s.mu.consumers[i]
+		next = s.mu.consumers[activeIndex(s.mu.typ, s.t.name.PartitionIndex(), n)]
 	}
 	if next == s.mu.active {
 		return

@@ -108,6 +108,9 @@ func (s *Service) check(ctx context.Context, entries bool) error {
 		}
 	}
 	s.log.Info("autorecovery: check done", zap.Int("ledgers", len(ids)), zap.Int("copies-checked", checked), zap.Int("marked", marked))
+	if entries {
+		return s.step("checked", 0)
+	}
 	return nil
 }
 

@@ -390,3 +390,56 @@ func TestForgetDecommissionedBookie(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The periodic check compares every fragment of a closed ledger, its last
+// segment included, with what each bookie holds, and marks a bookie that
+// lacks entries: here, one whose disk was wiped while no auditor ran. The
+// repairs are held back to look at the marks one check leaves.
+func TestCheckMarksBookieLackingEntriesOfClosedLedgers(t *testing.T) {
+	tc := startCluster(t, 4)
+	ctx := ctxT(t)
+	lc := tc.Client(ledger.Config{})
+	var ids []int64
+	for i := 0; i < 2; i++ {
+		_, id := writeLedger(t, lc, 20, false)
+		ids = append(ids, id)
+	}
+	victim := tc.Bookie(ensembleOf(t, lc, ids[0])[1])
+	victim.Stop()
+	if err := os.RemoveAll(victim.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.Store.Delete(ctx, metastore.BookieCookieKey(victim.ID)); err != nil {
+		t.Fatal(err)
+	}
+	tc.Restart(victim)
+	checked := make(chan struct{}, 1)
+	// The first check with entries comes a CheckInterval after the start:
+	// the hook is in place by then.
+	s := startService(t, tc, "ar-1", func(c *autorecovery.Config) { c.CheckInterval = 300 * time.Millisecond })
+	s.SetHook(func(step string, _ int64) error {
+		switch step {
+		case "checked":
+			select {
+			case checked <- struct{}{}:
+			default:
+			}
+		case "planned":
+			return errors.New("test: no repair")
+		}
+		return nil
+	})
+	select {
+	case <-checked:
+	case <-ctx.Done():
+		t.Fatal("no check")
+	}
+	for _, id := range ids {
+		if !names(t, lc, id, victim.ID, false) {
+			continue
+		}
+		if _, err := tc.Store.Get(ctx, metastore.UnderReplicatedKey(id, victim.ID)); err != nil {
+			t.Errorf("ledger %d: %s lacks its entries, but after a check: %v", id, victim.ID, err)
+		}
+	}
+}

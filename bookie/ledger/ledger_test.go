@@ -360,7 +360,10 @@ func TestEnsembleChangeWithoutSpareBookie(t *testing.T) {
 	if _, err := w.Append(ctx, []byte("lost")); !errors.Is(err, ledger.ErrNotEnoughBookies) {
 		t.Fatalf("append with no spare bookie: %v", err)
 	}
-	if _, err := w.Append(ctx, []byte("more")); !errors.Is(err, ledger.ErrWriterClosed) {
+	// Refused at once, not taken and left unanswered.
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := w.Append(actx, []byte("more")); !errors.Is(err, ledger.ErrWriterClosed) {
 		t.Fatalf("append on a failed writer: %v", err)
 	}
 	if err := w.Close(ctx); err != nil {
