@@ -19,7 +19,8 @@ func TestDedupStateFindsInflightAndRecent(t *testing.T) {
 	d.pushed = 19
 	d.inflight[10] = &dedupWaiters{highest: 14} // a batch of 10..14
 	d.inflight[15] = &dedupWaiters{highest: 15}
-	for seq, want := range map[int64]*dedupWaiters{10: d.inflight[10], 12: d.inflight[10], 15: d.inflight[15], 16: nil, 9: nil, 25: nil} {
+	d.inflight[19] = &dedupWaiters{highest: 19} // the last pushed
+	for seq, want := range map[int64]*dedupWaiters{10: d.inflight[10], 12: d.inflight[10], 15: d.inflight[15], 19: d.inflight[19], 16: nil, 9: nil, 20: nil, 25: nil} {
 		if got := d.inflightCovering(seq); got != want {
 			t.Errorf("inflightCovering(%d) = %p, want %p", seq, got, want)
 		}

@@ -1082,6 +1082,13 @@ func rawMessages(t *testing.T, stream brokerpb.Broker_ConsumeClient, n int) []*b
 	return ids
 }
 
+func rawSend(t *testing.T, stream brokerpb.Broker_ConsumeClient, req *brokerpb.ConsumeRequest) {
+	t.Helper()
+	if err := stream.Send(req); err != nil {
+		t.Fatalf("send %v: %v", req, err)
+	}
+}
+
 func sameEntry(a, b *brokerpb.MessageId) bool {
 	return a.LedgerId == b.LedgerId && a.EntryId == b.EntryId
 }
@@ -1113,13 +1120,13 @@ func TestKeySharedNewEntryWaitsBehindReplayOfItsKey(t *testing.T) {
 	for i := range n {
 		send(fmt.Sprint("key-", i))
 	}
-	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: n}}})
+	rawSend(t, stream, &brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: n}}})
 	first := rawMessages(t, stream, n)
 	// No permits left: the new message of the last key waits.
 	later := send(fmt.Sprint("key-", n-1))
 	// Every message goes back to replay, then permits for all.
-	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: first}}})
-	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: 1000}}})
+	rawSend(t, stream, &brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: first}}})
+	rawSend(t, stream, &brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: 1000}}})
 	again := rawMessages(t, stream, n+1)
 	at := func(id *brokerpb.MessageId) int {
 		for i, got := range again {
@@ -1139,9 +1146,9 @@ func TestKeySharedNewEntryWaitsBehindReplayOfItsKey(t *testing.T) {
 
 // Shared: a consumer's nack of its own messages sends them again at once
 // (the raw protocol has no client-side delay), counted; a consumer that
-// leaves has every message it held sent to another. Each step waits at
-// most 10 s for what must come: a redelivery that never comes fails the
-// test then, not after a long timeout.
+// leaves has every message it held sent to another. Each consumer's
+// stream lives 10 s: a redelivery that never comes fails the test then,
+// not after a long timeout.
 func TestSharedRedeliversNackedAndLeftMessages(t *testing.T) {
 	e := newEnv(t, nil)
 	cl := e.client()
@@ -1155,14 +1162,14 @@ func TestSharedRedeliversNackedAndLeftMessages(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		stream := rawConsumeCtx(ctx, t, e, &brokerpb.Subscribe{Topic: "redeliver", Subscription: "s", Type: brokerpb.SubscriptionType_SHARED,
 			ConsumerName: name, Durable: true, InitialPosition: brokerpb.InitialPosition_EARLIEST, ReceiverQueueSize: 10})
-		stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: 10}}})
+		rawSend(t, stream, &brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: 10}}})
 		return stream, cancel
 	}
 	a, cancelA := sub("a")
 	defer cancelA()
 	ids := rawMessages(t, a, 6)
 
-	a.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: ids[:2]}}})
+	rawSend(t, a, &brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Redeliver{Redeliver: &brokerpb.Redeliver{MessageIds: ids[:2]}}})
 	for i := range 2 {
 		r, err := a.Recv()
 		for err == nil && r.GetMessage() == nil {

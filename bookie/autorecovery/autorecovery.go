@@ -120,6 +120,11 @@ type Service struct {
 // Start begins autorecovery on store, copying with lc. It returns at once;
 // the work runs in the background until Close.
 func Start(store *metastore.Store, lc *ledger.Client, cfg Config) (*Service, error) {
+	return start(store, lc, cfg, nil)
+}
+
+// start is Start with a step hook in place before anything runs (tests).
+func start(store *metastore.Store, lc *ledger.Client, cfg Config, hook func(step string, ledgerID int64) error) (*Service, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -129,6 +134,7 @@ func Start(store *metastore.Store, lc *ledger.Client, cfg Config) (*Service, err
 		// let the first 16 MiB through at full speed whatever the rate.
 		s.limit = rate.NewLimiter(rate.Limit(cfg.MaxBytesPerSec), int(max(cfg.MaxBytesPerSec/4, 1<<20)))
 	}
+	s.hookFn = hook
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.run()

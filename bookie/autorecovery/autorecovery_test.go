@@ -57,6 +57,13 @@ func startCluster(t *testing.T, n int) *testcluster.Cluster {
 
 func startService(t *testing.T, tc *testcluster.Cluster, id string, mod func(*autorecovery.Config)) *autorecovery.Service {
 	t.Helper()
+	return startServiceWithHook(t, tc, id, mod, nil)
+}
+
+// startServiceWithHook is startService with a step hook in place from
+// the start.
+func startServiceWithHook(t *testing.T, tc *testcluster.Cluster, id string, mod func(*autorecovery.Config), hook func(step string, ledgerID int64) error) *autorecovery.Service {
+	t.Helper()
 	cfg := autorecovery.Config{
 		ID:            id,
 		AuditInterval: 50 * time.Millisecond,
@@ -67,7 +74,7 @@ func startService(t *testing.T, tc *testcluster.Cluster, id string, mod func(*au
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := autorecovery.Start(tc.Store, tc.Client(ledger.Config{Logger: cfg.Logger}), cfg)
+	s, err := autorecovery.StartWithHook(tc.Store, tc.Client(ledger.Config{Logger: cfg.Logger}), cfg, hook)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -618,8 +625,7 @@ func TestWorkerKeepsMarkOfWritersSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	swapped := make(chan struct{}, 1)
-	s := startService(t, tc, "ar-1", nil)
-	s.SetHook(func(step string, lid int64) error {
+	startServiceWithHook(t, tc, "ar-1", nil, func(step string, lid int64) error {
 		if lid == id && step == "swapped" {
 			select {
 			case swapped <- struct{}{}:

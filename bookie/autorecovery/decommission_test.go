@@ -414,10 +414,7 @@ func TestCheckMarksBookieLackingEntriesOfClosedLedgers(t *testing.T) {
 	}
 	tc.Restart(victim)
 	checked := make(chan struct{}, 1)
-	// The first check with entries comes a CheckInterval after the start:
-	// the hook is in place by then.
-	s := startService(t, tc, "ar-1", func(c *autorecovery.Config) { c.CheckInterval = 300 * time.Millisecond })
-	s.SetHook(func(step string, _ int64) error {
+	startServiceWithHook(t, tc, "ar-1", func(c *autorecovery.Config) { c.CheckInterval = 100 * time.Millisecond }, func(step string, _ int64) error {
 		switch step {
 		case "checked":
 			select {

@@ -39,6 +39,12 @@ type Config struct {
 	// EnsembleChangeTimeout: how long a writer keeps looking for
 	// replacement bookies before failing its pending appends. Default 30s.
 	EnsembleChangeTimeout time.Duration
+	// CloseAnswerWait: how long Close waits, once every entry completed
+	// (with Qa acks), for the answers the other bookies of the ensemble
+	// still owe. One that fails an entry, or has not answered by then, is
+	// marked under-replicated in the close: it may lack entries. Default
+	// 1s, or AddTimeout if that is shorter.
+	CloseAnswerWait time.Duration
 	// MaxEntrySize caps one entry. Default 5 MiB (the bookies' default).
 	MaxEntrySize int
 	// MaxPendingBytes and MaxPendingEntries bound what a writer has in
@@ -73,6 +79,7 @@ func (c *Config) fill() error {
 	def(&c.SpeculativeReadTimeout, 200*time.Millisecond)
 	def(&c.ExplicitLACInterval, time.Second)
 	def(&c.EnsembleChangeTimeout, 30*time.Second)
+	def(&c.CloseAnswerWait, min(time.Second, c.AddTimeout))
 	if c.MaxEntrySize == 0 {
 		c.MaxEntrySize = 5 << 20
 	}

@@ -291,15 +291,21 @@ func TestSlowBookieIsReplaced(t *testing.T) {
 // timed out here; read-only or out of space would do the same), the
 // closed ledger names it for an entry it lacks: Close waits for the
 // answer and marks the bookie under-replicated, so that autorecovery
-// copies the entry. A late answer that succeeds marks nothing.
+// copies the entry. So it does for a bookie still silent when its wait
+// ends. A late answer that succeeds within the wait marks nothing.
 func TestCloseMarksBookieThatFailsAfterCompletion(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		answers bool // the third bookie answers (late) before its add times out
-	}{{"fails", false}, {"answers late", true}} {
+		cfg     ledger.Config
+		answers bool // the third bookie answers (late) within the wait
+	}{
+		{"fails", ledger.Config{AddTimeout: time.Second, CloseAnswerWait: time.Minute}, false},
+		{"silent past the wait", ledger.Config{AddTimeout: time.Minute, CloseAnswerWait: 300 * time.Millisecond}, false},
+		{"answers late", ledger.Config{AddTimeout: time.Minute, CloseAnswerWait: time.Minute}, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testcluster.Start(t, 3, testcluster.Options{})
-			cl := c.Client(ledger.Config{AddTimeout: time.Second})
+			cl := c.Client(tc.cfg)
 			ctx := ctxT(t)
 			w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
 			if err != nil {
@@ -317,10 +323,7 @@ func TestCloseMarksBookieThatFailsAfterCompletion(t *testing.T) {
 			}
 			<-held
 			if tc.answers {
-				go func() {
-					// Close is waiting (or about to) for this answer.
-					slow.Proxy.Resume()
-				}()
+				go slow.Proxy.Resume() // as Close starts (before or after)
 			}
 			if err := w.Close(ctx); err != nil {
 				t.Fatal(err)

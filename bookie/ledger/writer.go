@@ -659,17 +659,25 @@ func (w *Writer) close(ctx context.Context) error {
 		w.mu.Lock()
 	}
 	// Entries complete with Qa acks; the other bookies of their write sets
-	// may still fail them. Wait for their answers (bounded by AddTimeout,
-	// after which every add is answered) so that such a bookie is known.
+	// may still fail them. Wait a little (CloseAnswerWait) for their
+	// answers, so that such a bookie is known; one that is slower than
+	// that is counted as lacking entries, which costs autorecovery a look
+	// if it had them after all, and a close no more than the wait.
+	wait := time.NewTimer(w.c.cfg.CloseAnswerWait)
+	defer wait.Stop()
 	for w.mu.err == nil && w.owedLocked() {
 		answered := w.mu.answered
 		w.mu.Unlock()
+		stop := false
 		select {
 		case <-answered:
+		case <-wait.C:
+			stop = true
 		case <-ctx.Done():
+			stop = true
 		}
 		w.mu.Lock()
-		if ctx.Err() != nil {
+		if stop {
 			break
 		}
 	}
@@ -678,12 +686,15 @@ func (w *Writer) close(ctx context.Context) error {
 	meta := w.mu.meta.clone()
 	// Bookies still failed when the ledger closes may lack entries that
 	// completed without them (no spare bookie was found, or they failed
-	// after the entries completed). (If ctx ended before every answer
-	// came, so does the close below: a recovery closes the ledger, and
-	// copies its last entries to every bookie of their write sets.)
+	// after the entries completed), and so may those that have not
+	// answered. (If ctx ended, so does the close below: a recovery then
+	// closes the ledger, and the periodic check is what finds entries up
+	// to the last add confirmed that a bookie lacks.)
 	var lacking []string
-	for _, p := range w.mu.st.failedPositions() {
-		lacking = append(lacking, w.mu.ensemble[p])
+	for p, b := range w.mu.ensemble {
+		if w.mu.st.failed[p] || w.mu.owed[b] > 0 {
+			lacking = append(lacking, b)
+		}
 	}
 	if w.mu.err == nil {
 		w.mu.err = ErrWriterClosed

@@ -30,6 +30,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -172,15 +173,20 @@ type testEvent struct {
 // testRun is what one `go test` said.
 type testRun struct {
 	failed     []string // package.Test that failed, in order
+	ran        int      // tests started
 	pkgFailed  bool     // a package failed (a test, or its binary)
 	buildFail  bool
-	hung       bool // a test binary hit -timeout
-	output     string
+	hung       bool   // a test binary hit -timeout
+	output     string // the last maxOutput bytes
 	exitStatus int
 }
 
+// maxOutput is how much of a run's output is kept (for the report).
+const maxOutput = 64 << 10
+
 // runner runs `go test` in a module.
 type runner struct {
+	gocmd   string        // the go command
 	dir     string        // module root
 	timeout time.Duration // go test -timeout
 	env     []string
@@ -196,7 +202,7 @@ func (r *runner) goTest(ctx context.Context, overlay string, pkgs []string, run 
 		args = append(args, "-run", run)
 	}
 	args = append(args, pkgs...)
-	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd := exec.CommandContext(ctx, cmp.Or(r.gocmd, "go"), args...)
 	cmd.Dir = r.dir
 	cmd.Env = append(os.Environ(), r.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -217,10 +223,10 @@ func (r *runner) goTest(ctx context.Context, overlay string, pkgs []string, run 
 	case err != nil:
 		return testRun{}, err
 	}
-	var text strings.Builder
+	var text tailBuffer
 	text.WriteString(stderr.String())
 	sc := bufio.NewScanner(&out)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
 	for sc.Scan() {
 		var ev testEvent
 		if json.Unmarshal(sc.Bytes(), &ev) != nil {
@@ -228,6 +234,8 @@ func (r *runner) goTest(ctx context.Context, overlay string, pkgs []string, run 
 			continue
 		}
 		switch ev.Action {
+		case "run":
+			tr.ran++
 		case "build-fail":
 			tr.buildFail = true
 		case "build-output", "output":
@@ -246,9 +254,24 @@ func (r *runner) goTest(ctx context.Context, overlay string, pkgs []string, run 
 			}
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return testRun{}, fmt.Errorf("reading go test -json: %w", err)
+	}
 	tr.output = text.String()
 	return tr, nil
 }
+
+// tailBuffer keeps the last maxOutput bytes written to it.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) WriteString(s string) {
+	t.b = append(t.b, s...)
+	if n := len(t.b); n > 2*maxOutput {
+		t.b = append(t.b[:0], t.b[n-maxOutput:]...)
+	}
+}
+
+func (t *tailBuffer) String() string { return string(t.b[max(0, len(t.b)-maxOutput):]) }
 
 // baselineKey names a set of tests (packages and -run).
 func baselineKey(m Mutation) string { return strings.Join(m.Packages, " ") + "\x00" + m.Run }
@@ -259,8 +282,8 @@ func (r *runner) check(ctx context.Context, ms []Mutation, parallel int, tmp str
 	for i, m := range ms {
 		results[i] = Result{M: m, Outcome: Interrupted}
 	}
-	// Each mutated file, checked before any test runs (a stale list fails
-	// at once).
+	// Each mutated file, before any test runs: a line that is no longer
+	// there is reported, and its tests are not run.
 	overlays := make([]string, len(ms))
 	for i, m := range ms {
 		path := filepath.Join(r.dir, m.File)
@@ -329,8 +352,11 @@ func (r *runner) check(ctx context.Context, ms []Mutation, parallel int, tmp str
 			defer bwg.Done()
 			start := time.Now()
 			tr, err := r.goTest(ctx, "", strings.Fields(pkgs), run)
-			if err == nil && (tr.exitStatus != 0 || tr.buildFail) {
+			switch {
+			case err == nil && (tr.exitStatus != 0 || tr.buildFail):
 				err = fmt.Errorf("tests fail without a mutation: %s", firstOf(tr.failed, tail(tr.output, 400)))
+			case err == nil && tr.ran == 0:
+				err = fmt.Errorf("no test ran: -run %q matches none in %s", run, pkgs)
 			}
 			fmt.Fprintf(r.stderr, "baseline %s -run %q: %v (%v)\n", pkgs, run, errOr(err, "pass"), time.Since(start).Round(time.Second))
 			mu.Lock()
@@ -361,6 +387,8 @@ func (r *runner) check(ctx context.Context, ms []Mutation, parallel int, tmp str
 				res.Outcome, res.Detail = RunError, err.Error()
 			case tr.buildFail:
 				res.Outcome, res.Detail = NoCompile, tail(tr.output, 600)
+			case tr.ran == 0:
+				res.Outcome, res.Detail = RunError, "no test ran"
 			case tr.exitStatus == 0:
 				res.Outcome = Survived
 			case tr.hung:
@@ -459,11 +487,12 @@ func gitDescribe(dir string) string {
 
 func main() {
 	list := flag.String("list", "tools/mutate/mutations.tsv", "the list of mutations")
+	gocmd := flag.String("go", "go", "the go command")
 	dir := flag.String("dir", ".", "the module root")
 	only := flag.String("only", "", "comma-separated ids or invariants to run (default: all)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "go test -timeout of each run (a hung test then counts as caught, flagged)")
 	parallel := flag.Int("p", 1, "mutations tested side by side")
-	reportFile := flag.String("report", "", "a Markdown file whose "+beginMark+" section gets the result")
+	reportFile := flag.String("report", "", "a Markdown file whose "+beginMark+" section gets the result (of a whole run: not with -only)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "mutate: unexpected arguments %q\n", flag.Args())
@@ -482,12 +511,18 @@ func main() {
 	}
 	if *only != "" {
 		want := strings.Split(*only, ",")
+		for _, w := range want {
+			if !slices.ContainsFunc(ms, func(m Mutation) bool { return m.ID == w || m.Invariant == w }) {
+				fmt.Fprintf(os.Stderr, "mutate: -only: no mutation has id or invariant %q\n", w)
+				os.Exit(2)
+			}
+		}
 		ms = slices.DeleteFunc(ms, func(m Mutation) bool {
 			return !slices.Contains(want, m.ID) && !slices.Contains(want, m.Invariant)
 		})
-		if len(ms) == 0 {
-			fmt.Fprintf(os.Stderr, "mutate: no mutation has id or invariant %q\n", *only)
-			os.Exit(2)
+		if *reportFile != "" {
+			fmt.Fprintf(os.Stderr, "mutate: -only: a partial run; %s is left as it is\n", *reportFile)
+			*reportFile = ""
 		}
 	}
 	tmp, err := os.MkdirTemp("", "mutate-")
@@ -500,7 +535,7 @@ func main() {
 	defer stop()
 
 	start := time.Now()
-	r := &runner{dir: *dir, timeout: *timeout, env: []string{"CGO_ENABLED=0"}, stderr: os.Stderr}
+	r := &runner{gocmd: *gocmd, dir: *dir, timeout: *timeout, env: []string{"CGO_ENABLED=0"}, stderr: os.Stderr}
 	fmt.Fprintf(os.Stderr, "mutate: %d mutations, %d at a time\n", len(ms), *parallel)
 	results := r.check(ctx, ms, *parallel, tmp)
 	header := fmt.Sprintf("Last run: %s, commit %s, %s, %d CPUs, %v in all (`make mutate`).",

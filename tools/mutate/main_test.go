@@ -74,8 +74,8 @@ func TestReplaceSection(t *testing.T) {
 
 // The runner on a module of its own: one mutation the tests catch, one
 // they miss, one whose line is gone, one that does not build, one whose
-// tests fail anyway, and one that makes a test hang. The module's files
-// are unchanged afterwards.
+// tests fail anyway, one that makes a test hang, and one whose -run
+// matches no test. The module's files are unchanged afterwards.
 func TestCheckOutcomes(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
@@ -135,14 +135,15 @@ func TestLoop(t *testing.T) {
 		"stale\tmax\tm.go\tif a >= b {\tif a < b {\t.\n" +
 		"broken\tmax\tm.go\treturn b\treturn c\t.\n" +
 		"baseline\tbad\tbad/bad.go\tfunc One() int { return 2 }\tfunc One() int { return 3 }\t./bad\n" +
-		"hangs\tloop\tm.go\tfor i := 0; i < n; i++ {\tfor i := 0; i < n; i += 0 {\t.\tTestLoop\n"
+		"hangs\tloop\tm.go\tfor i := 0; i < n; i++ {\tfor i := 0; i < n; i += 0 {\t.\tTestLoop\n" +
+		"norun\tmax\tm.go\treturn a\treturn a + 0\t.\tTestNope\n"
 	ms, err := parseList(strings.NewReader(list))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &runner{dir: dir, timeout: 5 * time.Second, env: []string{"GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0"}, stderr: io.Discard}
 	results := r.check(context.Background(), ms, 2, t.TempDir())
-	want := map[string]Outcome{"caught": Caught, "survived": Survived, "stale": NotFound, "broken": NoCompile, "baseline": BaseFails, "hangs": HungCaught}
+	want := map[string]Outcome{"caught": Caught, "survived": Survived, "stale": NotFound, "broken": NoCompile, "baseline": BaseFails, "hangs": HungCaught, "norun": BaseFails}
 	for _, res := range results {
 		if res.Outcome != want[res.M.ID] {
 			t.Errorf("%s: %s (%s); want %s", res.M.ID, res.Outcome, res.Detail, want[res.M.ID])
@@ -156,7 +157,7 @@ func TestLoop(t *testing.T) {
 	}
 	var sb strings.Builder
 	report(&sb, results, "header")
-	if out := sb.String(); !strings.Contains(out, "2 of 6 mutations caught") || !strings.Contains(out, "| survived | clamp | m.go | SURVIVED |") {
+	if out := sb.String(); !strings.Contains(out, "2 of 7 mutations caught") || !strings.Contains(out, "| survived | clamp | m.go | SURVIVED |") {
 		t.Errorf("report:\n%s", out)
 	}
 }
