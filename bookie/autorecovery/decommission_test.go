@@ -181,15 +181,14 @@ func TestDecommissionRefused(t *testing.T) {
 	}
 }
 
-// TestWipedBookieIsRefilled: a bookie's data directory is wiped; the
-// operator deletes its cookie and it comes back under the same id with a
-// new instance. The periodic check finds what it lacks and copies it back.
-func TestWipedBookieIsRefilled(t *testing.T) {
-	tc := startCluster(t, 4)
-	ctx := ctxT(t)
-	lc := tc.Client(ledger.Config{})
+// wipedBookie writes n closed ledgers, then wipes a bookie of the
+// first one's ensemble while no auditor runs (stopped, its data and cookie
+// removed, started again as a new instance) and returns the ledgers and
+// the bookie.
+func wipedBookie(t *testing.T, tc *testcluster.Cluster, lc *ledger.Client, n int) ([]int64, *testcluster.Bookie) {
+	t.Helper()
 	var ids []int64
-	for i := 0; i < 3; i++ {
+	for range n {
 		_, id := writeLedger(t, lc, 20, false)
 		ids = append(ids, id)
 	}
@@ -198,10 +197,21 @@ func TestWipedBookieIsRefilled(t *testing.T) {
 	if err := os.RemoveAll(victim.Dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := tc.Store.Delete(ctx, metastore.BookieCookieKey(victim.ID)); err != nil {
+	if err := tc.Store.Delete(ctxT(t), metastore.BookieCookieKey(victim.ID)); err != nil {
 		t.Fatal(err)
 	}
 	tc.Restart(victim)
+	return ids, victim
+}
+
+// TestWipedBookieIsRefilled: a bookie's data directory is wiped; the
+// operator deletes its cookie and it comes back under the same id with a
+// new instance. The periodic check finds what it lacks and copies it back.
+func TestWipedBookieIsRefilled(t *testing.T) {
+	tc := startCluster(t, 4)
+	ctx := ctxT(t)
+	lc := tc.Client(ledger.Config{})
+	ids, victim := wipedBookie(t, tc, lc, 3)
 	if err := checkCopies(ctx, lc, ids[0]); err == nil {
 		t.Fatal("the wiped bookie still has its copies")
 	}
@@ -399,20 +409,7 @@ func TestCheckMarksBookieLackingEntriesOfClosedLedgers(t *testing.T) {
 	tc := startCluster(t, 4)
 	ctx := ctxT(t)
 	lc := tc.Client(ledger.Config{})
-	var ids []int64
-	for i := 0; i < 2; i++ {
-		_, id := writeLedger(t, lc, 20, false)
-		ids = append(ids, id)
-	}
-	victim := tc.Bookie(ensembleOf(t, lc, ids[0])[1])
-	victim.Stop()
-	if err := os.RemoveAll(victim.Dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := tc.Store.Delete(ctx, metastore.BookieCookieKey(victim.ID)); err != nil {
-		t.Fatal(err)
-	}
-	tc.Restart(victim)
+	ids, victim := wipedBookie(t, tc, lc, 2)
 	checked := make(chan struct{}, 1)
 	startServiceWithHook(t, tc, "ar-1", func(c *autorecovery.Config) { c.CheckInterval = 100 * time.Millisecond }, func(step string, _ int64) error {
 		switch step {
