@@ -129,6 +129,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 30s ./proto/entry
 	$(GO) test -run '^$$' -fuzz FuzzSplitBatch -fuzztime 30s ./proto/entry
 	$(GO) test -run '^$$' -fuzz FuzzDecompress -fuzztime 30s ./proto/entry
+	$(GO) test -run '^$$' -fuzz FuzzAddEntries -fuzztime 30s ./internal/wirecodec
+	$(GO) test -run '^$$' -fuzz FuzzProduce -fuzztime 30s ./internal/wirecodec
 
 run: build
 	$(BIN)/magnetar standalone

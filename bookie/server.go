@@ -31,6 +31,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
+	"github.com/magnetar-io/magnetar/internal/wirecodec"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -261,6 +262,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		// Servers take gRPC's default pool when the grpc package
 		// initializes, before bufpool.Install can run: named here.
 		experimental.BufferPool(bufpool.Shared()),
+		// Payloads of adds decoded into pooled buffers, handed back
+		// when the storage has answered (receiveAdds).
+		grpc.ForceServerCodecV2(wirecodec.Codec()),
 		grpc.InitialWindowSize(transportWindow),
 		grpc.InitialConnWindowSize(transportWindow),
 		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{errorInterceptor, recoverInterceptor(s.log)}, authUnary...)...),

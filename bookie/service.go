@@ -12,6 +12,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/wirecodec"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
@@ -179,6 +180,9 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 			id := req.RequestId
 			budgeted := err == nil
 			done := func(err error) {
+				// The storage has answered: it holds no reference to the
+				// payload any more (it copied it into its log or batch).
+				wirecodec.Release(req.Payload)
 				v.s.metrics.added(int(n), time.Since(start), err)
 				code, reason, msg := wire.ToResult(err)
 				results.push(&bookiepb.AddResult{RequestId: id, Code: code, Reason: reason, Message: msg})

@@ -21,6 +21,7 @@ import (
 func init() { bufpool.Install() }
 
 func TestMain(m *testing.M) {
+	testutil.PoisonReleased()
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
 }
 

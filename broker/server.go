@@ -29,6 +29,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
+	"github.com/magnetar-io/magnetar/internal/wirecodec"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
@@ -279,6 +280,9 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		// Servers take gRPC's default pool when the grpc package
 		// initializes, before bufpool.Install can run: named here.
 		experimental.BufferPool(bufpool.Shared()),
+		// Payloads of sends decoded into pooled buffers, handed back once
+		// publish has encoded the entry (service.Produce).
+		grpc.ForceServerCodecV2(wirecodec.Codec()),
 		grpc.ChainUnaryInterceptor(unaryErrors, recoverUnary(s.log), s.auth.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(streamErrors, recoverStream(s.log), s.auth.StreamInterceptor()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/wirecodec"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
@@ -189,6 +190,7 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 			}
 			seq := send.SequenceId
 			if p.isDisconnected() {
+				wirecodec.Release(send.Payload)
 				<-pending
 				recvErr <- io.EOF // the handler is returning: take nothing more
 				return
@@ -202,11 +204,13 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 			// sends in flight then are resent, deduplicated only with
 			// deduplication on, as in Pulsar.)
 			if p.hasFailed() {
+				wirecodec.Release(send.Payload)
 				p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
 				<-pending
 				continue
 			}
 			if size := len(send.Payload); size > v.s.cfg.MaxMessageSize {
+				wirecodec.Release(send.Payload)
 				p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
 				<-pending
 				continue
@@ -221,6 +225,9 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 					SequenceId: seq, MessageId: t.messageID(pos, -1, 0), Duplicate: dup,
 				}}})
 			})
+			// publish copied the payload into the entry before returning
+			// (or refused it): the pooled buffer goes back.
+			wirecodec.Release(send.Payload)
 		}
 	}()
 	// A stream ends when its token expires; the client reconnects with a

@@ -27,6 +27,8 @@ import (
 var binary, etcdBinary string
 
 func TestMain(m *testing.M) {
+	// The magnetar processes started inherit it.
+	testutil.PoisonReleased()
 	dir, err := os.MkdirTemp("", "magnetar-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

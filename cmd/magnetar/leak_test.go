@@ -8,4 +8,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.GoleakIgnores()...) }
+func TestMain(m *testing.M) {
+	testutil.PoisonReleased()
+	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
+}

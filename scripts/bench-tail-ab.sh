@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# A/B of the produce tail in one run: two or more magnetar binaries (or
+# the same binary with different standalone flags), each as a standalone
+# with 3 bookies (3/3/2), alternating, ROUNDS times each. Each round warms
+# the standalone at the maximum rate (WARM seconds), then publishes at a
+# fixed RATE with batches waiting 1 ms at most, as the half-rate case of
+# `make bench-peers` does, and reports the latency summary, the worst
+# second's p99 (skipping the first), and what the standalone's garbage
+# collector did meanwhile (cycles, bytes allocated per message).
+#
+# Usage: scripts/bench-tail-ab.sh LABEL=BINARY[:FLAGS] ...
+#   e.g. scripts/bench-tail-ab.sh old=/tmp/magnetar-old new=.bin/magnetar
+# Env: RATE (20000 msg/s), SECS (20), WARM (10), ROUNDS (2), DATA_PARENT
+# (where the data directories go; e.g. /dev/shm for no disk cost).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+rate=${RATE:-20000}
+secs=${SECS:-20}
+warm=${WARM:-10}
+rounds=${ROUNDS:-2}
+out=$root/bench/out/tail-ab
+mkdir -p "$out"
+url=magnetar://127.0.0.1:16650
+admin=http://127.0.0.1:18080
+pid=
+dir=
+stop() {
+	if [[ -n $pid ]]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+		pid=
+	fi
+	if [[ -n $dir ]]; then
+		rm -rf "$dir"
+		dir=
+	fi
+}
+trap stop EXIT
+
+metric() { curl -sf "$admin/metrics" | awk -v m="$1" '$1 == m { printf "%.0f", $2 }'; }
+
+run() { # label binary flags...
+	local label=$1 bin=$2 t0
+	shift 2
+	dir=$(mktemp -d "${DATA_PARENT:-$out}/standalone.XXXXXX")
+	"$bin" standalone --data-dir "$dir/data" --bookies 3 --log-level warn \
+		--broker-listen 127.0.0.1:16650 --http 127.0.0.1:18080 \
+		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
+		"$@" >"$out/standalone-$label.log" 2>&1 &
+	pid=$!
+	t0=$SECONDS
+	until "$bin" client produce warmup -m first --url "$url" >/dev/null 2>&1; do
+		kill -0 "$pid" 2>/dev/null || { cat "$out/standalone-$label.log"; exit 1; }
+		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
+		sleep 0.2
+	done
+	"$bin" perf produce warm --size 1024 --rate 0 --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
+	local log=$out/perf-$label.log gc0 al0 gc1 al1
+	gc0=$(metric go_gc_duration_seconds_count)
+	al0=$(metric go_memstats_alloc_bytes_total)
+	"$bin" perf produce tail --size 1024 --rate "$rate" --max-pending 5000 --batch-delay 1ms \
+		--time "${secs}s" --url "$url" >"$log" 2>&1 || true
+	gc1=$(metric go_gc_duration_seconds_count)
+	al1=$(metric go_memstats_alloc_bytes_total)
+	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" '
+		/ summary: / { for (i = 1; i <= NF; i++) {
+			if ($(i+1) == "msg/s") r = $i
+			if ($(i+1) == "messages") n = $i
+			if ($i == "p50") p50 = $(i+1)
+			if ($i == "p99") p99 = $(i+1)
+			if ($i == "p99.9") p999 = $(i+1) } next }
+		/latency ms/ { if (k++ == 0) next
+			for (i = 1; i <= NF; i++) if ($i == "p99" && $(i+1) + 0 > worst) worst = $(i+1) + 0 }
+		END { printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | GC cycles %d, %.0f bytes allocated per message | load %s\n",
+			label, r, p50, p99, p999, worst, gc, (n > 0 ? al / n : 0), load }' "$log"
+	stop
+}
+
+[[ $# -ge 1 ]] || { sed -n '2,14p' "$0"; exit 2; }
+for ((round = 1; round <= rounds; round++)); do
+	for v in "$@"; do
+		label=${v%%=*}
+		spec=${v#*=}
+		bin=${spec%%:*}
+		flags=
+		[[ $spec == *:* ]] && flags=${spec#*:}
+		# shellcheck disable=SC2086
+		run "$label" "$bin" $flags
+	done
+done
