@@ -26,14 +26,19 @@ import (
 // maxAdminBody caps a request body.
 const maxAdminBody = 1 << 20
 
+// route registers an admin handler under its authorization rule.
+type route func(pattern string, allow rule, fn func(w http.ResponseWriter, r *http.Request) (any, error))
+
 // adminHandler serves the admin REST API under Pulsar's paths
 // (/admin/v2/...). Errors are 4xx/5xx with a JSON body {"reason": ...,
-// "code": ...} (restCodeOf), unknown paths and methods included.
+// "errorCode": ...} (restCodeOf), unknown paths and methods included:
+// Pulsar's {"reason"} plus a machine-readable code. (Not "code": the
+// official Go admin library decodes "code" as a number.)
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	// Every route names its authorization rule (authz.go), checked
 	// before the handler runs.
-	h := func(pattern string, allow rule, fn func(w http.ResponseWriter, r *http.Request) (any, error)) {
+	var h route = func(pattern string, allow rule, fn func(w http.ResponseWriter, r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
 			ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
@@ -332,21 +337,8 @@ func (s *Server) adminHandler() http.Handler {
 		})
 		return owners, err
 	})
-	h("GET /admin/v2/clusters", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return []string{s.cfg.ClusterName}, nil
-	})
-	h("GET /admin/v2/brokers", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return nonNil(s.md.listChildren(r.Context(), metastore.BrokersAvailablePrefix))
-	})
-	// Every live broker's registration: addresses and load.
-	h("GET /admin/v2/brokers/load", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return s.liveBrokers(r.Context())
-	})
-	h("GET /admin/v2/broker-stats/cache", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		size, hits, misses := s.cache.Stats()
-		return map[string]any{"sizeBytes": size, "hits": hits, "misses": misses,
-			"entriesReadFromBookies": s.storageReads.Load()}, nil
-	})
+	s.clusterRoutes(h)
+	s.brokerRoutes(h)
 	s.bookieRoutes(h)
 	s.permissionRoutes(h)
 	mux.Handle("GET "+console.Prefix, console.Handler())
@@ -495,17 +487,22 @@ func writeResult(w http.ResponseWriter, out any, err error) {
 		// 307 keeps the method and body: the owner answers.
 		w.Header().Set("Location", redirect.url)
 		w.WriteHeader(http.StatusTemporaryRedirect)
-		json.NewEncoder(w).Encode(map[string]string{"reason": redirect.Error(), "code": "REDIRECT"})
+		json.NewEncoder(w).Encode(map[string]string{"reason": redirect.Error(), "errorCode": "REDIRECT"})
 		return
 	}
 	if err != nil {
 		code, status := restCodeOf(err)
 		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(map[string]string{"reason": err.Error(), "code": code})
+		json.NewEncoder(w).Encode(map[string]string{"reason": err.Error(), "errorCode": code})
 		return
 	}
 	if out == nil {
 		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if text, ok := out.(plainText); ok {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, string(text))
 		return
 	}
 	json.NewEncoder(w).Encode(out)

@@ -8,7 +8,7 @@ import (
 
 // bookieRoutes serves the bookies resource: their states, the
 // under-replicated ledgers, decommission and recommission.
-func (s *Server) bookieRoutes(h func(string, rule, func(http.ResponseWriter, *http.Request) (any, error))) {
+func (s *Server) bookieRoutes(h route) {
 	h("GET /admin/v2/bookies/all", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return autorecovery.Bookies(r.Context(), s.store)
 	})

@@ -56,7 +56,7 @@ func TestAdminBookies(t *testing.T) {
 		}
 		var got struct {
 			Reason string `json:"reason"`
-			Code   string `json:"code"`
+			Code   string `json:"errorCode"`
 		}
 		if err := json.Unmarshal(body, &got); err != nil {
 			t.Fatalf("%s %s: body %q is not JSON: %v", tc.method, tc.path, body, err)

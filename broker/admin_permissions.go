@@ -17,7 +17,7 @@ const maxGrants = 10000
 
 // permissionRoutes serves tenants' details and the grants of namespaces and
 // topics, under Pulsar's paths and shapes.
-func (s *Server) permissionRoutes(h func(string, rule, func(http.ResponseWriter, *http.Request) (any, error))) {
+func (s *Server) permissionRoutes(h route) {
 	h("GET /admin/v2/tenants/{tenant}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		info, err := s.md.tenant(r.Context(), r.PathValue("tenant"))
 		if err != nil {

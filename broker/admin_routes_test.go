@@ -36,7 +36,7 @@ func TestAdminUnknownPathsAndMethods(t *testing.T) {
 		}
 		var body struct {
 			Reason string `json:"reason"`
-			Code   string `json:"code"`
+			Code   string `json:"errorCode"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()

@@ -203,7 +203,7 @@ func (s *Server) putJSON(ctx context.Context, u string, body any) error {
 	}
 	var answer struct {
 		Reason string `json:"reason"`
-		Code   string `json:"code"`
+		Code   string `json:"errorCode"`
 	}
 	out, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(out, &answer) != nil || answer.Reason == "" {

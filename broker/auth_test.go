@@ -148,10 +148,10 @@ func TestAuthenticationRefusesBadCredentials(t *testing.T) {
 func TestAuthenticationOfTheAdminAPI(t *testing.T) {
 	e := newAuthEnv(t, nil)
 	good := e.token(t, "admin", time.Hour)
-	if code, body := e.admin(t, "GET", "/admin/v2/tenants", ""); code != http.StatusUnauthorized || body["code"] != "AUTHENTICATION_ERROR" {
+	if code, body := e.admin(t, "GET", "/admin/v2/tenants", ""); code != http.StatusUnauthorized || body["errorCode"] != "AUTHENTICATION_ERROR" {
 		t.Fatalf("no token: %d %v", code, body)
 	}
-	if code, body := e.admin(t, "PUT", "/admin/v2/tenants/t1", "not-a-token"); code != http.StatusUnauthorized || body["code"] != "AUTHENTICATION_ERROR" {
+	if code, body := e.admin(t, "PUT", "/admin/v2/tenants/t1", "not-a-token"); code != http.StatusUnauthorized || body["errorCode"] != "AUTHENTICATION_ERROR" {
 		t.Fatalf("bad token: %d %v", code, body)
 	}
 	req, _ := http.NewRequest("GET", "http://"+e.b.HTTPAddr()+"/admin/v2/tenants", nil)

@@ -81,7 +81,7 @@ var (
 	ErrMethodNotAllowed = errors.New("method not allowed")
 )
 
-// The REST-only table: sentinel, the JSON "code", HTTP status. These codes
+// The REST-only table: sentinel, the JSON "errorCode", HTTP status. These codes
 // are not brokerpb.ErrorReason values (the SDK never sees them), so they
 // need no proto change.
 var restErrorTable = []struct {
@@ -91,6 +91,7 @@ var restErrorTable = []struct {
 }{
 	{ErrUnknownPath, "UNKNOWN_PATH", http.StatusNotFound},
 	{ErrMethodNotAllowed, "METHOD_NOT_ALLOWED", http.StatusMethodNotAllowed},
+	{ErrNotImplemented, "NOT_IMPLEMENTED", http.StatusNotImplemented},
 	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
 	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},

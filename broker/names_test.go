@@ -68,7 +68,7 @@ func adminError(t *testing.T, e *env, method, path string, body any) (int, strin
 	}
 	var reason struct {
 		Reason string `json:"reason"`
-		Code   string `json:"code"`
+		Code   string `json:"errorCode"`
 	}
 	if code/100 != 2 && (json.Unmarshal(out, &reason) != nil || reason.Reason == "") {
 		t.Fatalf("%s %s: %d without a JSON reason: %s", method, path, code, out)

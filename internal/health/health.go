@@ -9,8 +9,8 @@
 //     (registered in the metastore, serving), 503 otherwise.
 //
 // Both answer JSON: {"status": "ok"|"ready"|..., "checks": {name: "ok" or
-// the error}}; a failure also carries the API's error fields "code" and
-// "reason", as the admin REST API's errors do. Each check gets at most
+// the error}}; a failure also carries the API's error fields "errorCode"
+// and "reason", as the admin REST API's errors do. Each check gets at most
 // CheckTimeout.
 package health
 
@@ -43,7 +43,7 @@ type Checks struct {
 // Response is the body of both endpoints.
 type Response struct {
 	Status string            `json:"status"`
-	Code   string            `json:"code,omitempty"`
+	Code   string            `json:"errorCode,omitempty"`
 	Reason string            `json:"reason,omitempty"`
 	Checks map[string]string `json:"checks,omitempty"`
 	Info   map[string]any    `json:"info,omitempty"`
