@@ -18,7 +18,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testutil.PoisonReleased()
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
 }
 

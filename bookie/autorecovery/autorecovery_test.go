@@ -24,6 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testutil.PoisonReleased()
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
 }
 

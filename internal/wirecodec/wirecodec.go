@@ -13,13 +13,19 @@
 // produce tail (docs/benchmarks.md).
 //
 // The contract: a server that decoded a payload with this codec hands it
-// back with Release once nothing refers to it any more (the bookie once
-// its storage has answered the add, the broker once it has encoded the
-// entry). A payload not released is only garbage, as before; one released
-// too early is another message's bytes, so Release is called at exactly
-// one place per server. With MAGNETAR_POISON_RELEASED=1 in the
-// environment, released buffers are overwritten first, which turns a
-// release too early into a checksum failure in tests.
+// back with Release after its last use of it: the bookie in the add's
+// completion callback (the storage has copied it and answered), the
+// broker at the end of the receive loop's iteration, on each way out of
+// it (publish has encoded the entry, a copy, or the send was refused). A
+// payload not released (a stream ending early) is only garbage, as
+// before; one released too early is another message's bytes. With
+// MAGNETAR_POISON_RELEASED=1 in the environment, released buffers are
+// overwritten first, which turns a release too early into corrupt data or
+// a checksum failure in tests.
+//
+// Pooled buffers come in powers of two: a payload can hold up to twice
+// its length while in flight (the bookie's in-flight budget counts the
+// length), and idle buffers stay in the pool until collections.
 //
 // The hand decoding covers exactly the fields of today's messages, as
 // protobuf would decode them. Anything else (an unknown field, a field

@@ -24,8 +24,9 @@ func fill(n int, seed byte) []byte {
 	return b
 }
 
-// split cuts b into a BufferSlice of up to n pieces (1: one buffer, the
-// usual case).
+// split cuts b into a BufferSlice of up to n pieces (1: one buffer, as
+// gRPC hands over a message of up to 16 KiB; larger ones come in one
+// buffer per HTTP/2 frame).
 func split(b []byte, n int) mem.BufferSlice {
 	var s mem.BufferSlice
 	step := max(len(b)/n, 1)
@@ -285,8 +286,10 @@ func TestReleasePoisons(t *testing.T) {
 }
 
 // TestAddEntriesAllocatesNoPayloads: decoding a batch of 16 entries of
-// 1 KiB, released after each round, allocates far less than the 16 KiB a
-// protobuf decode does (the entries and their pointers, not the bytes).
+// 1 KiB, released after each round, allocates at least half the payload
+// bytes less than protobuf's decode of the same batch (the entries and
+// their pointers, not the bytes). The margin holds under the race
+// detector, whose sync.Pool drops a quarter of what it is given.
 func TestAddEntriesAllocatesNoPayloads(t *testing.T) {
 	want := addEntries()["16 entries of two ledgers"]
 	wire, err := proto.Marshal(want)
@@ -298,7 +301,20 @@ func TestAddEntriesAllocatesNoPayloads(t *testing.T) {
 		payloads += len(e.Payload)
 	}
 	data := split(wire, 1)
-	round := func() {
+	perRound := func(round func()) int {
+		for range 10 {
+			round() // fill the pool
+		}
+		const rounds = 200
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range rounds {
+			round()
+		}
+		runtime.ReadMemStats(&after)
+		return int(after.TotalAlloc-before.TotalAlloc) / rounds
+	}
+	pooled := perRound(func() {
 		m := &bookiepb.AddEntriesRequest{}
 		if err := Codec().Unmarshal(data, m); err != nil {
 			t.Fatal(err)
@@ -306,22 +322,16 @@ func TestAddEntriesAllocatesNoPayloads(t *testing.T) {
 		for _, e := range m.Entries {
 			Release(e.Payload)
 		}
+	})
+	protobuf := perRound(func() {
+		if err := proto.Unmarshal(wire, &bookiepb.AddEntriesRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if pooled > protobuf-payloads/2 {
+		t.Fatalf("%d bytes allocated per batch of %d payload bytes, protobuf %d: payloads are not pooled", pooled, payloads, protobuf)
 	}
-	for range 10 {
-		round() // fill the pool
-	}
-	const rounds = 200
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range rounds {
-		round()
-	}
-	runtime.ReadMemStats(&after)
-	perRound := int(after.TotalAlloc-before.TotalAlloc) / rounds
-	if perRound > payloads/2 {
-		t.Fatalf("%d bytes allocated per batch of %d payload bytes: payloads are not pooled", perRound, payloads)
-	}
-	t.Logf("%d bytes allocated per batch of %d payload bytes", perRound, payloads)
+	t.Logf("%d bytes allocated per batch of %d payload bytes, protobuf %d", pooled, payloads, protobuf)
 }
 
 // FuzzAddEntries: on any input, the codec agrees with protobuf.
@@ -337,12 +347,18 @@ func FuzzAddEntries(f *testing.F) {
 		want := &bookiepb.AddEntriesRequest{}
 		perr := proto.Unmarshal(b, want)
 		got := &bookiepb.AddEntriesRequest{}
-		err := Codec().Unmarshal(split(b, 1), got)
+		err := Codec().Unmarshal(split(b, 1+len(b)%3), got) // one buffer or several
 		if (err == nil) != (perr == nil) {
 			t.Fatalf("error %v, protobuf's %v", err, perr)
 		}
 		if err == nil && !proto.Equal(got, want) {
 			t.Fatalf("decoded %v, protobuf %v", got, want)
+		}
+		for i, e := range got.Entries {
+			if (e.Payload == nil) != (want.Entries[i].Payload == nil) || (e.MasterKey == nil) != (want.Entries[i].MasterKey == nil) {
+				t.Fatalf("entry %d: nil and empty bytes differ from protobuf's", i)
+			}
+			Release(e.Payload)
 		}
 	})
 }
@@ -360,12 +376,16 @@ func FuzzProduce(f *testing.F) {
 		want := &brokerpb.ProduceRequest{}
 		perr := proto.Unmarshal(b, want)
 		got := &brokerpb.ProduceRequest{}
-		err := Codec().Unmarshal(split(b, 1), got)
+		err := Codec().Unmarshal(split(b, 1+len(b)%3), got) // one buffer or several
 		if (err == nil) != (perr == nil) {
 			t.Fatalf("error %v, protobuf's %v", err, perr)
 		}
 		if err == nil && !proto.Equal(got, want) {
 			t.Fatalf("decoded %v, protobuf %v", got, want)
 		}
+		if (got.GetSend().GetPayload() == nil) != (want.GetSend().GetPayload() == nil) {
+			t.Fatal("a nil and an empty payload differ from protobuf's")
+		}
+		Release(got.GetSend().GetPayload())
 	})
 }

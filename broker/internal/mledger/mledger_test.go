@@ -22,6 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testutil.PoisonReleased()
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
 }
 
