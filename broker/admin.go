@@ -364,7 +364,7 @@ func (s *Server) adminHandler() http.Handler {
 	// probes' (and /metrics unless --authenticate-metrics-endpoint).
 	open := func(r *http.Request) bool {
 		switch r.URL.Path {
-		case "/healthz", "/readyz":
+		case "/healthz", "/readyz", "/admin/v2/brokers/ready":
 			return true
 		case "/metrics":
 			return !s.cfg.AuthenticateMetricsEndpoint

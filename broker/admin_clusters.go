@@ -38,17 +38,20 @@ func (s *Server) clusterRoutes(h route) {
 	h("GET /admin/v2/clusters/{cluster}/peers", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return []string{}, s.ownCluster(r)
 	})
+	// Pulsar lists failure domains without checking the cluster, and
+	// answers 412 for a domain of a cluster it does not know.
 	h("GET /admin/v2/clusters/{cluster}/failureDomains", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return map[string]any{}, s.ownCluster(r)
+		return map[string]any{}, nil
 	})
 	h("GET /admin/v2/clusters/{cluster}/failureDomains/{domain}", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		if err := s.ownCluster(r); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %v", ErrNotAllowed, err)
 		}
-		return nil, fmt.Errorf("%w: failure domain %q: Magnetar has none", ErrNotFound, r.PathValue("domain"))
+		return nil, fmt.Errorf("%w: %q: Magnetar has none", ErrFailureDomainNotFound, r.PathValue("domain"))
 	})
-	// Pulsar's answer to creating a cluster that exists is 409; any other
-	// change is one Magnetar does not make.
+	// Pulsar's answer to creating a cluster that exists is 409, to
+	// changing one it does not know 404; any other change is one Magnetar
+	// does not make.
 	h("PUT /admin/v2/clusters/{cluster}", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		if r.PathValue("cluster") == s.cfg.ClusterName {
 			return nil, fmt.Errorf("%w: cluster %q", ErrConflict, s.cfg.ClusterName)
@@ -61,7 +64,12 @@ func (s *Server) clusterRoutes(h route) {
 		"POST /admin/v2/clusters/{cluster}/failureDomains/{domain}",
 		"DELETE /admin/v2/clusters/{cluster}/failureDomains/{domain}",
 	} {
-		h(p, s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) { return nil, s.oneCluster() })
+		h(p, s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
+			if err := s.ownCluster(r); err != nil {
+				return nil, err
+			}
+			return nil, s.oneCluster()
+		})
 	}
 }
 
@@ -74,35 +82,27 @@ func (s *Server) oneCluster() error {
 // cluster it does not know.
 func (s *Server) ownCluster(r *http.Request) error {
 	if c := r.PathValue("cluster"); c != s.cfg.ClusterName {
-		return fmt.Errorf("%w: cluster %q (this one is %q)", ErrNotFound, c, s.cfg.ClusterName)
+		return fmt.Errorf("%w: %q (this one is %q)", ErrClusterNotFound, c, s.cfg.ClusterName)
 	}
 	return nil
 }
 
 // clusterData is Pulsar's ClusterData for this cluster, as seen from this
-// broker. The client URL is magnetar:// (the gRPC protocol).
+// broker: its advertised addresses. The client URL is magnetar:// (the
+// gRPC protocol); with TLS on, both ports speak only TLS, so only the TLS
+// URLs are given.
 func (s *Server) clusterData() map[string]any {
-	web := "http://" + s.httpAddress()
-	webTLS := ""
+	web, webTLS := "http://"+s.AdvertisedHTTPAddr(), ""
+	client, clientTLS := "magnetar://"+s.id, ""
 	if s.tls != nil {
-		web, webTLS = "", "https://"+s.httpAddress()
+		web, webTLS = "", "https://"+s.AdvertisedHTTPAddr()
+		client, clientTLS = "", "magnetar+ssl://"+s.id
 	}
 	return map[string]any{
 		"serviceUrl": web, "serviceUrlTls": webTLS,
-		"brokerServiceUrl": "magnetar://" + s.id, "brokerServiceUrlTls": "",
+		"brokerServiceUrl": client, "brokerServiceUrlTls": clientTLS,
 		"peerClusterNames": []string{},
 	}
-}
-
-// httpAddress is the admin address this broker advertises.
-func (s *Server) httpAddress() string {
-	if s.cfg.AdvertisedHTTPAddress != "" {
-		return s.cfg.AdvertisedHTTPAddress
-	}
-	if s.httpLn != nil {
-		return s.httpLn.Addr().String()
-	}
-	return s.cfg.HTTPListen
 }
 
 // brokerRoutes serves Pulsar's /admin/v2/brokers and
@@ -128,8 +128,15 @@ func (s *Server) brokerRoutes(h route) {
 			return nil, err
 		}
 		broker := r.PathValue("broker")
+		live, err := s.liveBrokers(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := live[broker]; !ok {
+			return nil, fmt.Errorf("%w: %q is not a live broker", ErrBrokerNotFound, broker)
+		}
 		owned := map[string]any{}
-		err := s.store.ListAll(r.Context(), metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
+		err = s.store.ListAll(r.Context(), metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
 			owner, _, _ := strings.Cut(string(kv.Value), "\n")
 			if owner != broker {
 				return nil
@@ -153,6 +160,20 @@ func (s *Server) brokerRoutes(h route) {
 		}
 		return plainText("ok"), nil
 	})
+	// Pulsar's readiness probe, open to anyone as there.
+	h("GET /admin/v2/brokers/ready", anyone, func(w http.ResponseWriter, r *http.Request) (any, error) {
+		for _, c := range s.healthChecks().Ready {
+			if err := c.Fn(r.Context()); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrServiceNotReady, c.Name, err)
+			}
+		}
+		return plainText("ok"), nil
+	})
+	for _, p := range []string{"GET /admin/v2/brokers/version", "GET /admin/v2/brokers/backlog-quota-check", "POST /admin/v2/brokers/shutdown"} {
+		h(p, s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
+			return nil, fmt.Errorf("%w: %s (stop a broker by its process: SIGTERM drains it)", ErrNotImplemented, r.URL.Path)
+		})
+	}
 	h("GET /admin/v2/brokers/leaderBroker", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, fmt.Errorf("%w: Magnetar has no leader broker: each broker sheds its own load", ErrNotImplemented)
 	})
@@ -214,7 +235,7 @@ func (s *Server) brokerRoutes(h route) {
 		cd := s.clusterData()
 		return map[string]any{
 			"webServiceUrl": cd["serviceUrl"], "webServiceUrlTls": cd["serviceUrlTls"],
-			"pulsarServiceUrl": cd["brokerServiceUrl"], "pulsarServiceUrlTls": "",
+			"pulsarServiceUrl": cd["brokerServiceUrl"], "pulsarServiceUrlTls": cd["brokerServiceUrlTls"],
 			"persistentTopicsEnabled": true, "nonPersistentTopicsEnabled": false,
 			"cpu":       map[string]float64{"usage": me.CPU * 100, "limit": float64(runtime.NumCPU()) * 100},
 			"msgRateIn": me.MsgRateIn, "msgRateOut": me.MsgRateOut, "msgThroughputIn": me.BytesRateIn,
@@ -287,7 +308,17 @@ func runtimeConfiguration(cfg Config) map[string]string {
 }
 
 // secretSetting reports settings that may hold a secret inline (a token
-// key can be given as data:;base64,...) or name one.
+// or key can be given as data:;base64,...) or name where one is. Matched
+// by name, broadly, so that a setting added later is left out too.
 func secretSetting(name string) bool {
-	return strings.Contains(name, "secret") || strings.Contains(name, "password") || name == "token-public-key"
+	for _, w := range []string{"secret", "password", "token", "key", "credential", "username"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }
+
+// anyone lets every caller through (with authentication on, the path must
+// also be in adminHandler's open list).
+func anyone(*http.Request) error { return nil }

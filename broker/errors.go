@@ -79,6 +79,10 @@ var errorTable = []struct {
 var (
 	ErrUnknownPath      = errors.New("no such admin path")
 	ErrMethodNotAllowed = errors.New("method not allowed")
+
+	ErrClusterNotFound       = errors.New("cluster not found")
+	ErrFailureDomainNotFound = errors.New("failure domain not found")
+	ErrBrokerNotFound        = errors.New("broker not found")
 )
 
 // The REST-only table: sentinel, the JSON "errorCode", HTTP status. These codes
@@ -92,6 +96,9 @@ var restErrorTable = []struct {
 	{ErrUnknownPath, "UNKNOWN_PATH", http.StatusNotFound},
 	{ErrMethodNotAllowed, "METHOD_NOT_ALLOWED", http.StatusMethodNotAllowed},
 	{ErrNotImplemented, "NOT_IMPLEMENTED", http.StatusNotImplemented},
+	{ErrClusterNotFound, "CLUSTER_NOT_FOUND", http.StatusNotFound},
+	{ErrFailureDomainNotFound, "FAILURE_DOMAIN_NOT_FOUND", http.StatusNotFound},
+	{ErrBrokerNotFound, "BROKER_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
 	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -41,6 +43,9 @@ func runAdminCalls(t *testing.T, calls []adminCall) {
 			t.Errorf("%s: %v, want an HTTP %d answer", c.name, err, c.want)
 		case c.want != 0 && rerr.Code != c.want:
 			t.Errorf("%s: HTTP %d (%s), want %d", c.name, rerr.Code, rerr.Reason, c.want)
+		case c.want != 0 && (rerr.Reason == "" || strings.HasPrefix(rerr.Reason, "{")):
+			// The library keeps the raw body when it cannot decode it.
+			t.Errorf("%s: the library could not read the error's reason: %q", c.name, rerr.Reason)
 		case c.want == 0 && c.check != nil:
 			if msg := c.check(out); msg != "" {
 				t.Errorf("%s: %s (got %+v)", c.name, msg, out)
@@ -108,11 +113,14 @@ func TestPulsarAdminClustersTenantsBrokers(t *testing.T) {
 			return nil, clusters.Create(utils.ClusterData{Name: "second", ServiceURL: "http://127.0.0.1:1"})
 		}, want: 501},
 		{name: "clusters update", call: func() (any, error) { return nil, clusters.Update(utils.ClusterData{Name: cluster}) }, want: 501},
+		{name: "clusters update, unknown", call: func() (any, error) { return nil, clusters.Update(utils.ClusterData{Name: "elsewhere"}) }, want: 404},
 		{name: "clusters delete", call: func() (any, error) { return nil, clusters.Delete(cluster) }, want: 501},
+		{name: "clusters delete, unknown", call: func() (any, error) { return nil, clusters.Delete("elsewhere") }, want: 404},
 		{name: "clusters get peers", call: func() (any, error) { return clusters.GetPeerClusters(cluster) }, check: equal([]string{})},
 		{name: "clusters update peers", call: func() (any, error) { return nil, clusters.UpdatePeerClusters(cluster, []string{"x"}) }, want: 501},
 		{name: "clusters list failure domains", call: func() (any, error) { return clusters.ListFailureDomains(cluster) }, check: equal(utils.FailureDomainMap{})},
 		{name: "clusters get failure domain", call: func() (any, error) { return clusters.GetFailureDomain(cluster, "rack-1") }, want: 404},
+		{name: "clusters get failure domain, unknown cluster", call: func() (any, error) { return clusters.GetFailureDomain("elsewhere", "rack-1") }, want: 412},
 		{name: "clusters create failure domain", call: func() (any, error) { return nil, clusters.CreateFailureDomain(domain) }, want: 501},
 		{name: "clusters update failure domain", call: func() (any, error) { return nil, clusters.UpdateFailureDomain(domain) }, want: 501},
 		{name: "clusters delete failure domain", call: func() (any, error) { return nil, clusters.DeleteFailureDomain(domain) }, want: 501},
@@ -149,11 +157,13 @@ func TestPulsarAdminClustersTenantsBrokers(t *testing.T) {
 		{name: "brokers of the cluster", call: func() (any, error) { return brokers.GetActiveBrokers(cluster) }, check: equal([]string{s.brokerAddr})},
 		{name: "brokers of another cluster", call: func() (any, error) { return brokers.GetActiveBrokers("elsewhere") }, want: 404},
 		{name: "brokers owned namespaces", call: func() (any, error) { return brokers.GetOwnedNamespaces(cluster, s.brokerAddr) }, check: func(v any) string {
-			if _, ok := v.(map[string]utils.NamespaceOwnershipStatus)["public/default/0x00000000_0xffffffff"]; !ok {
-				return "want public/default's bundle"
+			st, ok := v.(map[string]utils.NamespaceOwnershipStatus)["public/default/0x00000000_0xffffffff"]
+			if !ok || !st.IsActive || st.BrokerAssignment != "primary" {
+				return "want public/default's bundle, active, primary"
 			}
 			return ""
 		}},
+		{name: "brokers owned namespaces, unknown broker", call: func() (any, error) { return brokers.GetOwnedNamespaces(cluster, "127.0.0.1:1") }, want: 404},
 		{name: "brokers health check", call: func() (any, error) { return nil, brokers.HealthCheck() }},
 		{name: "brokers health check, topic version", call: func() (any, error) { return nil, brokers.HealthCheckWithTopicVersion(utils.TopicVersionV2) }},
 		{name: "brokers leader", call: func() (any, error) { return brokers.GetLeaderBroker() }, want: 501},
@@ -187,12 +197,20 @@ func TestPulsarAdminClustersTenantsBrokers(t *testing.T) {
 		// Broker stats.
 		{name: "broker-stats metrics", call: func() (any, error) { return stats.GetMetrics() }, check: func(v any) string {
 			m := v.([]utils.Metrics)
-			if len(m) != 1 || m[0].Dimensions["broker"] != s.brokerAddr || m[0].Metrics["brk_no_of_topics"] == nil {
+			if len(m) != 1 || m[0].Dimensions["broker"] != s.brokerAddr || m[0].Dimensions["cluster"] != cluster {
 				return "want this broker's metrics"
+			}
+			if n, ok := m[0].Metrics["brk_no_of_topics"].(float64); !ok || n < 1 {
+				return "want brk_no_of_topics, at least the topic written to"
 			}
 			return ""
 		}},
-		{name: "broker-stats mbeans", call: func() (any, error) { return stats.GetMBeans() }},
+		{name: "broker-stats mbeans", call: func() (any, error) { return stats.GetMBeans() }, check: func(v any) string {
+			if len(v.([]utils.Metrics)) != 0 {
+				return "want none"
+			}
+			return ""
+		}},
 		{name: "broker-stats topics", call: func() (any, error) { return stats.GetTopics() }, check: func(v any) string {
 			if !strings.Contains(v.(string), "persistent://public/default/admin-calls") {
 				return "want the owned topic"
@@ -208,4 +226,16 @@ func TestPulsarAdminClustersTenantsBrokers(t *testing.T) {
 		}},
 		{name: "broker-stats allocator", call: func() (any, error) { return stats.GetAllocatorStats("default") }, want: 501},
 	})
+
+	// Pulsar's readiness probe, which pulsaradmin does not call: open to
+	// anyone, "ok".
+	resp, err := http.Get("http://" + s.httpAddr + "/admin/v2/brokers/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+		t.Errorf("GET /admin/v2/brokers/ready: %s %q, want 200 ok", resp.Status, body)
+	}
 }

@@ -75,7 +75,7 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.Int("delayed-delivery-max-indexed", def.DelayedDeliveryMaxIndexed, "delayed messages a shared or key_shared subscription indexes in memory (more are found again by scanning)")
 	f.Duration("shutdown-timeout", def.ShutdownTimeout, "a clean stop (SIGTERM) ends within this, whatever is unreachable; what is not done by then the next owners recover")
 	f.Int("max-unacked-messages-per-subscription", def.MaxUnackedMessagesPerSubscription, "shared and key_shared: unacknowledged messages a subscription may have out (0: no limit)")
-	f.String("cluster-name", def.ClusterName, "the cluster label of the metrics")
+	f.String("cluster-name", def.ClusterName, "the cluster's name: the label of the metrics, and the one cluster the admin API (Pulsar's /admin/v2/clusters) knows")
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
 	f.Bool("metrics-topic-level", def.MetricsTopicLevel, "metrics per topic and subscription (false: per namespace)")
 	f.Int("metrics-max-topics", def.MetricsMaxTopics, "with more topics loaded than this, metrics are per namespace (bounds the series)")

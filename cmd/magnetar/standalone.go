@@ -87,7 +87,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz, /readyz and /metrics)")
 	f.String("advertised-address", def.AdvertisedAddress, "broker address clients are sent to, HOST:PORT (default: --broker-listen, with 127.0.0.1 for 0.0.0.0)")
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "with several bookies: how long one must be gone before its copies are re-replicated to the others")
-	f.String("cluster-name", def.ClusterName, "the cluster label of the metrics")
+	f.String("cluster-name", def.ClusterName, "the cluster's name: the label of the metrics, and the one cluster the admin API (Pulsar's /admin/v2/clusters) knows")
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	sizeFlag(f, "memory-budget", def.MemoryBudget, "memory of the whole process, shared out among the broker's cache and the bookies' memtables, block caches and in-flight adds, and the Go runtime's soft limit (unless GOMEMLIMIT is set), e.g. 512MiB or 2GiB")

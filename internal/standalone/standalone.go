@@ -54,7 +54,7 @@ type Config struct {
 	// LostBookieRecoveryDelay: with several bookies, how long one must be
 	// gone before its copies are re-replicated. Default 30s.
 	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
-	// ClusterName is the cluster label of the metrics. Default
+	// ClusterName is the cluster's name (metrics label, admin API). Default
 	// "standalone" (Pulsar's).
 	ClusterName string `mapstructure:"cluster-name"`
 	// StatsInterval is the window of the metrics' rates. Default 1m.
