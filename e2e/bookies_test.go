@@ -430,7 +430,9 @@ func TestBookiesScaleOutUnderLoad(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var e struct{ Code string }
+		var e struct {
+			Code string `json:"errorCode"`
+		}
 		json.Unmarshal(body, &e)
 		if resp.StatusCode != http.StatusPreconditionFailed || e.Code != "NOT_ENOUGH_BOOKIES" {
 			t.Errorf("POST decommission with 3 bookies: %s %s; want 412 NOT_ENOUGH_BOOKIES", resp.Status, body)
