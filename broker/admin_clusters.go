@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -151,24 +152,17 @@ func (s *Server) brokerRoutes(h route) {
 		return owned, err
 	})
 	// Pulsar's health check writes and reads a message; Magnetar's is the
-	// broker's readiness (serving, registered under its live session).
-	h("GET /admin/v2/brokers/health", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		for _, c := range s.healthChecks().Ready {
-			if err := c.Fn(r.Context()); err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrServiceNotReady, c.Name, err)
-			}
+	// broker's readiness (serving, registered under its live session),
+	// each check bounded as /readyz bounds it. Pulsar's readiness probe
+	// answers the same, open to anyone as there.
+	ready := func(w http.ResponseWriter, r *http.Request) (any, error) {
+		if _, failed := health.Run(r.Context(), s.healthChecks().Ready); failed != "" {
+			return nil, fmt.Errorf("%w: %s", ErrServiceNotReady, failed)
 		}
 		return plainText("ok"), nil
-	})
-	// Pulsar's readiness probe, open to anyone as there.
-	h("GET /admin/v2/brokers/ready", anyone, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		for _, c := range s.healthChecks().Ready {
-			if err := c.Fn(r.Context()); err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrServiceNotReady, c.Name, err)
-			}
-		}
-		return plainText("ok"), nil
-	})
+	}
+	h("GET /admin/v2/brokers/health", s.superuserOnly, ready)
+	h("GET /admin/v2/brokers/ready", anyone, ready)
 	for _, p := range []string{"GET /admin/v2/brokers/version", "GET /admin/v2/brokers/backlog-quota-check", "POST /admin/v2/brokers/shutdown"} {
 		h(p, s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, fmt.Errorf("%w: %s (stop a broker by its process: SIGTERM drains it)", ErrNotImplemented, r.URL.Path)
