@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -52,282 +51,9 @@ func (s *Server) adminHandler() http.Handler {
 			writeResult(w, out, err)
 		})
 	}
-	// Tenants and namespaces.
-	h("GET /admin/v2/tenants", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) { return nonNil(s.md.tenants(r.Context())) })
-	h("PUT /admin/v2/tenants/{tenant}", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		var body struct {
-			AdminRoles      []string `json:"adminRoles"`
-			AllowedClusters []string `json:"allowedClusters"`
-		}
-		if err := readJSON(r, &body, true); err != nil {
-			return nil, err
-		}
-		for _, role := range body.AdminRoles {
-			if err := checkRole(role); err != nil {
-				return nil, err
-			}
-		}
-		return nil, s.md.createTenant(r.Context(), r.PathValue("tenant"), &metapb.TenantInfo{AdminRoles: body.AdminRoles, AllowedClusters: body.AllowedClusters})
-	})
-	h("DELETE /admin/v2/tenants/{tenant}", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return nil, s.md.deleteTenant(r.Context(), r.PathValue("tenant"))
-	})
-	h("GET /admin/v2/namespaces/{tenant}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		if err := s.md.tenantExists(r.Context(), r.PathValue("tenant")); err != nil {
-			return nil, err
-		}
-		return nonNil(s.md.namespaces(r.Context(), r.PathValue("tenant")))
-	})
-	h("PUT /admin/v2/namespaces/{tenant}/{ns}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return nil, s.md.createNamespace(r.Context(), nsOf(r))
-	})
-	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return nil, s.md.deleteNamespace(r.Context(), nsOf(r))
-	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/retention", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		p, err := s.md.policies(r.Context(), nsOf(r))
-		if err != nil {
-			return nil, err
-		}
-		st := s.md.settings(p)
-		return retentionJSON{Minutes: durationMinutes(st.retention.Time), SizeMB: sizeMB(st.retention.Size)}, nil
-	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/retention", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		var body retentionJSON
-		if err := readJSON(r, &body, false); err != nil {
-			return nil, err
-		}
-		if body.Minutes < -1 || body.SizeMB < -1 {
-			return nil, errorf(ErrInvalidArgument, "retention values must be -1 (no limit) or more")
-		}
-		return nil, s.setPolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
-			p.HasRetention, p.RetentionMinutes, p.RetentionSizeMb = true, body.Minutes, body.SizeMB
-			return nil
-		})
-	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/messageTTL", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		p, err := s.md.policies(r.Context(), nsOf(r))
-		if err != nil {
-			return nil, err
-		}
-		return int64(s.md.settings(p).messageTTL / time.Second), nil
-	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/messageTTL", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		var ttl int32
-		if err := readJSON(r, &ttl, false); err != nil {
-			return nil, err
-		}
-		if ttl < 0 {
-			return nil, errorf(ErrInvalidArgument, "message TTL %d must not be negative", ttl)
-		}
-		return nil, s.setPolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
-			p.HasMessageTtl, p.MessageTtlSeconds = true, ttl
-			return nil
-		})
-	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/persistence", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		p, err := s.md.policies(r.Context(), nsOf(r))
-		if err != nil {
-			return nil, err
-		}
-		st := s.md.settings(p)
-		return persistenceJSON{Ensemble: st.ensemble, WriteQuorum: st.writeQuorum, AckQuorum: st.ackQuorum}, nil
-	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/persistence", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		var body persistenceJSON
-		if err := readJSON(r, &body, false); err != nil {
-			return nil, err
-		}
-		if !(body.Ensemble >= body.WriteQuorum && body.WriteQuorum >= body.AckQuorum && body.AckQuorum >= 1) || body.Ensemble > 64 {
-			return nil, errorf(ErrInvalidArgument, "persistence %d/%d/%d: need 64 >= ensemble >= write quorum >= ack quorum >= 1", body.Ensemble, body.WriteQuorum, body.AckQuorum)
-		}
-		return nil, s.setPolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
-			p.HasPersistence, p.Ensemble, p.WriteQuorum, p.AckQuorum = true, int32(body.Ensemble), int32(body.WriteQuorum), int32(body.AckQuorum)
-			return nil
-		})
-	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/deduplication", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		p, err := s.md.policies(r.Context(), nsOf(r))
-		if err != nil {
-			return nil, err
-		}
-		return s.md.settings(p).dedup, nil
-	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/deduplication", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		var on bool
-		if err := readJSON(r, &on, false); err != nil {
-			return nil, err
-		}
-		return nil, s.setPolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
-			p.HasDeduplication, p.Deduplication = true, on
-			return nil
-		})
-	})
-	// Topics.
-	h("GET /admin/v2/persistent/{tenant}/{ns}", s.onNamespace(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		if _, err := s.md.policies(r.Context(), nsOf(r)); err != nil {
-			return nil, err
-		}
-		return nonNil(s.md.topics(r.Context(), nsOf(r)))
-	})
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, err := topicOf(r)
-		if err != nil {
-			return nil, err
-		}
-		if exists, err := s.md.topicExists(r.Context(), n); err != nil {
-			return nil, err
-		} else if exists {
-			return nil, errorf(ErrConflict, "topic %s already exists", n)
-		}
-		_, err = s.getTopic(r.Context(), n, true)
-		return nil, err
-	})
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, err := topicOf(r)
-		if err != nil {
-			return nil, err
-		}
-		var parts int
-		if err := readJSON(r, &parts, false); err != nil {
-			return nil, err
-		}
-		return nil, s.md.createPartitioned(r.Context(), n, parts)
-	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, err := topicOf(r)
-		if err != nil {
-			return nil, err
-		}
-		parts, err := s.md.partitions(r.Context(), n)
-		return map[string]int{"partitions": parts}, err
-	})
-	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, err := topicOf(r)
-		if err != nil {
-			return nil, err
-		}
-		return nil, s.deleteTopic(r.Context(), n, r.URL.Query().Get("force") == "true")
-	})
-	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, err := topicOf(r)
-		if err != nil {
-			return nil, err
-		}
-		return nil, s.deleteTopic(r.Context(), n, r.URL.Query().Get("force") == "true")
-	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return s.forPartitions(r, "stats", func(t *topic) (any, error) { return t.stats(), nil })
-	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return s.forPartitions(r, "internalStats", func(t *topic) (any, error) { return t.internalStats(), nil })
-	})
-	// Subscriptions.
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		t, err := s.adminTopic(r)
-		if err != nil {
-			return nil, err
-		}
-		names := []string{}
-		for _, sub := range t.subscriptions() {
-			if sub.durable {
-				names = append(names, sub.name)
-			}
-		}
-		return names, nil
-	})
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return nil, s.createSubscriptionREST(r)
-	})
-	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		t, err := s.adminTopic(r)
-		if err != nil {
-			return nil, err
-		}
-		return nil, t.removeSubscription(r.Context(), r.PathValue("sub"), r.URL.Query().Get("force") == "true")
-	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{timestamp}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		t, sub, err := s.adminSubscription(r)
-		if err != nil {
-			return nil, err
-		}
-		ts, err := strconv.ParseInt(r.PathValue("timestamp"), 10, 64)
-		if err != nil {
-			return nil, errorf(ErrInvalidArgument, "timestamp %q: want milliseconds since the epoch", r.PathValue("timestamp"))
-		}
-		p, err := t.findByTime(r.Context(), ts)
-		if err != nil {
-			return nil, err
-		}
-		sub.seek(p, nil)
-		return nil, nil
-	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		_, sub, err := s.adminSubscription(r)
-		if err != nil {
-			return nil, err
-		}
-		var id struct {
-			LedgerID int64 `json:"ledgerId"`
-			EntryID  int64 `json:"entryId"`
-		}
-		if err := readJSON(r, &id, false); err != nil {
-			return nil, err
-		}
-		if id.LedgerID < 0 || id.EntryID < 0 {
-			return nil, errorf(ErrInvalidArgument, "message id %d:%d", id.LedgerID, id.EntryID)
-		}
-		sub.seek(mledger.Position{Ledger: id.LedgerID, Entry: id.EntryID}, nil)
-		return nil, nil
-	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/skip/{n}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		t, sub, err := s.adminSubscription(r)
-		if err != nil {
-			return nil, err
-		}
-		n, err := strconv.Atoi(r.PathValue("n"))
-		if err != nil || n < 1 {
-			return nil, errorf(ErrInvalidArgument, "skip count %q must be a positive integer", r.PathValue("n"))
-		}
-		return nil, sub.skip(r.Context(), t, n)
-	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/position/{n}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		t, sub, err := s.adminSubscription(r)
-		if err != nil {
-			return nil, err
-		}
-		n, err := strconv.Atoi(r.PathValue("n"))
-		if err != nil || n < 1 || n > 10000 {
-			return nil, errorf(ErrInvalidArgument, "position %q must be in 1..10000", r.PathValue("n"))
-		}
-		return sub.peek(r.Context(), t, n)
-	})
-	// Cluster.
-	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/unload", s.onTopic(opAdmin), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, err := topicOf(r)
-		if err != nil {
-			return nil, err
-		}
-		if n.PartitionIndex() < 0 {
-			if parts, err := s.md.partitions(r.Context(), n); err != nil {
-				return nil, err
-			} else if parts > 0 {
-				return nil, errorf(ErrNotAllowed, "%s is partitioned: unload its partitions (%s ...)", n, n.Partition(0))
-			}
-		}
-		if err := s.ownedElsewhere(r.Context(), topicPath(n), r); err != nil {
-			return nil, err
-		}
-		return nil, s.unloadTopic(r.Context(), n)
-	})
-	h("PUT /admin/v2/namespaces/{tenant}/{ns}/unload", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		ns := r.PathValue("tenant") + "/" + r.PathValue("ns")
-		if _, err := s.md.policies(r.Context(), ns); err != nil {
-			return nil, err
-		}
-		n, err := s.unloadNamespace(r.Context(), ns)
-		return map[string]int{"unloaded": n}, err
-	})
+	s.tenantRoutes(h)
+	s.namespaceRoutes(h)
+	s.subscriptionRoutes(h)
 	h("GET /admin/v2/owners", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		owners := map[string]string{}
 		err := s.store.ListAll(r.Context(), metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
@@ -337,6 +63,7 @@ func (s *Server) adminHandler() http.Handler {
 		})
 		return owners, err
 	})
+	s.topicRoutes(h)
 	s.clusterRoutes(h)
 	s.brokerRoutes(h)
 	s.bookieRoutes(h)
@@ -433,6 +160,14 @@ type persistenceJSON struct {
 	AckQuorum   int `json:"bookkeeperAckQuorum"`
 }
 
+// check refuses an ensemble and quorums that cannot be.
+func (p persistenceJSON) check() error {
+	if !(p.Ensemble >= p.WriteQuorum && p.WriteQuorum >= p.AckQuorum && p.AckQuorum >= 1) || p.Ensemble > 64 {
+		return errorf(ErrInvalidArgument, "persistence %d/%d/%d: need 64 >= ensemble >= write quorum >= ack quorum >= 1", p.Ensemble, p.WriteQuorum, p.AckQuorum)
+	}
+	return nil
+}
+
 func durationMinutes(d time.Duration) int64 {
 	if d < 0 {
 		return -1
@@ -500,6 +235,10 @@ func writeResult(w http.ResponseWriter, out any, err error) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	if m, ok := out.(rawMessage); ok {
+		writeRaw(w, m)
+		return
+	}
 	if text, ok := out.(plainText); ok {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, string(text))
@@ -565,33 +304,9 @@ func (s *Server) forPartitions(r *http.Request, what string, fn func(*topic) (an
 		}
 		return fn(t)
 	}
-	// Each partition is answered by its owner: this broker (which loads
-	// the partitions nobody owns), or the one another broker asks.
-	out := map[string]any{}
-	for i := 0; i < parts; i++ {
-		pn := n.Partition(i)
-		err := s.ownedElsewhere(r.Context(), topicPath(pn), r)
-		var redirect *redirectError
-		if errors.As(err, &redirect) {
-			u, _ := url.Parse(redirect.url)
-			// Path is unescaped; String escapes it.
-			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + "/" + what
-			u.RawPath, u.RawQuery = "", ""
-			if out[pn.String()], err = s.fetchJSON(r.Context(), u.String()); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		t, err := s.getTopic(r.Context(), pn, true)
-		if err != nil {
-			return nil, err
-		}
-		if out[t.name.String()], err = fn(t); err != nil {
-			return nil, err
-		}
+	out, err := s.eachPartition(r, n, parts, what, fn)
+	if err != nil {
+		return nil, err
 	}
 	return map[string]any{"partitions": out}, nil
 }
@@ -675,6 +390,9 @@ func (s *Server) deleteTopic(ctx context.Context, n topicname.Name, force bool) 
 func (t *topic) setSettings(set settings) {
 	t.mu.Lock()
 	t.mu.set = set
+	if !set.blocksProducers() {
+		t.mu.quotaBlock = nil // the quota that blocked is gone
+	}
 	t.mu.Unlock()
 	t.ml.SetConfig(t.mlConfig())
 }
@@ -751,19 +469,39 @@ func (t *topic) stats() topicStats {
 	return st
 }
 
+// maxDeletedRanges bounds the ranges internalStats lists per cursor.
+const maxDeletedRanges = 10000
+
+// internalStats is Pulsar's PersistentTopicInternalStats, with
+// Magnetar's own fields added (a ledger's closed and createdAt, a cursor's
+// ackHoles and durable).
 func (t *topic) internalStats() map[string]any {
 	ledgers := []map[string]any{}
+	var entries, size int64
+	var current *metapb.LedgerRef
 	for _, ref := range t.ml.Ledgers() {
-		ledgers = append(ledgers, map[string]any{"ledgerId": ref.LedgerId, "entries": ref.Entries, "size": ref.Size, "closed": ref.Closed,
-			"createdAt": time.UnixMilli(ref.CreatedAtUnixMs).UTC().Format(time.RFC3339Nano)})
+		ledgers = append(ledgers, map[string]any{"ledgerId": ref.LedgerId, "entries": ref.Entries, "size": ref.Size, "offloaded": false,
+			"closed": ref.Closed, "createdAt": time.UnixMilli(ref.CreatedAtUnixMs).UTC().Format(time.RFC3339Nano)})
+		entries += ref.Entries
+		size += ref.Size
+		current = ref
 	}
 	cursors := map[string]any{}
 	for _, s := range t.subscriptions() {
 		cs := s.cur.Stats()
 		cursors[s.name] = map[string]any{"markDeletePosition": cs.MarkDelete.String(), "readPosition": cs.ReadPos.String(),
-			"cursorLedger": cs.CursorLedger, "individuallyDeletedMessages": cs.AckedAfterMarkDelete, "ackHoles": cs.Holes, "durable": s.durable}
+			"cursorLedger": cs.CursorLedger, "individuallyDeletedMessages": s.cur.DeletedRanges(maxDeletedRanges),
+			"totalNonContiguousDeletedMessagesRange": cs.Holes, "state": "Open",
+			"numberOfEntriesSinceFirstNotAckedMessage": t.ml.EntriesBetween(cs.MarkDelete, cs.ReadPos),
+			"ackHoles": cs.Holes, "durable": s.durable}
 	}
-	return map[string]any{"lastConfirmedEntry": t.ml.LastConfirmed().String(), "ledgers": ledgers, "cursors": cursors}
+	out := map[string]any{"lastConfirmedEntry": t.ml.LastConfirmed().String(), "ledgers": ledgers, "cursors": cursors,
+		"numberOfEntries": entries, "totalSize": size, "state": "LedgerOpened"}
+	if current != nil {
+		out["currentLedgerEntries"], out["currentLedgerSize"] = current.Entries, current.Size
+		out["lastLedgerCreatedTimestamp"] = pulsarTime(uint64(current.CreatedAtUnixMs))
+	}
+	return out
 }
 
 // skip acknowledges the next n unacknowledged entries.
@@ -784,17 +522,34 @@ func (s *subscription) skip(ctx context.Context, t *topic, n int) error {
 	return nil
 }
 
-type peekedMessage struct {
-	MessageID    string            `json:"messageId"`
-	PublishTime  int64             `json:"publishTime"`
-	ProducerName string            `json:"producerName"`
-	Key          string            `json:"key,omitempty"`
-	Properties   map[string]string `json:"properties,omitempty"`
-	Payload      []byte            `json:"payload"`
+// skipAll acknowledges everything published so far (Pulsar's clear
+// backlog).
+func (s *subscription) skipAll(t *topic) {
+	s.cur.AckCumulative(t.ml.LastConfirmed())
+	s.mu.Lock()
+	s.refreshPendingLocked()
+	s.rewindLocked()
+	s.mu.Unlock()
 }
 
-// peek returns the messages of the n-th unacknowledged entry.
-func (s *subscription) peek(ctx context.Context, t *topic, n int) ([]peekedMessage, error) {
+// expireAll acknowledges every entry published before cutoff (Pulsar's
+// expire messages), in expire's bounded steps.
+func (s *subscription) expireAll(ctx context.Context, cutoff int64) error {
+	for {
+		before := s.cur.MarkDelete()
+		s.expire(ctx, cutoff)
+		if s.cur.MarkDelete() == before {
+			return ctx.Err()
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// peek returns the n-th unacknowledged entry, as Pulsar's admin API
+// returns a message (rawEntry).
+func (s *subscription) peek(ctx context.Context, t *topic, n int) (rawMessage, error) {
 	p := t.ml.Next(s.cur.MarkDelete())
 	last := t.ml.LastConfirmed()
 	for ; !last.Before(p); p = t.ml.Next(p) {
@@ -806,53 +561,54 @@ func (s *subscription) peek(ctx context.Context, t *topic, n int) ([]peekedMessa
 		}
 	}
 	if last.Before(p) || n > 0 {
-		return nil, errorf(ErrNotFound, "the subscription has fewer unacknowledged messages")
+		return rawMessage{}, errorf(ErrNotFound, "the subscription has fewer unacknowledged messages")
 	}
-	es, err := t.ml.Read(ctx, p, 1)
-	if err != nil {
-		return nil, err
-	}
-	if len(es) == 0 {
-		return nil, errorf(ErrNotFound, "no entry at %v", p)
-	}
-	return decodeMessages(es[0].Data, p)
+	return t.rawEntry(ctx, p)
 }
 
-// decodeMessages expands a stored entry into its messages.
-func decodeMessages(data []byte, p mledger.Position) ([]peekedMessage, error) {
+// encodeRawMessage turns a stored entry into Pulsar's answer for a
+// message: the payload, uncompressed (for a batch, the batch as stored:
+// each message's metadata and payload), and the entry's metadata in
+// X-Pulsar-* headers.
+func encodeRawMessage(data []byte, p mledger.Position) (rawMessage, error) {
 	md, payload, err := entry.Decode(data)
 	if err != nil {
-		return nil, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
+		return rawMessage{}, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
 	}
-	raw, err := entry.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize()))
-	if md.GetCompression() == pulsarpb.CompressionType_NONE {
-		raw, err = payload, nil
-	}
-	if err != nil {
-		return nil, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
-	}
-	props := func(kvs []*pulsarpb.KeyValue) map[string]string {
-		if len(kvs) == 0 {
-			return nil
+	raw := payload
+	if md.GetCompression() != pulsarpb.CompressionType_NONE {
+		if raw, err = entry.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize())); err != nil {
+			return rawMessage{}, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
 		}
-		m := map[string]string{}
-		for _, kv := range kvs {
-			m[kv.GetKey()] = kv.GetValue()
+	}
+	h := http.Header{}
+	h.Set("X-Pulsar-Message-ID", p.String())
+	if md.PublishTime != nil {
+		h.Set("X-Pulsar-publish-time", pulsarTime(md.GetPublishTime()))
+	}
+	if md.GetEventTime() != 0 {
+		h.Set("X-Pulsar-event-time", pulsarTime(md.GetEventTime()))
+	}
+	if md.ProducerName != nil {
+		h.Set("X-Pulsar-producer-name", md.GetProducerName())
+	}
+	if md.SequenceId != nil {
+		h.Set("X-Pulsar-sequence-id", strconv.FormatUint(md.GetSequenceId(), 10))
+	}
+	if md.PartitionKey != nil {
+		h.Set("X-Pulsar-partition-key", md.GetPartitionKey())
+	}
+	if len(md.Properties) > 0 {
+		props := map[string]string{}
+		for _, kv := range md.Properties {
+			props[kv.GetKey()] = kv.GetValue()
 		}
-		return m
+		b, _ := json.Marshal(props)
+		h.Set("X-Pulsar-PROPERTY", string(b))
 	}
-	if md.NumMessagesInBatch == nil {
-		return []peekedMessage{{MessageID: p.String(), PublishTime: int64(md.GetPublishTime()), ProducerName: md.GetProducerName(),
-			Key: md.GetPartitionKey(), Properties: props(md.Properties), Payload: raw}}, nil
+	if md.NumMessagesInBatch != nil {
+		h.Set("X-Pulsar-num-batch-message", strconv.Itoa(int(md.GetNumMessagesInBatch())))
+		h.Set("X-Pulsar-batch-size", strconv.Itoa(len(raw)))
 	}
-	singles, err := entry.SplitBatch(raw, int(md.GetNumMessagesInBatch()))
-	if err != nil {
-		return nil, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
-	}
-	out := make([]peekedMessage, 0, len(singles))
-	for i, sm := range singles {
-		out = append(out, peekedMessage{MessageID: fmt.Sprintf("%s:%d", p, i), PublishTime: int64(md.GetPublishTime()), ProducerName: md.GetProducerName(),
-			Key: sm.Meta.GetPartitionKey(), Properties: props(sm.Meta.Properties), Payload: sm.Payload})
-	}
-	return out, nil
+	return rawMessage{header: h, body: raw}, nil
 }

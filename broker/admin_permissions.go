@@ -15,28 +15,8 @@ import (
 // ones together): they live in one etcd value.
 const maxGrants = 10000
 
-// permissionRoutes serves tenants' details and the grants of namespaces and
-// topics, under Pulsar's paths and shapes.
+// permissionRoutes serves the grants of namespaces and topics, under Pulsar's paths and shapes.
 func (s *Server) permissionRoutes(h route) {
-	h("GET /admin/v2/tenants/{tenant}", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		info, err := s.md.tenant(r.Context(), r.PathValue("tenant"))
-		if err != nil {
-			return nil, err
-		}
-		return tenantJSON{AdminRoles: nonNilRoles(info.AdminRoles), AllowedClusters: nonNilRoles(info.AllowedClusters)}, nil
-	})
-	h("POST /admin/v2/tenants/{tenant}", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		var body tenantJSON
-		if err := readJSON(r, &body, false); err != nil {
-			return nil, err
-		}
-		for _, role := range body.AdminRoles {
-			if err := checkRole(role); err != nil {
-				return nil, err
-			}
-		}
-		return nil, s.md.updateTenant(r.Context(), r.PathValue("tenant"), &metapb.TenantInfo{AdminRoles: body.AdminRoles, AllowedClusters: body.AllowedClusters})
-	})
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/permissions", s.tenantAdmin, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		p, err := s.md.policies(r.Context(), nsOf(r))
 		if err != nil {
@@ -150,18 +130,6 @@ func (s *Server) permissionRoutes(h route) {
 			return nil
 		})
 	})
-}
-
-type tenantJSON struct {
-	AdminRoles      []string `json:"adminRoles"`
-	AllowedClusters []string `json:"allowedClusters"`
-}
-
-func nonNilRoles(v []string) []string {
-	if v == nil {
-		return []string{}
-	}
-	return v
 }
 
 // checkRole checks a role named in a grant or a tenant's admins.

@@ -10,6 +10,8 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -182,17 +184,29 @@ func (s *Server) createSubscriptionOnPartition(r *http.Request, pn topicname.Nam
 // putJSON sends a PUT with a JSON body to another broker's admin API and
 // turns its error answer back into our sentinel.
 func (s *Server) putJSON(ctx context.Context, u string, body any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(b))
+	return s.peerSend(ctx, http.MethodPut, u, b)
+}
+
+// peerSend sends a request (with a JSON body, if any) to another broker's
+// admin API and turns its error answer back into our sentinel.
+func (s *Server) peerSend(ctx context.Context, method, u string, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := s.peerDo(req)
 	if err != nil {
 		return errorf(ErrServiceNotReady, "ask the owner: %v", err)
@@ -265,4 +279,253 @@ func (t *topic) createSubscription(ctx context.Context, name string, start subsc
 		sub.seek(start.at, nil)
 	}
 	return sub.cur.Persist(ctx)
+}
+
+// subscriptionRoutes serves the subscriptions of a topic under Pulsar's
+// paths. The calls Pulsar takes on a partitioned topic apply to every
+// partition (onPartitions); skip, peek and a reset to a message id take
+// one partition, and a partitioned topic's name is refused (405), as in
+// Pulsar.
+func (s *Server) subscriptionRoutes(h route) {
+	const subBase = "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}"
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		n, err := topicOf(r)
+		if err != nil {
+			return nil, err
+		}
+		parts, err := s.md.partitions(r.Context(), n)
+		if err != nil {
+			return nil, err
+		}
+		if parts == 0 {
+			t, err := s.adminTopic(r)
+			if err != nil {
+				return nil, err
+			}
+			return t.durableSubscriptions(), nil
+		}
+		// A partitioned topic's: those of any partition.
+		each, err := s.eachPartition(r, n, parts, "subscriptions", func(t *topic) (any, error) { return t.durableSubscriptions(), nil })
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		names := []string{}
+		for pn, v := range each {
+			subs, ok := v.([]string)
+			if !ok {
+				b, _ := v.(json.RawMessage)
+				if err := json.Unmarshal(b, &subs); err != nil {
+					return nil, errorf(ErrServiceNotReady, "subscriptions of %s from its owner: %v", pn, err)
+				}
+			}
+			for _, sub := range subs {
+				if !seen[sub] {
+					seen[sub] = true
+					names = append(names, sub)
+				}
+			}
+		}
+		slices.Sort(names)
+		return names, nil
+	})
+	h("PUT "+subBase, s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		return nil, s.createSubscriptionREST(r)
+	})
+	h("DELETE "+subBase, s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		force := r.URL.Query().Get("force") == "true"
+		return nil, s.onPartitions(r, nil, func(t *topic) error {
+			return t.removeSubscription(r.Context(), r.PathValue("sub"), force)
+		})
+	})
+	h("POST "+subBase+"/resetcursor/{timestamp}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		ts, err := strconv.ParseInt(r.PathValue("timestamp"), 10, 64)
+		if err != nil {
+			return nil, errorf(ErrInvalidArgument, "timestamp %q: want milliseconds since the epoch", r.PathValue("timestamp"))
+		}
+		return nil, s.onPartitions(r, nil, func(t *topic) error {
+			sub, err := t.subscription(r.PathValue("sub"))
+			if err != nil {
+				return err
+			}
+			p, err := t.findByTime(r.Context(), ts)
+			if err != nil {
+				return err
+			}
+			sub.seek(p, nil)
+			return nil
+		})
+	})
+	h("POST "+subBase+"/resetcursor", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		var id struct {
+			LedgerID int64 `json:"ledgerId"`
+			EntryID  int64 `json:"entryId"`
+		}
+		if err := readJSON(r, &id, false); err != nil {
+			return nil, err
+		}
+		if id.LedgerID < 0 || id.EntryID < 0 {
+			return nil, errorf(ErrInvalidArgument, "message id %d:%d", id.LedgerID, id.EntryID)
+		}
+		_, sub, err := s.adminPartitionSubscription(r)
+		if err != nil {
+			return nil, err
+		}
+		sub.seek(mledger.Position{Ledger: id.LedgerID, Entry: id.EntryID}, nil)
+		return nil, nil
+	})
+	h("POST "+subBase+"/skip/{n}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		n, err := strconv.Atoi(r.PathValue("n"))
+		if err != nil || n < 1 {
+			return nil, errorf(ErrInvalidArgument, "skip count %q must be a positive integer", r.PathValue("n"))
+		}
+		t, sub, err := s.adminPartitionSubscription(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, sub.skip(r.Context(), t, n)
+	})
+	// Clearing the backlog: everything published so far is acknowledged.
+	h("POST "+subBase+"/skip_all", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		return nil, s.onPartitions(r, nil, func(t *topic) error {
+			sub, err := t.subscription(r.PathValue("sub"))
+			if err != nil {
+				return err
+			}
+			sub.skipAll(t)
+			return nil
+		})
+	})
+	h("POST "+subBase+"/expireMessages/{seconds}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		cutoff, err := expiryCutoff(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, s.onPartitions(r, nil, func(t *topic) error {
+			sub, err := t.subscription(r.PathValue("sub"))
+			if err != nil {
+				return err
+			}
+			return sub.expireAll(r.Context(), cutoff)
+		})
+	})
+	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/all_subscription/expireMessages/{seconds}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		cutoff, err := expiryCutoff(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, s.onPartitions(r, nil, func(t *topic) error {
+			for _, sub := range t.subscriptions() {
+				if !sub.durable {
+					continue
+				}
+				if err := sub.expireAll(r.Context(), cutoff); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	h("GET "+subBase+"/position/{n}", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		n, err := strconv.Atoi(r.PathValue("n"))
+		if err != nil || n < 1 || n > 10000 {
+			return nil, errorf(ErrInvalidArgument, "position %q must be in 1..10000", r.PathValue("n"))
+		}
+		t, sub, err := s.adminPartitionSubscription(r)
+		if err != nil {
+			return nil, err
+		}
+		return sub.peek(r.Context(), t, n)
+	})
+}
+
+// expiryCutoff is the publish time before which expireMessages/{seconds}
+// expires messages.
+func expiryCutoff(r *http.Request) (int64, error) {
+	secs, err := strconv.ParseInt(r.PathValue("seconds"), 10, 64)
+	if err != nil || secs < 0 || secs > math.MaxInt64/1000 {
+		return 0, errorf(ErrInvalidArgument, "expiry %q: want a number of seconds, 0 or more", r.PathValue("seconds"))
+	}
+	return time.Now().UnixMilli() - secs*1000, nil
+}
+
+// durableSubscriptions lists the topic's durable subscriptions.
+func (t *topic) durableSubscriptions() []string {
+	names := []string{}
+	for _, sub := range t.subscriptions() {
+		if sub.durable {
+			names = append(names, sub.name)
+		}
+	}
+	return names
+}
+
+// adminPartitionSubscription is the subscription of an admin request on
+// one partition (or non-partitioned topic).
+func (s *Server) adminPartitionSubscription(r *http.Request) (*topic, *subscription, error) {
+	t, err := s.adminPartition(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	sub, err := t.subscription(r.PathValue("sub"))
+	return t, sub, err
+}
+
+// onPartitions runs an admin call on a topic, or on every partition of a
+// partitioned one: fn here for the partitions this broker owns (or that
+// nobody owns: it loads them), the same request (with body) sent to the
+// owner of each other one. A non-partitioned topic owned elsewhere is
+// answered by a redirect. A partition without the subscription is
+// skipped, unless no partition has it (ErrSubscriptionNotFound).
+func (s *Server) onPartitions(r *http.Request, body []byte, fn func(*topic) error) error {
+	ctx := r.Context()
+	n, err := topicOf(r)
+	if err != nil {
+		return err
+	}
+	parts, err := s.md.partitions(ctx, n)
+	if err != nil {
+		return err
+	}
+	if parts == 0 {
+		t, err := s.adminTopic(r)
+		if err != nil {
+			return err
+		}
+		return fn(t)
+	}
+	prefix := "/admin/v2/persistent/" + n.NamespaceName() + "/" + n.Local
+	var errs []error
+	missing := 0
+	for i := 0; i < parts; i++ {
+		pn := n.Partition(i)
+		err := s.ownedElsewhere(ctx, topicPath(pn), r)
+		var redirect *redirectError
+		switch {
+		case errors.As(err, &redirect):
+			u, _ := url.Parse(redirect.url)
+			// Path is unescaped; String escapes it.
+			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + strings.TrimPrefix(r.URL.Path, prefix)
+			u.RawPath = ""
+			err = s.peerSend(ctx, r.Method, u.String(), body)
+		case err == nil:
+			var t *topic
+			if t, err = s.getTopic(ctx, pn, true); err == nil {
+				err = fn(t)
+			}
+		}
+		switch {
+		case errors.Is(err, ErrSubscriptionNotFound):
+			missing++
+		case err != nil:
+			errs = append(errs, fmt.Errorf("partition %d: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if missing == parts {
+		return errorf(ErrSubscriptionNotFound, "no partition of %s has subscription %s", n, r.PathValue("sub"))
+	}
+	return nil
 }

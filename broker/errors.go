@@ -67,6 +67,8 @@ var errorTable = []struct {
 	// refused while no ledger can be created) wraps it, as do cursor
 	// ledger creations and a writer that found no replacement bookie.
 	{ledger.ErrNotEnoughBookies, brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES, codes.Unavailable, http.StatusServiceUnavailable},
+	{ErrBacklogQuotaHeld, brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR, codes.Unavailable, http.StatusServiceUnavailable},
+	{ErrBacklogQuotaExceeded, brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION, codes.FailedPrecondition, http.StatusPreconditionFailed},
 	{auth.ErrUnauthenticated, brokerpb.ErrorReason_AUTHENTICATION_ERROR, codes.Unauthenticated, http.StatusUnauthorized},
 	{ErrUnauthorized, brokerpb.ErrorReason_AUTHORIZATION_ERROR, codes.PermissionDenied, http.StatusForbidden},
 	// A stream whose token expired: the client reconnects with a fresh
@@ -83,6 +85,21 @@ var (
 	ErrClusterNotFound       = errors.New("cluster not found")
 	ErrFailureDomainNotFound = errors.New("failure domain not found")
 	ErrBrokerNotFound        = errors.New("broker not found")
+	// ErrBacklogQuotaHeld and ErrBacklogQuotaExceeded refuse new messages
+	// and producers while a topic's backlog is over its namespace's
+	// backlog quota (policies producer_request_hold, producer_exception).
+	ErrBacklogQuotaHeld     = errors.New("producer held: the backlog is over its quota")
+	ErrBacklogQuotaExceeded = errors.New("producer blocked: the backlog is over its quota")
+	// ErrTopicPoliciesDisabled answers topic-level policies: Magnetar has
+	// namespace policies only, as Pulsar with topicLevelPoliciesEnabled
+	// off (and Pulsar's 405).
+	ErrTopicPoliciesDisabled = errors.New("topic level policies are disabled")
+	// ErrPartitionedTopic refuses, as Pulsar does (405), an operation that
+	// works on one partition at a time when given a partitioned topic.
+	ErrPartitionedTopic = errors.New("not allowed on a partitioned topic")
+	// ErrNotEmpty refuses to delete a tenant with namespaces or a
+	// namespace with topics (Pulsar's 409).
+	ErrNotEmpty = errors.New("not empty")
 )
 
 // The REST-only table: sentinel, the JSON "errorCode", HTTP status. These codes
@@ -99,6 +116,9 @@ var restErrorTable = []struct {
 	{ErrClusterNotFound, "CLUSTER_NOT_FOUND", http.StatusNotFound},
 	{ErrFailureDomainNotFound, "FAILURE_DOMAIN_NOT_FOUND", http.StatusNotFound},
 	{ErrBrokerNotFound, "BROKER_NOT_FOUND", http.StatusNotFound},
+	{ErrTopicPoliciesDisabled, "TOPIC_POLICIES_DISABLED", http.StatusMethodNotAllowed},
+	{ErrPartitionedTopic, "PARTITIONED_TOPIC", http.StatusMethodNotAllowed},
+	{ErrNotEmpty, "NOT_EMPTY", http.StatusConflict},
 	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
 	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},

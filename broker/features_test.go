@@ -603,7 +603,7 @@ func TestAdminBadInput(t *testing.T) {
 		{"POST", "/admin/v2/namespaces/public/default/messageTTL", -5, 400},
 		{"POST", "/admin/v2/namespaces/public/default/persistence", map[string]int{"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 1}, 400},
 		{"POST", "/admin/v2/namespaces/public/default/retention", map[string]int{"retentionTimeInMinutes": -7}, 400},
-		{"DELETE", "/admin/v2/tenants/public", nil, 412},
+		{"DELETE", "/admin/v2/tenants/public", nil, 409},
 		{"GET", "/admin/v2/nothing/here", nil, 404},
 	} {
 		code, body, err := adminDo(e, tc.method, tc.path, tc.body)

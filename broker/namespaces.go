@@ -126,7 +126,7 @@ func (md *metadata) deleteTenant(ctx context.Context, tenant string) error {
 		return err
 	}
 	if len(nss) > 0 {
-		return errorf(ErrNotAllowed, "tenant %s still has namespaces %v", tenant, nss)
+		return errorf(ErrNotEmpty, "tenant %s still has namespaces %v", tenant, nss)
 	}
 	return md.store.Delete(ctx, metastore.TenantKey(tenant))
 }
@@ -156,7 +156,8 @@ func splitNamespace(ns string) (string, string, error) {
 	return t, n, nil
 }
 
-func (md *metadata) createNamespace(ctx context.Context, ns string) error {
+// createNamespace creates a namespace with policies p.
+func (md *metadata) createNamespace(ctx context.Context, ns string, p *metapb.NamespacePolicies) error {
 	t, _, err := splitNamespace(ns)
 	if err != nil {
 		return err
@@ -164,7 +165,7 @@ func (md *metadata) createNamespace(ctx context.Context, ns string) error {
 	if err := md.tenantExists(ctx, t); err != nil {
 		return err
 	}
-	if _, err := md.store.Create(ctx, metastore.NamespaceKey(ns), marshal(&metapb.NamespacePolicies{})); errors.Is(err, metastore.ErrBadVersion) {
+	if _, err := md.store.Create(ctx, metastore.NamespaceKey(ns), marshal(p)); errors.Is(err, metastore.ErrBadVersion) {
 		return errorf(ErrConflict, "namespace %s already exists", ns)
 	} else if err != nil {
 		return err
@@ -181,7 +182,7 @@ func (md *metadata) deleteNamespace(ctx context.Context, ns string) error {
 		return err
 	}
 	if len(topics) > 0 {
-		return errorf(ErrNotAllowed, "namespace %s still has topics %v", ns, topics)
+		return errorf(ErrNotEmpty, "namespace %s still has topics %v", ns, topics)
 	}
 	return md.store.Delete(ctx, metastore.NamespaceKey(ns))
 }
@@ -228,6 +229,8 @@ type settings struct {
 	retention                        mledger.Retention
 	messageTTL                       time.Duration
 	dedup                            bool
+	// quotas are the backlog quotas by type (quotaStorage, quotaAge).
+	quotas map[string]backlogQuota
 }
 
 func (md *metadata) settings(p *metapb.NamespacePolicies) settings {
@@ -254,6 +257,14 @@ func (md *metadata) settings(p *metapb.NamespacePolicies) settings {
 	}
 	if p.HasDeduplication {
 		s.dedup = p.Deduplication
+	}
+	for typ, q := range p.BacklogQuotas {
+		if q.GetLimit() > 0 {
+			if s.quotas == nil {
+				s.quotas = map[string]backlogQuota{}
+			}
+			s.quotas[typ] = backlogQuota{limit: q.GetLimit(), policy: q.GetPolicy()}
+		}
 	}
 	return s
 }

@@ -535,6 +535,12 @@ type subscriptionStats struct {
 	DelayedSpilled bool `json:"delayedSpilled"`
 }
 
+// pulsarSubType names subscription types as Pulsar's stats do.
+var pulsarSubType = map[brokerpb.SubscriptionType]string{
+	brokerpb.SubscriptionType_EXCLUSIVE: "Exclusive", brokerpb.SubscriptionType_SHARED: "Shared",
+	brokerpb.SubscriptionType_FAILOVER: "Failover", brokerpb.SubscriptionType_KEY_SHARED: "Key_Shared",
+}
+
 func (s *subscription) stats() subscriptionStats {
 	cs := s.cur.Stats()
 	st := subscriptionStats{
@@ -543,7 +549,7 @@ func (s *subscription) stats() subscriptionStats {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.Type = strings.ToLower(s.mu.typ.String())
+	st.Type = pulsarSubType[s.mu.typ]
 	st.Consumers = []consumerStats{}
 	st.WaitingForPermits = s.mu.waitingFor
 	for _, c := range s.mu.consumers {

@@ -64,6 +64,11 @@ type topic struct {
 		clock       func() time.Time
 		lastPublish int64 // publish times are kept increasing
 		closed      bool
+		// quotaBlock refuses new messages and producers while the
+		// backlog is over a quota whose policy blocks producers
+		// (ErrBacklogQuotaHeld or ErrBacklogQuotaExceeded); nil otherwise.
+		// Set by enforceBacklogQuotas.
+		quotaBlock error
 	}
 }
 
@@ -215,6 +220,9 @@ func (t *topic) addProducer(p *producer) error {
 		rand.Read(b[:])
 		p.name = t.s.id + "-" + hex.EncodeToString(b[:])
 	}
+	if err := t.mu.quotaBlock; err != nil {
+		return err
+	}
 	if _, busy := t.mu.producers[p.name]; busy {
 		return errorf(ErrProducerBusy, "a producer named %q is already connected to %s", p.name, t.name)
 	}
@@ -284,6 +292,14 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 			cb(pos, true, nil)
 			return
 		}
+	}
+	// A new message (a duplicate was answered above).
+	if err := t.mu.quotaBlock; err != nil {
+		t.mu.Unlock()
+		cb(mledger.Position{}, false, err)
+		return
+	}
+	if dedup {
 		// Above persisted and not in flight: new, or a re-send of an
 		// append that failed.
 		d.pushed = max(d.pushed, int64(highest))
@@ -605,6 +621,7 @@ func (t *topic) retain(ctx context.Context) {
 			}
 		}
 	}
+	t.enforceBacklogQuotas(ctx, subs)
 	t.ml.RollIfDue()
 	slowest := t.ml.Next(t.ml.LastConfirmed())
 	for _, s := range subs {

@@ -47,6 +47,15 @@ var (
 	ErrUnauthenticated = errors.New("client: authentication failed")
 	// ErrUnauthorized: the role may not do this.
 	ErrUnauthorized = errors.New("client: not authorized")
+	// ErrBacklogQuotaHeld: the topic's backlog is over its backlog quota,
+	// whose policy is producer_request_hold. It is retriable, an
+	// ErrUnavailable too: sends are held (resent) until the backlog is
+	// consumed or SendTimeout, and a producer's creation is retried
+	// within OperationTimeout.
+	ErrBacklogQuotaHeld error = retriableError("client: producer held: the topic's backlog is over its quota")
+	// ErrBacklogQuotaExceeded: the same with policy producer_exception:
+	// sends and producer creation fail at once.
+	ErrBacklogQuotaExceeded = errors.New("client: producer blocked: the topic's backlog is over its quota")
 )
 
 // retriableError is a package error that a retry may cure: it is also an
@@ -83,6 +92,9 @@ var reasonErrors = map[brokerpb.ErrorReason]error{
 
 	brokerpb.ErrorReason_AUTHENTICATION_ERROR: ErrUnauthenticated,
 	brokerpb.ErrorReason_AUTHORIZATION_ERROR:  ErrUnauthorized,
+
+	brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR:     ErrBacklogQuotaHeld,
+	brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION: ErrBacklogQuotaExceeded,
 }
 
 // reasonError is the client error of a broker's reason. A reason this

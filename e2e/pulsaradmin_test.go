@@ -149,6 +149,13 @@ func TestPulsarAdminClustersTenantsBrokers(t *testing.T) {
 			return ""
 		}},
 		{name: "tenants get, unknown", call: func() (any, error) { return tenants.Get("nobody") }, want: 404},
+		{name: "tenants create, unknown cluster", call: func() (any, error) {
+			return nil, tenants.Create(utils.TenantData{Name: "other", AllowedClusters: []string{"elsewhere"}})
+		}, want: 412},
+		{name: "tenants update, unknown cluster", call: func() (any, error) {
+			return nil, tenants.Update(utils.TenantData{Name: "acme", AllowedClusters: []string{"elsewhere"}})
+		}, want: 412},
+		{name: "tenants delete, with namespaces", call: func() (any, error) { return nil, tenants.Delete("public") }, want: 409},
 		{name: "tenants delete", call: func() (any, error) { return nil, tenants.Delete("acme") }},
 		{name: "tenants delete, gone", call: func() (any, error) { return nil, tenants.Delete("acme") }, want: 404},
 

@@ -54,6 +54,14 @@ const (
 	ErrorReason_AUTHENTICATION_ERROR ErrorReason = 15
 	// The role may not do this. gRPC code PERMISSION_DENIED.
 	ErrorReason_AUTHORIZATION_ERROR ErrorReason = 16
+	// The topic's backlog is over its namespace's backlog quota, whose
+	// policy is producer_request_hold: the producer may resend once the
+	// backlog is consumed (retriable, within its send timeout). gRPC code
+	// UNAVAILABLE.
+	ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR ErrorReason = 17
+	// The same with policy producer_exception: not retriable. gRPC code
+	// FAILED_PRECONDITION.
+	ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION ErrorReason = 18
 )
 
 // Enum value maps for ErrorReason.
@@ -76,25 +84,29 @@ var (
 		14: "NOT_ENOUGH_BOOKIES",
 		15: "AUTHENTICATION_ERROR",
 		16: "AUTHORIZATION_ERROR",
+		17: "PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR",
+		18: "PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION",
 	}
 	ErrorReason_value = map[string]int32{
-		"UNKNOWN":                0,
-		"INVALID_TOPIC_NAME":     1,
-		"TOPIC_NOT_FOUND":        2,
-		"SUBSCRIPTION_NOT_FOUND": 3,
-		"CONSUMER_BUSY":          4,
-		"PRODUCER_BUSY":          5,
-		"MESSAGE_TOO_LARGE":      6,
-		"INVALID_MESSAGE":        7,
-		"PERSISTENCE_ERROR":      8,
-		"SERVICE_NOT_READY":      9,
-		"NOT_OWNER":              10,
-		"INVALID_ARGUMENT":       11,
-		"NOT_ALLOWED":            12,
-		"TOPIC_CLOSED":           13,
-		"NOT_ENOUGH_BOOKIES":     14,
-		"AUTHENTICATION_ERROR":   15,
-		"AUTHORIZATION_ERROR":    16,
+		"UNKNOWN":                                   0,
+		"INVALID_TOPIC_NAME":                        1,
+		"TOPIC_NOT_FOUND":                           2,
+		"SUBSCRIPTION_NOT_FOUND":                    3,
+		"CONSUMER_BUSY":                             4,
+		"PRODUCER_BUSY":                             5,
+		"MESSAGE_TOO_LARGE":                         6,
+		"INVALID_MESSAGE":                           7,
+		"PERSISTENCE_ERROR":                         8,
+		"SERVICE_NOT_READY":                         9,
+		"NOT_OWNER":                                 10,
+		"INVALID_ARGUMENT":                          11,
+		"NOT_ALLOWED":                               12,
+		"TOPIC_CLOSED":                              13,
+		"NOT_ENOUGH_BOOKIES":                        14,
+		"AUTHENTICATION_ERROR":                      15,
+		"AUTHORIZATION_ERROR":                       16,
+		"PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR":     17,
+		"PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION": 18,
 	}
 )
 
@@ -2316,7 +2328,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"X\n" +
 	"\x18GetLastMessageIdResponse\x12<\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xf6\x02\n" +
+	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xd0\x03\n" +
 	"\vErrorReason\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x16\n" +
 	"\x12INVALID_TOPIC_NAME\x10\x01\x12\x13\n" +
@@ -2335,7 +2347,9 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\fTOPIC_CLOSED\x10\r\x12\x16\n" +
 	"\x12NOT_ENOUGH_BOOKIES\x10\x0e\x12\x18\n" +
 	"\x14AUTHENTICATION_ERROR\x10\x0f\x12\x17\n" +
-	"\x13AUTHORIZATION_ERROR\x10\x10*K\n" +
+	"\x13AUTHORIZATION_ERROR\x10\x10\x12)\n" +
+	"%PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR\x10\x11\x12-\n" +
+	")PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION\x10\x12*K\n" +
 	"\x10SubscriptionType\x12\r\n" +
 	"\tEXCLUSIVE\x10\x00\x12\n" +
 	"\n" +

@@ -1324,8 +1324,11 @@ type NamespacePolicies struct {
 	// is neither a superuser nor a tenant admin to be named "<role>-..."
 	// (Pulsar's subscription_auth_mode Prefix).
 	SubscriptionPrefix bool `protobuf:"varint,14,opt,name=subscription_prefix,json=subscriptionPrefix,proto3" json:"subscription_prefix,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Backlog quotas by Pulsar's type ("destination_storage": the backlog's
+	// size, "message_age": its oldest message's age).
+	BacklogQuotas map[string]*BacklogQuota `protobuf:"bytes,15,rep,name=backlog_quotas,json=backlogQuotas,proto3" json:"backlog_quotas,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -1456,6 +1459,69 @@ func (x *NamespacePolicies) GetSubscriptionPrefix() bool {
 	return false
 }
 
+func (x *NamespacePolicies) GetBacklogQuotas() map[string]*BacklogQuota {
+	if x != nil {
+		return x.BacklogQuotas
+	}
+	return nil
+}
+
+// BacklogQuota limits a subscription's backlog (Pulsar's BacklogQuota).
+type BacklogQuota struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes (destination_storage) or seconds (message_age); 0 or less: none.
+	Limit int64 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// "producer_request_hold", "producer_exception" or
+	// "consumer_backlog_eviction".
+	Policy        string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BacklogQuota) Reset() {
+	*x = BacklogQuota{}
+	mi := &file_metapb_meta_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BacklogQuota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BacklogQuota) ProtoMessage() {}
+
+func (x *BacklogQuota) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BacklogQuota.ProtoReflect.Descriptor instead.
+func (*BacklogQuota) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BacklogQuota) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *BacklogQuota) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 // Actions a role is granted.
 type Actions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1466,7 +1532,7 @@ type Actions struct {
 
 func (x *Actions) Reset() {
 	*x = Actions{}
-	mi := &file_metapb_meta_proto_msgTypes[16]
+	mi := &file_metapb_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1544,7 @@ func (x *Actions) String() string {
 func (*Actions) ProtoMessage() {}
 
 func (x *Actions) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[16]
+	mi := &file_metapb_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1557,7 @@ func (x *Actions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actions.ProtoReflect.Descriptor instead.
 func (*Actions) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{16}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Actions) GetActions() []string {
@@ -1511,7 +1577,7 @@ type RolePermissions struct {
 
 func (x *RolePermissions) Reset() {
 	*x = RolePermissions{}
-	mi := &file_metapb_meta_proto_msgTypes[17]
+	mi := &file_metapb_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1589,7 @@ func (x *RolePermissions) String() string {
 func (*RolePermissions) ProtoMessage() {}
 
 func (x *RolePermissions) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[17]
+	mi := &file_metapb_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1602,7 @@ func (x *RolePermissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolePermissions.ProtoReflect.Descriptor instead.
 func (*RolePermissions) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{17}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RolePermissions) GetRoles() map[string]*Actions {
@@ -1556,7 +1622,7 @@ type PartitionedTopic struct {
 
 func (x *PartitionedTopic) Reset() {
 	*x = PartitionedTopic{}
-	mi := &file_metapb_meta_proto_msgTypes[18]
+	mi := &file_metapb_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1634,7 @@ func (x *PartitionedTopic) String() string {
 func (*PartitionedTopic) ProtoMessage() {}
 
 func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[18]
+	mi := &file_metapb_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1647,7 @@ func (x *PartitionedTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionedTopic.ProtoReflect.Descriptor instead.
 func (*PartitionedTopic) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{18}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PartitionedTopic) GetPartitions() int32 {
@@ -1605,7 +1671,7 @@ type DedupSnapshot struct {
 
 func (x *DedupSnapshot) Reset() {
 	*x = DedupSnapshot{}
-	mi := &file_metapb_meta_proto_msgTypes[19]
+	mi := &file_metapb_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1683,7 @@ func (x *DedupSnapshot) String() string {
 func (*DedupSnapshot) ProtoMessage() {}
 
 func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_metapb_meta_proto_msgTypes[19]
+	mi := &file_metapb_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1696,7 @@ func (x *DedupSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupSnapshot.ProtoReflect.Descriptor instead.
 func (*DedupSnapshot) Descriptor() ([]byte, []int) {
-	return file_metapb_meta_proto_rawDescGZIP(), []int{19}
+	return file_metapb_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DedupSnapshot) GetLedgerId() int64 {
@@ -1772,7 +1838,7 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"TenantInfo\x12\x1f\n" +
 	"\vadmin_roles\x18\x01 \x03(\tR\n" +
 	"adminRoles\x12)\n" +
-	"\x10allowed_clusters\x18\x02 \x03(\tR\x0fallowedClusters\"\x9c\a\n" +
+	"\x10allowed_clusters\x18\x02 \x03(\tR\x0fallowedClusters\"\xdd\b\n" +
 	"\x11NamespacePolicies\x12'\n" +
 	"\x0fhas_persistence\x18\x01 \x01(\bR\x0ehasPersistence\x12\x1a\n" +
 	"\bensemble\x18\x02 \x01(\x05R\bensemble\x12!\n" +
@@ -1789,13 +1855,20 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\rdeduplication\x18\v \x01(\bR\rdeduplication\x12r\n" +
 	"\x15namespace_permissions\x18\f \x03(\v2=.magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntryR\x14namespacePermissions\x12f\n" +
 	"\x11topic_permissions\x18\r \x03(\v29.magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntryR\x10topicPermissions\x12/\n" +
-	"\x13subscription_prefix\x18\x0e \x01(\bR\x12subscriptionPrefix\x1ab\n" +
+	"\x13subscription_prefix\x18\x0e \x01(\bR\x12subscriptionPrefix\x12]\n" +
+	"\x0ebacklog_quotas\x18\x0f \x03(\v26.magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntryR\rbacklogQuotas\x1ab\n" +
 	"\x19NamespacePermissionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
 	"\x05value\x18\x02 \x01(\v2\x19.magnetar.meta.v1.ActionsR\x05value:\x028\x01\x1af\n" +
 	"\x15TopicPermissionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
-	"\x05value\x18\x02 \x01(\v2!.magnetar.meta.v1.RolePermissionsR\x05value:\x028\x01\"#\n" +
+	"\x05value\x18\x02 \x01(\v2!.magnetar.meta.v1.RolePermissionsR\x05value:\x028\x01\x1a`\n" +
+	"\x12BacklogQuotasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x124\n" +
+	"\x05value\x18\x02 \x01(\v2\x1e.magnetar.meta.v1.BacklogQuotaR\x05value:\x028\x01\"<\n" +
+	"\fBacklogQuota\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\"#\n" +
 	"\aActions\x12\x18\n" +
 	"\aactions\x18\x01 \x03(\tR\aactions\"\xaa\x01\n" +
 	"\x0fRolePermissions\x12B\n" +
@@ -1834,7 +1907,7 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_metapb_meta_proto_goTypes = []any{
 	(LedgerState)(0),            // 0: magnetar.meta.v1.LedgerState
 	(UnderReplicated_Reason)(0), // 1: magnetar.meta.v1.UnderReplicated.Reason
@@ -1854,38 +1927,42 @@ var file_metapb_meta_proto_goTypes = []any{
 	(*CursorChunk)(nil),         // 15: magnetar.meta.v1.CursorChunk
 	(*TenantInfo)(nil),          // 16: magnetar.meta.v1.TenantInfo
 	(*NamespacePolicies)(nil),   // 17: magnetar.meta.v1.NamespacePolicies
-	(*Actions)(nil),             // 18: magnetar.meta.v1.Actions
-	(*RolePermissions)(nil),     // 19: magnetar.meta.v1.RolePermissions
-	(*PartitionedTopic)(nil),    // 20: magnetar.meta.v1.PartitionedTopic
-	(*DedupSnapshot)(nil),       // 21: magnetar.meta.v1.DedupSnapshot
-	nil,                         // 22: magnetar.meta.v1.LedgerMetadata.CustomEntry
-	nil,                         // 23: magnetar.meta.v1.CursorInfo.PropertiesEntry
-	nil,                         // 24: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
-	nil,                         // 25: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
-	nil,                         // 26: magnetar.meta.v1.RolePermissions.RolesEntry
-	nil,                         // 27: magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	(*BacklogQuota)(nil),        // 18: magnetar.meta.v1.BacklogQuota
+	(*Actions)(nil),             // 19: magnetar.meta.v1.Actions
+	(*RolePermissions)(nil),     // 20: magnetar.meta.v1.RolePermissions
+	(*PartitionedTopic)(nil),    // 21: magnetar.meta.v1.PartitionedTopic
+	(*DedupSnapshot)(nil),       // 22: magnetar.meta.v1.DedupSnapshot
+	nil,                         // 23: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	nil,                         // 24: magnetar.meta.v1.CursorInfo.PropertiesEntry
+	nil,                         // 25: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
+	nil,                         // 26: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
+	nil,                         // 27: magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry
+	nil,                         // 28: magnetar.meta.v1.RolePermissions.RolesEntry
+	nil,                         // 29: magnetar.meta.v1.DedupSnapshot.SequencesEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
 	4,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	22, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	23, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
 	1,  // 3: magnetar.meta.v1.UnderReplicated.reason:type_name -> magnetar.meta.v1.UnderReplicated.Reason
 	10, // 4: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
-	23, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
+	24, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
 	13, // 6: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
 	14, // 7: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
-	24, // 8: magnetar.meta.v1.NamespacePolicies.namespace_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
-	25, // 9: magnetar.meta.v1.NamespacePolicies.topic_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
-	26, // 10: magnetar.meta.v1.RolePermissions.roles:type_name -> magnetar.meta.v1.RolePermissions.RolesEntry
-	27, // 11: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
-	18, // 12: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry.value:type_name -> magnetar.meta.v1.Actions
-	19, // 13: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry.value:type_name -> magnetar.meta.v1.RolePermissions
-	18, // 14: magnetar.meta.v1.RolePermissions.RolesEntry.value:type_name -> magnetar.meta.v1.Actions
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	25, // 8: magnetar.meta.v1.NamespacePolicies.namespace_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
+	26, // 9: magnetar.meta.v1.NamespacePolicies.topic_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
+	27, // 10: magnetar.meta.v1.NamespacePolicies.backlog_quotas:type_name -> magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry
+	28, // 11: magnetar.meta.v1.RolePermissions.roles:type_name -> magnetar.meta.v1.RolePermissions.RolesEntry
+	29, // 12: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	19, // 13: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry.value:type_name -> magnetar.meta.v1.Actions
+	20, // 14: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry.value:type_name -> magnetar.meta.v1.RolePermissions
+	18, // 15: magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry.value:type_name -> magnetar.meta.v1.BacklogQuota
+	19, // 16: magnetar.meta.v1.RolePermissions.RolesEntry.value:type_name -> magnetar.meta.v1.Actions
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_metapb_meta_proto_init() }
@@ -1899,7 +1976,7 @@ func file_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -367,6 +367,13 @@ func (c *Cursor) Stats() Stats {
 	}
 }
 
+// DeletedRanges is State.DeletedRanges of the cursor's state.
+func (c *Cursor) DeletedRanges(max int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.st.DeletedRanges(max)
+}
+
 // Persist writes a snapshot if anything changed since the last one. It
 // moves to a new cursor ledger when the current one is full or failed.
 func (c *Cursor) Persist(ctx context.Context) error {

@@ -11,6 +11,7 @@ package cursor
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/google/btree"
 
@@ -65,6 +66,30 @@ func (s *State) Holes() int { return s.acked.Len() }
 
 // AckedAfterMarkDelete counts the entries acknowledged individually.
 func (s *State) AckedAfterMarkDelete() int64 { return s.count }
+
+// DeletedRanges writes the individually acknowledged entries as Pulsar's
+// individuallyDeletedMessages: open-closed ranges of positions,
+// "[(3:4..3:7],(5:-1..5:2]]" for entries 3:5..3:7 and 5:0..5:2, at most
+// max of them (then "...").
+func (s *State) DeletedRanges(max int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	n := 0
+	s.acked.Ascend(func(sp span) bool {
+		if n == max {
+			b.WriteString(",...")
+			return false
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "(%d:%d..%d:%d]", sp.Ledger, sp.From-1, sp.Ledger, sp.To)
+		n++
+		return true
+	})
+	b.WriteByte(']')
+	return b.String()
+}
 
 // IsAcked reports whether the entry at p is acknowledged as a whole.
 func (s *State) IsAcked(p Position) bool {
