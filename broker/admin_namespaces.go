@@ -606,7 +606,7 @@ func (s *Server) onSubscriptionsOf(ctx context.Context, r *http.Request, n topic
 		}
 		for _, name := range subs {
 			err := s.peerSend(ctx, method, redirect.withPath(base+"/subscription/"+name+suffix), nil)
-			if err != nil && !(sub == "" && errors.Is(err, ErrSubscriptionNotFound)) {
+			if err != nil && !errors.Is(err, ErrSubscriptionNotFound) { // a topic without it
 				return err
 			}
 		}

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"net/http"
 	"slices"
@@ -142,4 +143,77 @@ func TestAdminCreateSubscriptionOnPartitionedTopic(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict {
 		t.Fatalf("create an existing subscription: %s", resp.Status)
 	}
+}
+
+// The subscription calls Pulsar takes on a partitioned topic reach every
+// partition, whichever broker owns it, as do the namespace-wide ones; the
+// partitioned stats sum them.
+func TestAdminPartitionedCallsAcrossBrokers(t *testing.T) {
+	e := newEnv(t, nil)
+	other := e.startAnother(nil)
+	cl := clientOf(t, e.b, other)
+	const parts, msgs = 4, 12
+	topic, p := spreadPartitionedTopic(t, e, cl, "pcalls-", parts, msgs)
+	p.Close()
+	base := "/admin/v2/persistent/public/default/" + topic
+	do := func(method, path string, want int) {
+		t.Helper()
+		if code, out, err := adminDo(e, method, path, nil); err != nil || code != want {
+			t.Fatalf("%s %s: %d %s %v, want %d", method, path, code, out, err, want)
+		}
+	}
+	backlog := func() int64 {
+		t.Helper()
+		st, err := adminGetJSON[struct {
+			MsgInCounter int64 `json:"msgInCounter"`
+			Metadata     struct {
+				Partitions int `json:"partitions"`
+			} `json:"metadata"`
+			Subscriptions map[string]struct {
+				MsgBacklog int64 `json:"msgBacklog"`
+			} `json:"subscriptions"`
+			Partitions map[string]json.RawMessage `json:"partitions"`
+		}](e, base+"/partitioned-stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Metadata.Partitions != parts || len(st.Partitions) != parts || st.MsgInCounter != msgs {
+			t.Fatalf("partitioned stats: %d partitions, %d with stats, %d messages in; want %d, %d, %d",
+				st.Metadata.Partitions, len(st.Partitions), st.MsgInCounter, parts, parts, msgs)
+		}
+		return st.Subscriptions["s"].MsgBacklog
+	}
+	do("PUT", base+"/subscription/s", http.StatusNoContent) // at the end
+	do("POST", base+"/subscription/s/resetcursor/0", http.StatusNoContent)
+	if got := backlog(); got != msgs {
+		t.Fatalf("after a reset to time 0: backlog %d, want %d", got, msgs)
+	}
+	if subs, err := adminGetJSON[[]string](e, base+"/subscriptions"); err != nil || !slices.Equal(subs, []string{"s"}) {
+		t.Fatalf("subscriptions: %v %v", subs, err)
+	}
+	do("POST", base+"/subscription/s/expireMessages/3600", http.StatusNoContent)
+	if got := backlog(); got != msgs {
+		t.Fatalf("after expiring what is older than an hour: backlog %d, want %d", got, msgs)
+	}
+	do("POST", base+"/subscription/s/skip_all", http.StatusNoContent)
+	if got := backlog(); got != 0 {
+		t.Fatalf("after clearing the backlog: %d", got)
+	}
+	do("POST", base+"/subscription/s/resetcursor/0", http.StatusNoContent)
+	do("POST", base+"/all_subscription/expireMessages/0", http.StatusNoContent)
+	if got := backlog(); got != 0 {
+		t.Fatalf("after expiring everything: %d", got)
+	}
+	do("POST", base+"/subscription/s/resetcursor/0", http.StatusNoContent)
+	do("POST", "/admin/v2/namespaces/public/default/clearBacklog/s", http.StatusNoContent)
+	if got := backlog(); got != 0 {
+		t.Fatalf("after clearing the namespace's backlog of s: %d", got)
+	}
+	do("POST", base+"/subscription/nobody/skip_all", http.StatusNotFound)
+	do("POST", "/admin/v2/namespaces/public/default/unsubscribe/nobody", http.StatusNoContent)
+	do("POST", "/admin/v2/namespaces/public/default/unsubscribe/s", http.StatusNoContent)
+	if subs, err := adminGetJSON[[]string](e, base+"/subscriptions"); err != nil || len(subs) != 0 {
+		t.Fatalf("subscriptions after unsubscribing: %v %v", subs, err)
+	}
+	do("DELETE", base+"/subscription/s", http.StatusNotFound)
 }

@@ -213,3 +213,27 @@ func FuzzLoadState(f *testing.F) {
 		}
 	})
 }
+
+// DeletedRanges writes the acknowledged entries after the mark-delete
+// position as Pulsar's open-closed ranges, bounded in count.
+func TestDeletedRanges(t *testing.T) {
+	for _, tc := range []struct {
+		acks []Position
+		max  int
+		want string
+	}{
+		{nil, 10, "[]"},
+		{[]Position{pos(1, 0)}, 10, "[]"}, // moved the mark-delete position
+		{[]Position{pos(1, 2)}, 10, "[(1:1..1:2]]"},
+		{[]Position{pos(1, 2), pos(1, 3), pos(1, 5)}, 10, "[(1:1..1:3],(1:4..1:5]]"},
+		{[]Position{pos(1, 2), pos(1, 5), pos(1, 7)}, 2, "[(1:1..1:2],(1:4..1:5],...]"},
+	} {
+		s := NewState(pos(1, -1), next)
+		for _, p := range tc.acks {
+			s.Ack(p)
+		}
+		if got := s.DeletedRanges(tc.max); got != tc.want {
+			t.Errorf("acks %v, max %d: %s, want %s", tc.acks, tc.max, got, tc.want)
+		}
+	}
+}
