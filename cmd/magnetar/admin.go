@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
+	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
@@ -70,6 +72,11 @@ var errUnavailable = errors.New("unavailable")
 
 // call sends a request; a JSON answer is printed indented.
 func (a *adminClient) call(ctx context.Context, method, path string, body any) error {
+	return a.do(ctx, method, path, body, func(data []byte, _ http.Header) error { return a.print(data) })
+}
+
+// do sends a request and hands a successful answer to handle.
+func (a *adminClient) do(ctx context.Context, method, path string, body any, handle func([]byte, http.Header) error) error {
 	var data []byte
 	if body != nil {
 		var err error
@@ -82,9 +89,9 @@ func (a *adminClient) call(ctx context.Context, method, path string, body any) e
 	last := make([]error, len(a.urls))
 	for wait := backoffMin; ; wait = min(2*wait, backoffMax) {
 		for i, base := range a.urls {
-			answer, err := a.attempt(callCtx, base, method, path, data)
+			answer, header, err := a.attempt(callCtx, base, method, path, data)
 			if err == nil {
-				return a.print(answer)
+				return handle(answer, header)
 			}
 			if ctx.Err() != nil {
 				return ctx.Err() // interrupted
@@ -117,7 +124,7 @@ func (a *adminClient) call(ctx context.Context, method, path string, body any) e
 // attempt sends one request to base. A failure to reach it, a timeout and
 // a 502, 503 or 504 answer are errUnavailable; other answers of 300 and
 // above are errors of their own.
-func (a *adminClient) attempt(ctx context.Context, base, method, path string, body []byte) ([]byte, error) {
+func (a *adminClient) attempt(ctx context.Context, base, method, path string, body []byte) ([]byte, http.Header, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout)
 	defer cancel()
 	var r io.Reader
@@ -126,23 +133,23 @@ func (a *adminClient) attempt(ctx context.Context, base, method, path string, bo
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if err := a.authorize(req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+		return nil, nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the answer: %w", errUnavailable, err)
+		return nil, nil, fmt.Errorf("%w: reading the answer: %w", errUnavailable, err)
 	}
 	if resp.StatusCode < 300 {
-		return data, nil
+		return data, resp.Header, nil
 	}
 	var e struct {
 		Reason string `json:"reason"`
@@ -153,9 +160,9 @@ func (a *adminClient) attempt(ctx context.Context, base, method, path string, bo
 	}
 	switch resp.StatusCode {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return nil, fmt.Errorf("%w: %s: %w", errUnavailable, resp.Status, reason)
+		return nil, nil, fmt.Errorf("%w: %s: %w", errUnavailable, resp.Status, reason)
 	}
-	return nil, reason
+	return nil, nil, &answerError{status: resp.StatusCode, err: reason}
 }
 
 // print writes an answer: JSON indented, anything else as it is.
@@ -263,6 +270,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 	sub(namespaces, "list TENANT", "List a tenant's namespaces", 1, func(ctx context.Context, as []string) error {
 		return a.call(ctx, "GET", "/admin/v2/namespaces/"+as[0], nil)
 	})
+	var quotaType, nsSub string
 	withNS := func(use, short, method, suffix string, body func() (any, error)) *cobra.Command {
 		return sub(namespaces, use+" TENANT/NAMESPACE", short, 1, func(ctx context.Context, as []string) error {
 			p, err := nsPath(as[0])
@@ -274,6 +282,16 @@ func newAdminCmd(g *globals) *cobra.Command {
 				if b, err = body(); err != nil {
 					return err
 				}
+			}
+			suffix := strings.ReplaceAll(suffix, "{type}", url.QueryEscape(quotaType))
+			if strings.Contains(suffix, "{sub}") {
+				if nsSub == "" && strings.HasPrefix(suffix, "/unsubscribe") {
+					return errors.New("a subscription is required: -s NAME")
+				}
+				if nsSub != "" {
+					suffix = strings.ReplaceAll(suffix, "{sub}", "/"+url.PathEscape(nsSub))
+				}
+				suffix = strings.ReplaceAll(suffix, "{sub}", "")
 			}
 			return a.call(ctx, method, p+suffix, b)
 		})
@@ -312,6 +330,45 @@ func newAdminCmd(g *globals) *cobra.Command {
 	var enable bool
 	setDedup := withNS("set-deduplication", "Turn deduplication on or off", "POST", "/deduplication", func() (any, error) { return enable, nil })
 	setDedup.Flags().BoolVar(&enable, "enable", false, "true to enable, false to disable")
+
+	withNS("policies", "Show a namespace's policies", "GET", "", nil)
+	withNS("topics", "List a namespace's topics (every partition)", "GET", "/topics", nil)
+	withNS("remove-retention", "Go back to the broker's retention", "DELETE", "/retention", nil)
+	withNS("remove-message-ttl", "Go back to the broker's message TTL", "DELETE", "/messageTTL", nil)
+	withNS("remove-persistence", "Go back to the broker's ensemble and quorums", "DELETE", "/persistence", nil)
+	withNS("get-backlog-quotas", "Show the backlog quotas", "GET", "/backlogQuotaMap", nil)
+	var quotaPolicy, quotaSize, quotaTime string
+	sbq := withNS("set-backlog-quota", "Limit each subscription's backlog: by size (-t destination_storage, --limit-size) or age (-t message_age, --limit-time)", "POST", "/backlogQuota?backlogQuotaType={type}",
+		func() (any, error) {
+			body := map[string]any{"policy": quotaPolicy}
+			switch quotaType {
+			case "destination_storage":
+				mb, err := parseMB(quotaSize)
+				if err != nil || mb <= 0 {
+					return nil, fmt.Errorf("--limit-size %q: want a size such as 500M or 10G", quotaSize)
+				}
+				body["limitSize"] = mb << 20
+			case "message_age":
+				d, err := time.ParseDuration(quotaTime)
+				if err != nil || d < time.Second {
+					return nil, fmt.Errorf("--limit-time %q: want a duration of a second or more, such as 90s or 12h", quotaTime)
+				}
+				body["limitTime"] = int64(d / time.Second)
+			default:
+				return nil, fmt.Errorf("-t %q: want destination_storage or message_age", quotaType)
+			}
+			return body, nil
+		})
+	sbq.Flags().StringVarP(&quotaType, "type", "t", "destination_storage", "destination_storage or message_age")
+	sbq.Flags().StringVarP(&quotaPolicy, "policy", "p", "", "producer_request_hold, producer_exception or consumer_backlog_eviction (required)")
+	sbq.Flags().StringVar(&quotaSize, "limit-size", "", "destination_storage: the size (e.g. 500M, 10G)")
+	sbq.Flags().StringVar(&quotaTime, "limit-time", "", "message_age: the age (e.g. 90s, 12h)")
+	rbq := withNS("remove-backlog-quota", "Remove a backlog quota", "DELETE", "/backlogQuota?backlogQuotaType={type}", nil)
+	rbq.Flags().StringVarP(&quotaType, "type", "t", "destination_storage", "destination_storage or message_age")
+	ncb := withNS("clear-backlog", "Acknowledge everything published so far on every topic's subscriptions (-s: only that one)", "POST", "/clearBacklog{sub}", nil)
+	ncb.Flags().StringVarP(&nsSub, "sub", "s", "", "only this subscription")
+	nus := withNS("unsubscribe", "Delete a subscription from every topic of the namespace", "POST", "/unsubscribe{sub}", nil)
+	nus.Flags().StringVarP(&nsSub, "sub", "s", "", "the subscription (required)")
 
 	// Grants, on a namespace or a topic: PATH is the resource's admin path.
 	var role string
@@ -399,6 +456,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 	withTopic("subscriptions", "List subscriptions", "GET", "/subscriptions", nil)
 	var subName, resetTime, resetID string
 	var n int
+	var msgLedger, msgEntry int64
 	subFlag := func(c *cobra.Command) {
 		c.Flags().StringVarP(&subName, "subscription", "s", "", "subscription name (required)")
 	}
@@ -440,9 +498,64 @@ func newAdminCmd(g *globals) *cobra.Command {
 	subFlag(sk)
 	sk.Flags().IntVarP(&n, "count", "n", 1, "number of messages")
 	withTopic("unload", "Unload a topic (partition): its owner closes it cleanly; the next lookup assigns it again", "PUT", "/unload", nil)
-	pk := withTopic("peek-messages", "Show the N-th unacknowledged message of a subscription", "GET", "/subscription/{sub}/position/{n}", nil)
+	pk := sub(topics, "peek-messages TOPIC", "Show the first N unacknowledged messages of a subscription (a partition's, for a partitioned topic)", 1, func(ctx context.Context, as []string) error {
+		p, err := topicPath(as[0])
+		if err != nil {
+			return err
+		}
+		if subName == "" {
+			return errors.New("a subscription is required: -s NAME")
+		}
+		if n < 1 {
+			return fmt.Errorf("-n %d: want 1 or more", n)
+		}
+		return a.peekMessages(ctx, p, subName, n)
+	})
 	subFlag(pk)
-	pk.Flags().IntVarP(&n, "count", "n", 1, "which message (1: the first unacknowledged)")
+	pk.Flags().IntVarP(&n, "count", "n", 1, "number of messages")
+	gm := withTopic("get-message-by-id", "Show the message at a ledger and entry", "GET", "/ledger/{ledger}/entry/{entry}", nil)
+	gm.RunE = func(c *cobra.Command, as []string) error {
+		p, err := topicPath(as[0])
+		if err != nil {
+			return err
+		}
+		return a.do(c.Context(), "GET", fmt.Sprintf("%s/ledger/%d/entry/%d", p, msgLedger, msgEntry), nil, func(data []byte, h http.Header) error {
+			msgs, err := splitPeeked(data, h)
+			for _, m := range msgs {
+				a.printPeeked(m)
+			}
+			return err
+		})
+	}
+	gm.Flags().Int64VarP(&msgLedger, "ledger-id", "l", 0, "ledger id")
+	gm.Flags().Int64VarP(&msgEntry, "entry-id", "e", 0, "entry id")
+	cb := withTopic("clear-backlog", "Acknowledge everything published so far on a subscription (every partition of a partitioned topic)", "POST", "/subscription/{sub}/skip_all", nil)
+	subFlag(cb)
+	var expireSecs int64
+	em := withTopic("expire-messages", "Acknowledge a subscription's messages published more than -t seconds ago", "POST", "/subscription/{sub}/expireMessages/{expire}", nil)
+	subFlag(em)
+	em.Flags().Int64VarP(&expireSecs, "expireTime", "t", 0, "seconds")
+	ema := withTopic("expire-messages-all-subscriptions", "The same on every subscription", "POST", "/all_subscription/expireMessages/{expire}", nil)
+	ema.Flags().Int64VarP(&expireSecs, "expireTime", "t", 0, "seconds")
+	withTopic("partitioned-stats", "Show a partitioned topic's statistics: the sums and each partition's", "GET", "/partitioned-stats", nil)
+	up := withTopic("update-partitioned-topic", "Raise a partitioned topic's partition count", "POST", "/partitions", func() (any, error) { return parts, nil })
+	up.Flags().IntVarP(&parts, "partitions", "p", 0, "the new number of partitions")
+	withTopic("last-message-id", "Show the id of the last message", "GET", "/lastMessageId", nil)
+	withTopic("info-internal", "Show the stored ledger list and cursors", "GET", "/internal-info", nil)
+	sub(topics, "lookup TOPIC", "Show the broker that serves a topic (partition)", 1, func(ctx context.Context, as []string) error {
+		p, err := topicPath(as[0])
+		if err != nil {
+			return err
+		}
+		return a.call(ctx, "GET", strings.Replace(p, "/admin/v2/persistent/", "/lookup/v2/topic/persistent/", 1), nil)
+	})
+	sub(topics, "list-partitioned-topics TENANT/NAMESPACE", "List partitioned topics", 1, func(ctx context.Context, as []string) error {
+		p, err := nsPath(as[0])
+		if err != nil {
+			return err
+		}
+		return a.call(ctx, "GET", strings.Replace(p, "/namespaces/", "/persistent/", 1)+"/partitioned", nil)
+	})
 	fill = func(s string) (string, error) {
 		if strings.Contains(s, "{sub}") {
 			if subName == "" {
@@ -451,6 +564,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 			s = strings.ReplaceAll(s, "{sub}", url.PathEscape(subName))
 		}
 		s = strings.ReplaceAll(s, "{n}", strconv.Itoa(n))
+		s = strings.ReplaceAll(s, "{expire}", strconv.FormatInt(expireSecs, 10))
 		return strings.ReplaceAll(s, "{force}", strconv.FormatBool(force)), nil
 	}
 
@@ -550,4 +664,108 @@ func nonNil(v []string) []string {
 		return []string{}
 	}
 	return v
+}
+
+// answerError is an answer of 300 and above (other than 502, 503, 504).
+type answerError struct {
+	status int
+	err    error
+}
+
+func (e *answerError) Error() string { return e.err.Error() }
+func (e *answerError) Unwrap() error { return e.err }
+
+// peekMessages prints the first n unacknowledged messages of a
+// subscription, as pulsar-admin's peek-messages does: the admin API
+// answers entry by entry, and a batch's messages are shown one by one.
+// Fewer than n messages are shown when there are fewer.
+func (a *adminClient) peekMessages(ctx context.Context, topicP, sub string, n int) error {
+	shown := 0
+	for pos := 1; shown < n; pos++ {
+		err := a.do(ctx, "GET", fmt.Sprintf("%s/subscription/%s/position/%d", topicP, url.PathEscape(sub), pos), nil, func(data []byte, h http.Header) error {
+			msgs, err := splitPeeked(data, h)
+			for _, m := range msgs {
+				if shown == n {
+					break
+				}
+				a.printPeeked(m)
+				shown++
+			}
+			return err
+		})
+		var ae *answerError
+		if errors.As(err, &ae) && ae.status == http.StatusNotFound && shown > 0 {
+			return nil // no more
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// peeked is one message of a peeked entry.
+type peeked struct {
+	id, published, producer, key string
+	props                        map[string]string
+	payload                      []byte
+}
+
+// splitPeeked reads the admin API's answer for an entry (its payload and
+// X-Pulsar-* headers) into its messages.
+func splitPeeked(data []byte, h http.Header) ([]peeked, error) {
+	base := peeked{id: h.Get("X-Pulsar-Message-ID"), published: h.Get("X-Pulsar-Publish-Time"), producer: h.Get("X-Pulsar-Producer-Name"),
+		key: h.Get("X-Pulsar-Partition-Key"), payload: data}
+	if p := h.Get("X-Pulsar-Property"); p != "" {
+		if err := json.Unmarshal([]byte(p), &base.props); err != nil {
+			return nil, fmt.Errorf("X-Pulsar-PROPERTY %q: %w", p, err)
+		}
+	}
+	nb := h.Get("X-Pulsar-Num-Batch-Message")
+	if nb == "" {
+		return []peeked{base}, nil
+	}
+	count, err := strconv.Atoi(nb)
+	if err != nil {
+		return nil, fmt.Errorf("X-Pulsar-num-batch-message %q: %w", nb, err)
+	}
+	singles, err := entry.SplitBatch(data, count)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]peeked, 0, len(singles))
+	for i, sm := range singles {
+		m := base
+		m.id = fmt.Sprintf("%s:%d", base.id, i)
+		m.key, m.payload, m.props = sm.Meta.GetPartitionKey(), sm.Payload, nil
+		for _, kv := range sm.Meta.GetProperties() {
+			if m.props == nil {
+				m.props = map[string]string{}
+			}
+			m.props[kv.GetKey()] = kv.GetValue()
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// printPeeked prints a message as pulsar-admin does: its id, metadata
+// and a hex dump of its payload.
+func (a *adminClient) printPeeked(m peeked) {
+	fmt.Fprintf(a.out, "Message ID: %s\n", m.id)
+	if m.published != "" {
+		fmt.Fprintf(a.out, "Publish time: %s\n", m.published)
+	}
+	if m.producer != "" {
+		fmt.Fprintf(a.out, "Producer: %s\n", m.producer)
+	}
+	if m.key != "" {
+		fmt.Fprintf(a.out, "Key: %s\n", m.key)
+	}
+	if len(m.props) > 0 {
+		b, _ := json.Marshal(m.props)
+		fmt.Fprintf(a.out, "Properties: %s\n", b)
+	}
+	fmt.Fprint(a.out, hex.Dump(m.payload))
+	fmt.Fprintln(a.out)
 }

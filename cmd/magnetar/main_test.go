@@ -122,6 +122,45 @@ func TestStandaloneCommand(t *testing.T) {
 	if err := run(ctx, &buf, "admin", "brokers", "load", "--admin-url", admin); err != nil || !strings.Contains(buf.String(), `"msgRateIn"`) {
 		t.Fatalf("admin brokers load: %v\n%s", err, buf.String())
 	}
+	// pulsar-admin's verbs: peek-messages -n 2 shows the first two
+	// messages; -n 5 the three there are.
+	if err := run(ctx, io.Discard, "admin", "topics", "create-subscription", "first", "-s", "peeker", "--admin-url", admin); err != nil {
+		t.Fatalf("admin topics create-subscription: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "reset-cursor", "first", "-s", "peeker", "-t", "1h", "--admin-url", admin); err != nil {
+		t.Fatalf("admin topics reset-cursor: %v", err)
+	}
+	for n, want := range map[string]int{"2": 2, "5": 3} {
+		buf.Reset()
+		if err := run(ctx, &buf, "admin", "topics", "peek-messages", "first", "-s", "peeker", "-n", n, "--admin-url", admin); err != nil {
+			t.Fatalf("admin topics peek-messages -n %s: %v", n, err)
+		}
+		if got := buf.String(); strings.Count(got, "Message ID: ") != want || strings.Count(got, "|hello|") != want || !strings.Contains(got, "Key: k1") {
+			t.Fatalf("peek-messages -n %s printed %d messages, want %d:\n%s", n, strings.Count(got, "Message ID: "), want, got)
+		}
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "clear-backlog", "first", "-s", "peeker", "--admin-url", admin); err != nil {
+		t.Fatalf("admin topics clear-backlog: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "peek-messages", "first", "-s", "peeker", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "fewer unacknowledged") {
+		t.Fatalf("peek after clear-backlog: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "namespaces", "set-backlog-quota", "public/default", "--limit-size", "10G", "-p", "producer_request_hold", "--admin-url", admin); err != nil {
+		t.Fatalf("admin namespaces set-backlog-quota: %v", err)
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "admin", "namespaces", "get-backlog-quotas", "public/default", "--admin-url", admin); err != nil || !strings.Contains(buf.String(), `"limitSize": 10737418240`) {
+		t.Fatalf("admin namespaces get-backlog-quotas: %v\n%s", err, buf.String())
+	}
+	if err := run(ctx, io.Discard, "admin", "namespaces", "set-backlog-quota", "public/default", "-p", "producer_request_hold", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "--limit-size") {
+		t.Fatalf("set-backlog-quota without a size: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "namespaces", "remove-backlog-quota", "public/default", "--admin-url", admin); err != nil {
+		t.Fatalf("admin namespaces remove-backlog-quota: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "namespaces", "unsubscribe", "public/default", "-s", "peeker", "--admin-url", admin); err != nil {
+		t.Fatalf("admin namespaces unsubscribe: %v", err)
+	}
 	buf.Reset()
 	if err := run(ctx, &buf, "perf", "produce", "perf", "-n", "2000", "--rate", "0", "--url", url); err != nil {
 		t.Fatalf("perf produce: %v", err)
