@@ -26,6 +26,7 @@ import (
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/bufpool"
 	"github.com/magnetar-io/magnetar/internal/bytesize"
+	"github.com/magnetar-io/magnetar/internal/connmux"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/internal/tlsutil"
@@ -104,8 +105,18 @@ type Server struct {
 	id       string // advertised address
 	instance string // random per process: tells our previous incarnation apart
 
-	ln     net.Listener
-	grpc   *grpc.Server
+	ln net.Listener
+	// mux shares ln between gRPC and Pulsar's binary protocol (nil with
+	// TLS on: the port then speaks only gRPC over TLS).
+	mux  *connmux.Mux
+	grpc *grpc.Server
+	// pulsar tracks the connections of Pulsar's protocol (pulsar.go).
+	pulsar struct {
+		sync.Mutex
+		conns  map[*pulsarConn]struct{}
+		closed bool
+		wg     sync.WaitGroup
+	}
 	httpLn net.Listener
 	http   *http.Server
 	stop   chan struct{}
@@ -292,10 +303,25 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	brokerpb.RegisterBrokerServer(s.grpc, &service{s: s})
+	grpcLn := s.ln
+	s.pulsar.conns = map[*pulsarConn]struct{}{}
+	if s.tls == nil {
+		s.mux = connmux.New(s.ln, 10*time.Second)
+		grpcLn = s.mux.Primary()
+		s.wg.Add(2)
+		go func() {
+			defer s.wg.Done()
+			s.mux.Serve()
+		}()
+		go func() {
+			defer s.wg.Done()
+			s.servePulsar(s.mux.Pulsar())
+		}()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.grpc.Serve(s.ln)
+		s.grpc.Serve(grpcLn)
 	}()
 	if s.httpLn != nil {
 		s.http = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -369,6 +395,7 @@ func (s *Server) Close() error {
 	s.log.Warn("shutdown did not finish in time; closing every connection", zap.Duration("shutdown-timeout", s.cfg.ShutdownTimeout))
 	s.hardCancel()
 	s.grpc.Stop()
+	s.closePulsarConns()
 	s.ledgers.Close()
 	if s.ownsStore {
 		s.store.Close()
@@ -418,6 +445,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.bg.closed = true
 	s.bg.Unlock()
 	s.bg.wg.Wait()
+	// Pulsar's clients were told to close their producers with the
+	// topics; their connections go now.
+	s.closePulsarConns()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {

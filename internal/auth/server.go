@@ -163,3 +163,16 @@ func (v *Verifier) certHint() string {
 	}
 	return ""
 }
+
+// Authenticate verifies a token sent outside gRPC's metadata (Pulsar's
+// CONNECT command carries it) and returns ctx with its claims.
+func (v *Verifier) Authenticate(ctx context.Context, token string) (context.Context, error) {
+	if token == "" {
+		return nil, fmt.Errorf("%w: no credentials (a token)", ErrUnauthenticated)
+	}
+	c, err := v.Verify(token)
+	if err != nil {
+		return nil, err
+	}
+	return withClaims(ctx, c), nil
+}

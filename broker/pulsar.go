@@ -1,0 +1,666 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/broker/internal/pulsarwire"
+	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
+	"github.com/magnetar-io/magnetar/proto/topicname"
+)
+
+// Pulsar's binary protocol, served on the client port next to gRPC
+// (internal/connmux tells them apart by the first byte) so that Pulsar's
+// own clients connect to a broker as they would to Pulsar's. A connection
+// is a pulsarConn: its reader (serve) takes one frame at a time, in order;
+// answers go through its writer. Producers are the broker's own producer
+// (the gRPC stream's): publish, deduplication, failure and unload behave
+// as for the SDK.
+
+const (
+	// pulsarProtocolVersion is the highest protocol version served:
+	// Pulsar's v19 (v20 adds topic migration, which Magnetar never sends).
+	pulsarProtocolVersion = 19
+	// pulsarKeepAlive: the broker pings an idle connection this often and
+	// closes one silent for three times as long.
+	pulsarKeepAlive = 30 * time.Second
+	// pulsarConnectTimeout bounds the wait for CONNECT.
+	pulsarConnectTimeout = 10 * time.Second
+	// pulsarMaxInflight bounds a connection's sends being stored: past it
+	// the reader stops reading (TCP pushes back on the client).
+	pulsarMaxInflight = 10000
+	// pulsarFrameOverhead is what a frame may carry beyond a message of
+	// the maximum size: its command and the message's metadata.
+	pulsarFrameOverhead = 1 << 20
+	// noRequestID is the request id of a command the broker starts
+	// (Pulsar's -1).
+	noRequestID = math.MaxUint64
+)
+
+// servePulsar serves the connections of ln until it is closed.
+func (s *Server) servePulsar(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		pc := newPulsarConn(s, c)
+		s.pulsar.Lock()
+		if s.pulsar.closed {
+			s.pulsar.Unlock()
+			c.Close()
+			continue
+		}
+		s.pulsar.conns[pc] = struct{}{}
+		s.pulsar.wg.Add(1)
+		s.pulsar.Unlock()
+		go func() {
+			defer s.pulsar.wg.Done()
+			pc.serve()
+			s.pulsar.Lock()
+			delete(s.pulsar.conns, pc)
+			s.pulsar.Unlock()
+		}()
+	}
+}
+
+// closePulsarConns closes every Pulsar connection and waits for their
+// goroutines; new ones are refused. The broker's shutdown calls it once
+// its topics are closed (their producers told to go elsewhere).
+func (s *Server) closePulsarConns() {
+	s.pulsar.Lock()
+	s.pulsar.closed = true
+	conns := make([]*pulsarConn, 0, len(s.pulsar.conns))
+	for pc := range s.pulsar.conns {
+		conns = append(conns, pc)
+	}
+	s.pulsar.Unlock()
+	for _, pc := range conns {
+		pc.close()
+	}
+	s.pulsar.wg.Wait()
+}
+
+// pulsarConn is one client connection of Pulsar's protocol.
+//
+// Goroutines: serve (the reader), the writer, and one per producer
+// turning its answers into frames; close ends them all, and serve waits
+// for the others before it returns.
+type pulsarConn struct {
+	s    *Server
+	conn net.Conn
+	log  *zap.Logger
+	// ctx carries the caller's role once CONNECT is authenticated (set by
+	// serve before any other goroutine reads it) and ends with the
+	// connection; dying is its Done, for the writer.
+	ctx    context.Context
+	cancel context.CancelFunc
+	dying  <-chan struct{}
+	// inflight holds a slot per send being stored.
+	inflight chan struct{}
+	wg       sync.WaitGroup // the writer and the producers' pumps
+
+	// out is what the writer sends next; signal wakes it.
+	out struct {
+		sync.Mutex
+		buf    []byte
+		closed bool
+	}
+	signal chan struct{}
+
+	mu struct {
+		sync.Mutex
+		producers map[uint64]*pulsarProducer
+	}
+}
+
+// pulsarProducer is a producer of the connection.
+type pulsarProducer struct {
+	id uint64
+	p  *producer
+	t  *topic
+}
+
+func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
+	pc := &pulsarConn{s: s, conn: c, log: s.log.With(zap.String("pulsar-client", c.RemoteAddr().String())),
+		inflight: make(chan struct{}, pulsarMaxInflight), signal: make(chan struct{}, 1)}
+	pc.ctx, pc.cancel = context.WithCancel(s.hardCtx)
+	pc.dying = pc.ctx.Done()
+	pc.mu.producers = map[uint64]*pulsarProducer{}
+	return pc
+}
+
+// close ends the connection (safe to call more than once).
+func (pc *pulsarConn) close() {
+	pc.cancel()
+	pc.conn.Close()
+	pc.out.Lock()
+	pc.out.closed = true
+	pc.out.Unlock()
+	pc.wake()
+}
+
+func (pc *pulsarConn) wake() {
+	select {
+	case pc.signal <- struct{}{}:
+	default:
+	}
+}
+
+// send queues a frame for the writer.
+func (pc *pulsarConn) send(cmd *pulsarpb.BaseCommand, payload []byte) {
+	pc.out.Lock()
+	if !pc.out.closed {
+		var err error
+		if pc.out.buf, err = pulsarwire.Append(pc.out.buf, cmd, payload); err != nil {
+			pc.log.Error("a frame could not be encoded", zap.Stringer("type", cmd.GetType()), zap.Error(err))
+		}
+	}
+	pc.out.Unlock()
+	pc.wake()
+}
+
+// writer sends the queued frames, and a PING when the connection is idle.
+func (pc *pulsarConn) writer() {
+	defer pc.wg.Done()
+	ping := time.NewTicker(pulsarKeepAlive)
+	defer ping.Stop()
+	var buf []byte
+	for {
+		select {
+		case <-pc.signal:
+		case <-ping.C:
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
+			continue
+		case <-pc.dying:
+			return
+		}
+		pc.out.Lock()
+		buf, pc.out.buf = pc.out.buf, buf[:0]
+		closed := pc.out.closed
+		pc.out.Unlock()
+		if closed {
+			return
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		pc.conn.SetWriteDeadline(time.Now().Add(3 * pulsarKeepAlive))
+		if _, err := pc.conn.Write(buf); err != nil {
+			pc.close()
+			return
+		}
+	}
+}
+
+// serve reads and handles frames until the connection ends.
+func (pc *pulsarConn) serve() {
+	defer func() {
+		pc.close()
+		pc.mu.Lock()
+		producers := pc.mu.producers
+		pc.mu.producers = map[uint64]*pulsarProducer{}
+		pc.mu.Unlock()
+		for _, pp := range producers {
+			pc.dropProducer(pp)
+		}
+		pc.wg.Wait()
+	}()
+	pc.wg.Add(1)
+	go pc.writer()
+	r := pulsarwire.NewReader(bufio.NewReader(pc.conn), pc.s.cfg.MaxMessageSize+pulsarFrameOverhead)
+	pc.conn.SetReadDeadline(time.Now().Add(pulsarConnectTimeout))
+	f, err := r.Read()
+	if err != nil {
+		return
+	}
+	if !pc.connect(f.Cmd) {
+		return
+	}
+	for {
+		pc.conn.SetReadDeadline(time.Now().Add(3 * pulsarKeepAlive))
+		f, err := r.Read()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && pc.ctx.Err() == nil {
+				pc.log.Info("pulsar connection closed", zap.Error(err))
+			}
+			return
+		}
+		if !pc.handle(f) {
+			return
+		}
+	}
+}
+
+// connect handles the first frame, which must be CONNECT.
+func (pc *pulsarConn) connect(cmd *pulsarpb.BaseCommand) bool {
+	c := cmd.GetConnect()
+	if cmd.GetType() != pulsarpb.BaseCommand_CONNECT || c == nil {
+		pc.log.Info("pulsar connection not started by CONNECT", zap.Stringer("type", cmd.GetType()))
+		return false
+	}
+	if v := pc.s.auth; v != nil {
+		if c.GetAuthMethodName() != "token" {
+			pc.fail(noRequestID, fmt.Errorf("%w: authentication method %q: this broker takes a token (AuthenticationToken)", auth.ErrUnauthenticated, c.GetAuthMethodName()))
+			return false
+		}
+		ctx, err := v.Authenticate(pc.ctx, string(c.GetAuthData()))
+		if err != nil {
+			pc.fail(noRequestID, err)
+			return false
+		}
+		pc.ctx = ctx
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECTED.Enum(), Connected: &pulsarpb.CommandConnected{
+		ServerVersion:   proto.String("Magnetar"),
+		ProtocolVersion: proto.Int32(min(c.GetProtocolVersion(), pulsarProtocolVersion)),
+		MaxMessageSize:  proto.Int32(int32(pc.s.cfg.MaxMessageSize)),
+	}}, nil)
+	return true
+}
+
+// fail answers a request with an ERROR frame, and lets the writer send it
+// before the connection closes.
+func (pc *pulsarConn) fail(requestID uint64, err error) {
+	pc.send(errorCommand(requestID, err), nil)
+	pc.flush()
+}
+
+// flush waits (briefly) for the writer to send what is queued.
+func (pc *pulsarConn) flush() {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		pc.out.Lock()
+		n := len(pc.out.buf)
+		pc.out.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// handle handles one frame; false ends the connection.
+func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
+	cmd := f.Cmd
+	switch cmd.GetType() {
+	case pulsarpb.BaseCommand_PING:
+		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PONG.Enum(), Pong: &pulsarpb.CommandPong{}}, nil)
+	case pulsarpb.BaseCommand_PONG:
+	case pulsarpb.BaseCommand_PARTITIONED_METADATA:
+		if c := cmd.GetPartitionMetadata(); c != nil {
+			pc.partitionedMetadata(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_LOOKUP:
+		if c := cmd.GetLookupTopic(); c != nil {
+			pc.lookup(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_PRODUCER:
+		if c := cmd.GetProducer(); c != nil {
+			pc.openProducer(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_SEND:
+		if c := cmd.GetSend(); c != nil {
+			pc.publish(c, f.Payload)
+			return true
+		}
+	case pulsarpb.BaseCommand_CLOSE_PRODUCER:
+		if c := cmd.GetCloseProducer(); c != nil {
+			pc.closeProducer(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
+		if c := cmd.GetGetTopicsOfNamespace(); c != nil {
+			pc.topicsOfNamespace(c)
+			return true
+		}
+	default:
+		// A command this broker does not serve: Pulsar's error where the
+		// command has a request id to answer, else the connection ends
+		// (as Pulsar's broker does for a command it cannot handle).
+		if id, ok := requestIDOf(cmd); ok {
+			pc.send(errorCommand(id, fmt.Errorf("%w: %s over Pulsar's protocol", ErrNotImplemented, cmd.GetType())), nil)
+			return true
+		}
+		pc.log.Info("pulsar command not served: closing the connection", zap.Stringer("type", cmd.GetType()))
+		return false
+	}
+	if cmd.GetType() == pulsarpb.BaseCommand_PING || cmd.GetType() == pulsarpb.BaseCommand_PONG {
+		return true
+	}
+	pc.log.Info("pulsar command without its body: closing the connection", zap.Stringer("type", cmd.GetType()))
+	return false
+}
+
+// requestIDOf is the request id of a command that has one.
+func requestIDOf(cmd *pulsarpb.BaseCommand) (uint64, bool) {
+	type withRequestID interface{ GetRequestId() uint64 }
+	for _, c := range []any{cmd.GetSubscribe(), cmd.GetUnsubscribe(), cmd.GetSeek(), cmd.GetCloseConsumer(),
+		cmd.GetGetLastMessageId(), cmd.GetGetSchema(), cmd.GetGetOrCreateSchema()} {
+		if m, ok := c.(proto.Message); ok && m.ProtoReflect().IsValid() {
+			return c.(withRequestID).GetRequestId(), true
+		}
+	}
+	return 0, false
+}
+
+func (pc *pulsarConn) partitionedMetadata(c *pulsarpb.CommandPartitionedTopicMetadata) {
+	resp := &pulsarpb.CommandPartitionedTopicMetadataResponse{RequestId: proto.Uint64(c.GetRequestId())}
+	parts, err := func() (int, error) {
+		n, err := parseTopic(c.GetTopic())
+		if err != nil {
+			return 0, err
+		}
+		if err := pc.s.authz.checkTopic(pc.ctx, n, opLookup, ""); err != nil {
+			return 0, err
+		}
+		if _, err := pc.s.md.policies(pc.ctx, n.NamespaceName()); err != nil {
+			return 0, err
+		}
+		return pc.s.md.partitions(pc.ctx, n)
+	}()
+	if err != nil {
+		resp.Response = pulsarpb.CommandPartitionedTopicMetadataResponse_Failed.Enum()
+		resp.Error, resp.Message = serverError(err).Enum(), proto.String(err.Error())
+	} else {
+		resp.Response = pulsarpb.CommandPartitionedTopicMetadataResponse_Success.Enum()
+		resp.Partitions = proto.Uint32(uint32(parts))
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: resp}, nil)
+}
+
+// lookup answers with the owner's client address: the client connects
+// there (a partition nobody owns is assigned first, as for the SDK).
+func (pc *pulsarConn) lookup(c *pulsarpb.CommandLookupTopic) {
+	resp := &pulsarpb.CommandLookupTopicResponse{RequestId: proto.Uint64(c.GetRequestId())}
+	owner, err := func() (string, error) {
+		n, err := parseTopic(c.GetTopic())
+		if err != nil {
+			return "", err
+		}
+		if err := pc.s.authz.checkTopic(pc.ctx, n, opLookup, ""); err != nil {
+			return "", err
+		}
+		start := time.Now()
+		owner, err := pc.s.lookup(pc.ctx, n)
+		pc.s.metrics.lookedUp(pc.s.id, owner, err, time.Since(start))
+		return owner, err
+	}()
+	if err != nil {
+		resp.Response = pulsarpb.CommandLookupTopicResponse_Failed.Enum()
+		resp.Error, resp.Message = serverError(err).Enum(), proto.String(err.Error())
+	} else {
+		resp.Response = pulsarpb.CommandLookupTopicResponse_Connect.Enum()
+		resp.BrokerServiceUrl = proto.String("pulsar://" + owner)
+		resp.Authoritative = proto.Bool(true)
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp}, nil)
+}
+
+func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace) {
+	topics, err := func() ([]string, error) {
+		ns := c.GetNamespace()
+		if _, err := pc.s.md.policies(pc.ctx, ns); err != nil {
+			return nil, err
+		}
+		if c.GetMode() == pulsarpb.CommandGetTopicsOfNamespace_NON_PERSISTENT {
+			return nil, nil // every topic is persistent
+		}
+		tenant, _, _ := strings.Cut(ns, "/")
+		if err := pc.s.authz.check(pc.ctx, tenant, ns, topicname.Name{}, opLookup, ""); err != nil {
+			return nil, err
+		}
+		return pc.s.md.topicList(pc.ctx, ns)
+	}()
+	if err != nil {
+		pc.send(errorCommand(c.GetRequestId(), err), nil)
+		return
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE.Enum(),
+		GetTopicsOfNamespaceResponse: &pulsarpb.CommandGetTopicsOfNamespaceResponse{RequestId: proto.Uint64(c.GetRequestId()), Topics: topics}}, nil)
+}
+
+// openProducer opens a producer on the topic, which must be owned here
+// (the client looked it up).
+func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
+	id := c.GetProducerId()
+	pp, err := func() (*pulsarProducer, error) {
+		pc.mu.Lock()
+		_, dup := pc.mu.producers[id]
+		pc.mu.Unlock()
+		if dup {
+			return nil, errorf(ErrProducerBusy, "producer id %d is in use on this connection", id)
+		}
+		n, err := parseTopic(c.GetTopic())
+		if err != nil {
+			return nil, err
+		}
+		if name := c.GetProducerName(); name != "" {
+			if err := checkName("producer", name); err != nil {
+				return nil, err
+			}
+		}
+		if m := c.GetProducerAccessMode(); m != pulsarpb.ProducerAccessMode_Shared {
+			return nil, errorf(ErrNotAllowed, "producer access mode %s: only Shared is served", m)
+		}
+		if sc := c.GetSchema(); sc != nil && sc.GetType() != pulsarpb.Schema_None {
+			return nil, errorf(ErrIncompatibleSchema, "schema %s: Magnetar stores bytes only (no schema registry)", sc.GetType())
+		}
+		if err := pc.s.authz.checkTopic(pc.ctx, n, opProduce, ""); err != nil {
+			return nil, err
+		}
+		t, err := pc.s.getTopic(pc.ctx, n, true)
+		if err != nil {
+			return nil, err
+		}
+		p := newProducer(c.GetProducerName())
+		p.t = t
+		if err := t.addProducer(p); err != nil {
+			return nil, err
+		}
+		return &pulsarProducer{id: id, p: p, t: t}, nil
+	}()
+	if err != nil {
+		pc.send(errorCommand(c.GetRequestId(), err), nil)
+		return
+	}
+	pc.mu.Lock()
+	pc.mu.producers[id] = pp
+	pc.mu.Unlock()
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pulsarpb.CommandProducerSuccess{
+		RequestId: proto.Uint64(c.GetRequestId()), ProducerName: proto.String(pp.p.name), LastSequenceId: proto.Int64(pp.p.lastSequence),
+		ProducerReady: proto.Bool(true),
+	}}, nil)
+	pc.wg.Add(1)
+	go pc.pump(pp)
+}
+
+// pump turns a producer's answers into SEND_RECEIPT and SEND_ERROR
+// frames. When the producer is disconnected by the broker (its topic
+// unloads), the client is told to close it (and to look the topic up
+// again).
+func (pc *pulsarConn) pump(pp *pulsarProducer) {
+	defer pc.wg.Done()
+	for {
+		q, err := pp.p.next()
+		for _, r := range q {
+			switch r := r.Response.(type) {
+			case *brokerpb.ProduceResponse_Receipt:
+				id := r.Receipt.GetMessageId()
+				msgID := &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(id.GetLedgerId())), EntryId: proto.Uint64(uint64(id.GetEntryId())),
+					Partition: proto.Int32(id.GetPartition())}
+				if r.Receipt.GetDuplicate() { // Pulsar's -1:-1
+					msgID.LedgerId, msgID.EntryId = proto.Uint64(math.MaxUint64), proto.Uint64(math.MaxUint64)
+				}
+				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pulsarpb.CommandSendReceipt{
+					ProducerId: proto.Uint64(pp.id), SequenceId: proto.Uint64(r.Receipt.GetSequenceId()), MessageId: msgID,
+				}}, nil)
+			case *brokerpb.ProduceResponse_Error:
+				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND_ERROR.Enum(), SendError: &pulsarpb.CommandSendError{
+					ProducerId: proto.Uint64(pp.id), SequenceId: proto.Uint64(r.Error.GetSequenceId()),
+					Error: reasonServerError(r.Error.GetReason()).Enum(), Message: proto.String(r.Error.GetMessage()),
+				}}, nil)
+			}
+		}
+		if err == nil {
+			continue
+		}
+		pc.mu.Lock()
+		mine := pc.mu.producers[pp.id] == pp
+		if mine {
+			delete(pc.mu.producers, pp.id)
+		}
+		pc.mu.Unlock()
+		if mine && pc.ctx.Err() == nil {
+			pp.t.removeProducer(pp.p)
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pulsarpb.CommandCloseProducer{
+				ProducerId: proto.Uint64(pp.id), RequestId: proto.Uint64(noRequestID),
+			}}, nil)
+		}
+		return
+	}
+}
+
+// dropProducer removes a producer from its topic and ends its pump.
+func (pc *pulsarConn) dropProducer(pp *pulsarProducer) {
+	pp.t.removeProducer(pp.p)
+	pp.p.disconnect(io.EOF)
+}
+
+func (pc *pulsarConn) closeProducer(c *pulsarpb.CommandCloseProducer) {
+	pc.mu.Lock()
+	pp := pc.mu.producers[c.GetProducerId()]
+	delete(pc.mu.producers, c.GetProducerId())
+	pc.mu.Unlock()
+	if pp != nil {
+		pc.dropProducer(pp)
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
+}
+
+// publish stores a SEND's message; its answer comes through the
+// producer's pump, in order.
+func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
+	seq := c.GetSequenceId()
+	pc.mu.Lock()
+	pp := pc.mu.producers[c.GetProducerId()]
+	pc.mu.Unlock()
+	if pp == nil {
+		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND_ERROR.Enum(), SendError: &pulsarpb.CommandSendError{
+			ProducerId: c.ProducerId, SequenceId: c.SequenceId, Error: pulsarpb.ServerError_NotAllowedError.Enum(),
+			Message: proto.String(fmt.Sprintf("no producer %d on this connection", c.GetProducerId())),
+		}}, nil)
+		return
+	}
+	p := pp.p
+	if p.hasFailed() {
+		p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
+		return
+	}
+	md, body, err := entry.Decode(payload)
+	if err != nil {
+		p.fail(seq, errorf(ErrChecksum, "sequence id %d: %v", seq, err))
+		return
+	}
+	if len(body) > pc.s.cfg.MaxMessageSize {
+		p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(body), pc.s.cfg.MaxMessageSize))
+		return
+	}
+	select {
+	case pc.inflight <- struct{}{}:
+	case <-pc.ctx.Done():
+		return
+	}
+	send := &brokerpb.Send{SequenceId: seq, HighestSequenceId: c.GetHighestSequenceId(), Metadata: md, Payload: body}
+	pp.t.publish(pc.ctx, p, send, func(pos mledger.Position, dup bool, err error) {
+		defer func() { <-pc.inflight }()
+		if err != nil {
+			p.fail(seq, err)
+			return
+		}
+		p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
+			SequenceId: seq, MessageId: pp.t.messageID(pos, -1, 0), Duplicate: dup,
+		}}})
+	})
+}
+
+// Errors of Pulsar's protocol that the broker's own sentinels do not
+// name. ErrChecksum is an ErrInvalidMessage (the SDK's reason for it),
+// answered to Pulsar's clients as ChecksumError.
+var (
+	ErrIncompatibleSchema = errors.New("incompatible schema")
+	ErrChecksum           = fmt.Errorf("%w: checksum mismatch", ErrInvalidMessage)
+)
+
+// errorCommand is an ERROR frame answering requestID.
+func errorCommand(requestID uint64, err error) *pulsarpb.BaseCommand {
+	return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ERROR.Enum(), Error: &pulsarpb.CommandError{
+		RequestId: proto.Uint64(requestID), Error: serverError(err).Enum(), Message: proto.String(err.Error()),
+	}}
+}
+
+// serverError is Pulsar's code for an error. Pulsar's clients retry
+// ServiceNotReady (and the quota hold) after a new lookup; the others
+// fail the operation.
+func serverError(err error) pulsarpb.ServerError {
+	switch {
+	case errors.Is(err, ErrIncompatibleSchema):
+		return pulsarpb.ServerError_IncompatibleSchema
+	case errors.Is(err, ErrChecksum):
+		return pulsarpb.ServerError_ChecksumError
+	case errors.Is(err, ErrNotImplemented):
+		return pulsarpb.ServerError_NotAllowedError
+	}
+	reason, _, _ := reasonOf(err)
+	return reasonServerError(reason)
+}
+
+func reasonServerError(r brokerpb.ErrorReason) pulsarpb.ServerError {
+	switch r {
+	case brokerpb.ErrorReason_INVALID_TOPIC_NAME:
+		return pulsarpb.ServerError_InvalidTopicName
+	case brokerpb.ErrorReason_TOPIC_NOT_FOUND:
+		return pulsarpb.ServerError_TopicNotFound
+	case brokerpb.ErrorReason_SUBSCRIPTION_NOT_FOUND:
+		return pulsarpb.ServerError_SubscriptionNotFound
+	case brokerpb.ErrorReason_CONSUMER_BUSY:
+		return pulsarpb.ServerError_ConsumerBusy
+	case brokerpb.ErrorReason_PRODUCER_BUSY:
+		return pulsarpb.ServerError_ProducerBusy
+	case brokerpb.ErrorReason_PERSISTENCE_ERROR:
+		return pulsarpb.ServerError_PersistenceError
+	case brokerpb.ErrorReason_SERVICE_NOT_READY, brokerpb.ErrorReason_NOT_OWNER, brokerpb.ErrorReason_TOPIC_CLOSED, brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES:
+		return pulsarpb.ServerError_ServiceNotReady
+	case brokerpb.ErrorReason_AUTHENTICATION_ERROR:
+		return pulsarpb.ServerError_AuthenticationError
+	case brokerpb.ErrorReason_AUTHORIZATION_ERROR:
+		return pulsarpb.ServerError_AuthorizationError
+	case brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR:
+		return pulsarpb.ServerError_ProducerBlockedQuotaExceededError
+	case brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION:
+		return pulsarpb.ServerError_ProducerBlockedQuotaExceededException
+	case brokerpb.ErrorReason_INVALID_MESSAGE: // a SEND whose payload does not decode
+		return pulsarpb.ServerError_ChecksumError
+	case brokerpb.ErrorReason_NOT_ALLOWED, brokerpb.ErrorReason_MESSAGE_TOO_LARGE, brokerpb.ErrorReason_INVALID_ARGUMENT:
+		return pulsarpb.ServerError_NotAllowedError
+	}
+	return pulsarpb.ServerError_UnknownError
+}
