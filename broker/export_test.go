@@ -215,3 +215,9 @@ func (s *Server) PersistedAcks(ctx context.Context, topic, sub string) (bool, er
 // RecentPositions is how many stored positions a producer's deduplication
 // state keeps to answer re-sends with.
 const RecentPositions = recentPositions
+
+// UnackedSet and AckedIndexes are Pulsar's batch ack sets (pulsar_consumer.go).
+var (
+	UnackedSet   = unackedSet
+	AckedIndexes = ackedIndexes
+)

@@ -126,6 +126,7 @@ type pulsarConn struct {
 	mu struct {
 		sync.Mutex
 		producers map[uint64]*pulsarProducer
+		consumers map[uint64]*pulsarConsumer
 	}
 }
 
@@ -142,6 +143,7 @@ func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc.ctx, pc.cancel = context.WithCancel(s.hardCtx)
 	pc.dying = pc.ctx.Done()
 	pc.mu.producers = map[uint64]*pulsarProducer{}
+	pc.mu.consumers = map[uint64]*pulsarConsumer{}
 	return pc
 }
 
@@ -213,11 +215,14 @@ func (pc *pulsarConn) serve() {
 	defer func() {
 		pc.close()
 		pc.mu.Lock()
-		producers := pc.mu.producers
-		pc.mu.producers = map[uint64]*pulsarProducer{}
+		producers, consumers := pc.mu.producers, pc.mu.consumers
+		pc.mu.producers, pc.mu.consumers = map[uint64]*pulsarProducer{}, map[uint64]*pulsarConsumer{}
 		pc.mu.Unlock()
 		for _, pp := range producers {
 			pc.dropProducer(pp)
+		}
+		for _, pcons := range consumers {
+			pc.dropConsumer(pcons)
 		}
 		pc.wg.Wait()
 	}()
@@ -327,19 +332,74 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 			pc.closeProducer(c)
 			return true
 		}
+	case pulsarpb.BaseCommand_SUBSCRIBE:
+		if c := cmd.GetSubscribe(); c != nil {
+			pc.subscribe(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_FLOW:
+		if c := cmd.GetFlow(); c != nil {
+			pc.flow(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_ACK:
+		if c := cmd.GetAck(); c != nil {
+			pc.ack(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES:
+		if c := cmd.GetRedeliverUnacknowledgedMessages(); c != nil {
+			pc.redeliver(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_SEEK:
+		if c := cmd.GetSeek(); c != nil {
+			pc.seek(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_GET_LAST_MESSAGE_ID:
+		if c := cmd.GetGetLastMessageId(); c != nil {
+			pc.lastMessageID(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_CLOSE_CONSUMER:
+		if c := cmd.GetCloseConsumer(); c != nil {
+			pc.closeConsumer(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_UNSUBSCRIBE:
+		if c := cmd.GetUnsubscribe(); c != nil {
+			pc.unsubscribe(c)
+			return true
+		}
+	case pulsarpb.BaseCommand_GET_SCHEMA:
+		if c := cmd.GetGetSchema(); c != nil {
+			// No schema is kept: Pulsar's answer for a topic without one.
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: &pulsarpb.CommandGetSchemaResponse{
+				RequestId: c.RequestId, ErrorCode: pulsarpb.ServerError_TopicNotFound.Enum(), ErrorMessage: proto.String("Topic not found or no-schema"),
+			}}, nil)
+			return true
+		}
+	case pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA:
+		if c := cmd.GetGetOrCreateSchema(); c != nil {
+			resp := &pulsarpb.CommandGetOrCreateSchemaResponse{RequestId: c.RequestId}
+			if t := c.GetSchema().GetType(); t != pulsarpb.Schema_None {
+				resp.ErrorCode, resp.ErrorMessage = pulsarpb.ServerError_IncompatibleSchema.Enum(), proto.String(fmt.Sprintf("schema %s: Magnetar stores bytes only (no schema registry)", t))
+			} else {
+				resp.SchemaVersion = []byte{}
+			}
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE.Enum(), GetOrCreateSchemaResponse: resp}, nil)
+			return true
+		}
 	case pulsarpb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
 		if c := cmd.GetGetTopicsOfNamespace(); c != nil {
 			pc.topicsOfNamespace(c)
 			return true
 		}
 	default:
-		// A command this broker does not serve: Pulsar's error where the
-		// command has a request id to answer, else the connection ends
-		// (as Pulsar's broker does for a command it cannot handle).
-		if id, ok := requestIDOf(cmd); ok {
-			pc.send(errorCommand(id, fmt.Errorf("%w: %s over Pulsar's protocol", ErrNotImplemented, cmd.GetType())), nil)
-			return true
-		}
+		// A command this broker does not serve (transactions, topic-list
+		// watches, what a broker sends): the connection ends, as Pulsar's
+		// broker ends it for a command it cannot handle.
 		pc.log.Info("pulsar command not served: closing the connection", zap.Stringer("type", cmd.GetType()))
 		return false
 	}
@@ -348,18 +408,6 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 	}
 	pc.log.Info("pulsar command without its body: closing the connection", zap.Stringer("type", cmd.GetType()))
 	return false
-}
-
-// requestIDOf is the request id of a command that has one.
-func requestIDOf(cmd *pulsarpb.BaseCommand) (uint64, bool) {
-	type withRequestID interface{ GetRequestId() uint64 }
-	for _, c := range []any{cmd.GetSubscribe(), cmd.GetUnsubscribe(), cmd.GetSeek(), cmd.GetCloseConsumer(),
-		cmd.GetGetLastMessageId(), cmd.GetGetSchema(), cmd.GetGetOrCreateSchema()} {
-		if m, ok := c.(proto.Message); ok && m.ProtoReflect().IsValid() {
-			return c.(withRequestID).GetRequestId(), true
-		}
-	}
-	return 0, false
 }
 
 func (pc *pulsarConn) partitionedMetadata(c *pulsarpb.CommandPartitionedTopicMetadata) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/broker/internal/pulsarwire"
+	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
@@ -98,12 +101,21 @@ func TestPulsarProtocolEdges(t *testing.T) {
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PONG {
 		t.Fatalf("PING answered %v", got)
 	}
-	// Not served yet, with a request id: ERROR for it.
+	// A consumer on a tenant that does not exist: ERROR for its request.
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
-		Topic: proto.String("t"), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+		Topic: proto.String("persistent://nobody/ns/t"), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
 		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(42)}}, nil)
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_ERROR || got.GetError().GetRequestId() != 42 || got.GetError().GetMessage() == "" {
-		t.Fatalf("SUBSCRIBE answered %v, want ERROR for request 42 with a reason", got)
+		t.Fatalf("SUBSCRIBE to a missing namespace answered %v, want ERROR for request 42 with a reason", got)
+	}
+	// The bytes schema is the only one.
+	for typ, want := range map[pulsarpb.Schema_Type]pulsarpb.ServerError{pulsarpb.Schema_None: 0, pulsarpb.Schema_Json: pulsarpb.ServerError_IncompatibleSchema} {
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA.Enum(), GetOrCreateSchema: &pulsarpb.CommandGetOrCreateSchema{
+			RequestId: proto.Uint64(50), Topic: proto.String("persistent://public/default/raw"),
+			Schema: &pulsarpb.Schema{Name: proto.String("s"), SchemaData: []byte{}, Type: typ.Enum()}}}, nil)
+		if got := p.next().GetGetOrCreateSchemaResponse(); got.GetRequestId() != 50 || got.GetErrorCode() != want {
+			t.Fatalf("GET_OR_CREATE_SCHEMA %v answered %v, want error %v", typ, got, want)
+		}
 	}
 	// A schema the broker does not keep.
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
@@ -140,8 +152,16 @@ func TestPulsarProtocolEdges(t *testing.T) {
 	if got := p.next(); got.GetSendError().GetError() != pulsarpb.ServerError_NotAllowedError || got.GetSendError().GetProducerId() != 9 {
 		t.Fatalf("SEND for an unknown producer answered %v", got)
 	}
+	// A command the broker does not serve (a transaction's) closes the
+	// connection, as Pulsar's broker does.
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_NEW_TXN.Enum()}, nil)
+	if !p.closed() {
+		t.Fatal("NEW_TXN did not close the connection")
+	}
 	// A frame over the limit closes the connection before anything is
 	// allocated for it.
+	p = dialPulsar(t, addr)
+	p.connect()
 	huge := binary.BigEndian.AppendUint32(nil, 1<<30)
 	if _, err := p.conn.Write(huge); err != nil {
 		t.Fatal(err)
@@ -174,5 +194,108 @@ func TestPulsarProtocolAuthentication(t *testing.T) {
 		Topic: proto.String("persistent://public/default/secret"), RequestId: proto.Uint64(7)}}, nil)
 	if got := p.next(); got.GetLookupTopicResponse().GetError() != pulsarpb.ServerError_AuthorizationError {
 		t.Fatalf("a lookup by a role with no grant: %v, want AuthorizationError", got)
+	}
+}
+
+// The consumer side, frame by frame: SUBSCRIBE answered SUCCESS; FLOW
+// lets MESSAGE frames through carrying the stored entries; an ACK with a
+// request id is answered; GET_LAST_MESSAGE_ID; SEEK answered SUCCESS then
+// the consumer closed (the client subscribes again, as with Pulsar);
+// UNSUBSCRIBE refused while another consumer is on the subscription.
+func TestPulsarProtocolConsumer(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "raw-cons", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := produce(t, p, 0, 5)
+	p.Close()
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	subscribe := func(consumerID, requestID uint64, typ pulsarpb.CommandSubscribe_SubType) {
+		t.Helper()
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+			Topic: proto.String("persistent://public/default/raw-cons"), Subscription: proto.String("s"), SubType: typ.Enum(),
+			ConsumerId: proto.Uint64(consumerID), RequestId: proto.Uint64(requestID), InitialPosition: pulsarpb.CommandSubscribe_Earliest.Enum()}}, nil)
+		if got := r.next(); got.GetSuccess().GetRequestId() != requestID {
+			t.Fatalf("SUBSCRIBE answered %v", got)
+		}
+	}
+	subscribe(1, 10, pulsarpb.CommandSubscribe_Shared)
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(3)}}, nil)
+	for i := 0; i < 3; i++ {
+		f, err := r.r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := f.Cmd.GetMessage()
+		md, payload, err := entry.Decode(f.Payload)
+		if f.Cmd.GetType() != pulsarpb.BaseCommand_MESSAGE || err != nil || m.GetConsumerId() != 1 ||
+			int64(m.GetMessageId().GetEntryId()) != ids[i].EntryID() || string(payload) != fmt.Sprintf("m-%05d", i) || md.GetProducerName() == "" {
+			t.Fatalf("message %d: %v %q %v", i, f.Cmd, payload, err)
+		}
+	}
+	// Three permits, three messages: nothing more until FLOW.
+	r.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if f, err := r.r.Read(); err == nil && f.Cmd.GetType() != pulsarpb.BaseCommand_PING {
+		t.Fatalf("a fourth frame without permits: %v", f.Cmd)
+	}
+	r.conn.Close()
+
+	r = dialPulsar(t, e.b.Addr())
+	r.connect()
+	subscribe(1, 11, pulsarpb.CommandSubscribe_Shared)
+	subscribe(2, 12, pulsarpb.CommandSubscribe_Shared)
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACK.Enum(), Ack: &pulsarpb.CommandAck{ConsumerId: proto.Uint64(1),
+		AckType: pulsarpb.CommandAck_Individual.Enum(), RequestId: proto.Uint64(13),
+		MessageId: []*pulsarpb.MessageIdData{{LedgerId: proto.Uint64(uint64(ids[0].LedgerID())), EntryId: proto.Uint64(uint64(ids[0].EntryID()))}}}}, nil)
+	if got := r.next().GetAckResponse(); got.GetRequestId() != 13 || got.Error != nil {
+		t.Fatalf("ACK with a request id answered %v", got)
+	}
+	if got := statsBacklog(t, e, "raw-cons", "s"); got != 4 {
+		t.Fatalf("backlog after acknowledging one of 5: %d", got)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_LAST_MESSAGE_ID.Enum(), GetLastMessageId: &pulsarpb.CommandGetLastMessageId{
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(14)}}, nil)
+	if got := r.next().GetGetLastMessageIdResponse(); got.GetRequestId() != 14 || int64(got.GetLastMessageId().GetEntryId()) != ids[4].EntryID() {
+		t.Fatalf("GET_LAST_MESSAGE_ID answered %v", got)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_UNSUBSCRIBE.Enum(), Unsubscribe: &pulsarpb.CommandUnsubscribe{
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(15)}}, nil)
+	if got := r.next().GetError(); got.GetRequestId() != 15 || got.GetError() != pulsarpb.ServerError_ConsumerBusy {
+		t.Fatalf("UNSUBSCRIBE with another consumer on: %v, want ConsumerBusy", got)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(16),
+		MessagePublishTime: proto.Uint64(0)}}, nil)
+	var success, closed bool
+	for !success || !closed {
+		got := r.next()
+		switch {
+		case got.GetSuccess().GetRequestId() == 16:
+			success = true
+		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 1:
+			if !success {
+				t.Fatal("CLOSE_CONSUMER before the seek's SUCCESS")
+			}
+			closed = true
+		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER:
+			// The seek resets the subscription for its other consumers too.
+		}
+	}
+	if got := statsBacklog(t, e, "raw-cons", "s"); got != 5 {
+		t.Fatalf("backlog after seeking to time 0: %d, want 5", got)
+	}
+}
+
+// unackedSet and ackedIndexes are Pulsar's batch ack sets: bit i set
+// while message i is not acknowledged, in 64-bit words.
+func TestPulsarAckSets(t *testing.T) {
+	set := broker.UnackedSet(70, []int32{0, 3, 65})
+	if len(set) != 2 || uint64(set[0]) != (1<<64-1)&^(1|1<<3) || uint64(set[1]) != (1<<6-1)&^(1<<1) {
+		t.Fatalf("unacked set of 70 with 0, 3, 65 acked: %x", set)
+	}
+	if got := broker.AckedIndexes(set, 70); fmt.Sprint(got) != "[0 3 65]" {
+		t.Fatalf("acked indexes: %v", got)
 	}
 }

@@ -1,0 +1,396 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
+)
+
+// The consumer side of Pulsar's protocol. A consumer is the broker's own
+// consumer (the gRPC stream's): the subscription dispatches to it within
+// the permits FLOW grants, and its pump turns what is queued for it into
+// frames. MESSAGE carries the stored entry as it is (Pulsar's layout).
+
+// pulsarConsumer is a consumer of the connection.
+type pulsarConsumer struct {
+	id  uint64
+	c   *consumer
+	t   *topic
+	sub *subscription
+	// subscribeRequest is answered (SUCCESS) when the consumer's Subscribed
+	// comes out of its queue; seeks are answered, in order, by SeekDone.
+	subscribeRequest uint64
+	seeks            chan uint64
+}
+
+// maxPendingSeeks bounds a consumer's seeks in flight.
+const maxPendingSeeks = 16
+
+// subscribeRequest turns SUBSCRIBE into the broker's Subscribe.
+func subscribeRequest(c *pulsarpb.CommandSubscribe) (*brokerpb.Subscribe, error) {
+	req := &brokerpb.Subscribe{Topic: c.GetTopic(), Subscription: c.GetSubscription(), ConsumerName: c.GetConsumerName(),
+		PriorityLevel: c.GetPriorityLevel(), Durable: c.GetDurable(), ReceiverQueueSize: defaultReceiverQueue}
+	switch c.GetSubType() {
+	case pulsarpb.CommandSubscribe_Exclusive:
+		req.Type = brokerpb.SubscriptionType_EXCLUSIVE
+	case pulsarpb.CommandSubscribe_Shared:
+		req.Type = brokerpb.SubscriptionType_SHARED
+	case pulsarpb.CommandSubscribe_Failover:
+		req.Type = brokerpb.SubscriptionType_FAILOVER
+	case pulsarpb.CommandSubscribe_Key_Shared:
+		req.Type = brokerpb.SubscriptionType_KEY_SHARED
+		ks := &brokerpb.KeySharedMeta{}
+		if m := c.GetKeySharedMeta(); m != nil {
+			if m.GetKeySharedMode() == pulsarpb.KeySharedMode_STICKY {
+				ks.Mode = brokerpb.KeySharedMode_STICKY
+			}
+			for _, r := range m.GetHashRanges() {
+				ks.HashRanges = append(ks.HashRanges, &brokerpb.HashRange{Start: r.GetStart(), End: r.GetEnd()})
+			}
+		}
+		req.KeyShared = ks
+	}
+	if c.GetInitialPosition() == pulsarpb.CommandSubscribe_Earliest {
+		req.InitialPosition = brokerpb.InitialPosition_EARLIEST
+	}
+	// A reader starts after the id given (Pulsar's non-durable cursor has
+	// its mark-delete position there); -1:-1 is the earliest, the largest
+	// id the latest.
+	if id := c.GetStartMessageId(); id != nil && !req.Durable {
+		l, e := int64(id.GetLedgerId()), int64(id.GetEntryId())
+		switch {
+		case l < 0 || e < 0 && l <= 0:
+			req.InitialPosition = brokerpb.InitialPosition_EARLIEST
+		case l == math.MaxInt64:
+			req.InitialPosition = brokerpb.InitialPosition_LATEST
+		default:
+			req.StartMessageId = &brokerpb.MessageId{LedgerId: l, EntryId: e, Partition: id.GetPartition(), BatchIndex: id.GetBatchIndex()}
+		}
+	}
+	// Subscription properties and replicated state are not kept.
+	return req, nil
+}
+
+// subscribe handles SUBSCRIBE.
+func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
+	id := c.GetConsumerId()
+	pcons, err := func() (*pulsarConsumer, error) {
+		pc.mu.Lock()
+		_, dup := pc.mu.consumers[id]
+		pc.mu.Unlock()
+		if dup {
+			return nil, errorf(ErrConsumerBusy, "consumer id %d is in use on this connection", id)
+		}
+		req, err := subscribeRequest(c)
+		if err != nil {
+			return nil, err
+		}
+		n, err := parseTopic(req.Topic)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkName("subscription", req.Subscription); err != nil {
+			return nil, err
+		}
+		if req.Type == brokerpb.SubscriptionType_KEY_SHARED && req.KeyShared.GetMode() == brokerpb.KeySharedMode_STICKY {
+			if _, err := checkHashRanges(req.KeyShared); err != nil {
+				return nil, err
+			}
+		}
+		if !req.Durable && isMulti(req.Type) {
+			return nil, errorf(ErrInvalidArgument, "a reader (non-durable subscription) is exclusive")
+		}
+		if sc := c.GetSchema(); sc != nil && sc.GetType() != pulsarpb.Schema_None {
+			return nil, errorf(ErrIncompatibleSchema, "schema %s: Magnetar stores bytes only (no schema registry)", sc.GetType())
+		}
+		durableSub := ""
+		if req.Durable {
+			durableSub = req.Subscription
+		}
+		if err := pc.s.authz.checkTopic(pc.ctx, n, opConsume, durableSub); err != nil {
+			return nil, err
+		}
+		t, err := pc.s.getTopic(pc.ctx, n, c.GetForceTopicCreation())
+		if err != nil {
+			return nil, err
+		}
+		cons := newConsumer(req, defaultReceiverQueue)
+		cons.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
+		sub, err := t.subscribe(pc.ctx, req, cons)
+		if err != nil {
+			return nil, err
+		}
+		return &pulsarConsumer{id: id, c: cons, t: t, sub: sub, subscribeRequest: c.GetRequestId(), seeks: make(chan uint64, maxPendingSeeks)}, nil
+	}()
+	if err != nil {
+		pc.send(errorCommand(c.GetRequestId(), err), nil)
+		return
+	}
+	pc.mu.Lock()
+	pc.mu.consumers[id] = pcons
+	pc.mu.Unlock()
+	pc.wg.Add(1)
+	go pc.consumerPump(pcons)
+}
+
+// consumerPump turns what is queued for a consumer into frames. When the
+// broker disconnects the consumer (its topic unloads, a seek), the client
+// is told to close it; it subscribes again.
+func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
+	defer pc.wg.Done()
+	for {
+		q, err := pcons.c.next()
+		for _, r := range q {
+			switch r := r.Response.(type) {
+			case *brokerpb.ConsumeResponse_Subscribed:
+				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(pcons.subscribeRequest)}}, nil)
+			case *brokerpb.ConsumeResponse_Message:
+				pc.sendMessage(pcons.id, r.Message)
+			case *brokerpb.ConsumeResponse_ActiveChange:
+				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pulsarpb.CommandActiveConsumerChange{
+					ConsumerId: proto.Uint64(pcons.id), IsActive: proto.Bool(r.ActiveChange.GetIsActive())}}, nil)
+			case *brokerpb.ConsumeResponse_SeekDone:
+				// As Pulsar: the seek is answered, then the consumer is
+				// closed; the client subscribes again from the new position.
+				select {
+				case id := <-pcons.seeks:
+					pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(id)}}, nil)
+				default:
+				}
+				pcons.c.disconnect(errSeeked)
+			case *brokerpb.ConsumeResponse_Error:
+				pc.log.Debug("consumer error (Pulsar's protocol has no frame for it)")
+			}
+		}
+		if err == nil {
+			continue
+		}
+		pc.mu.Lock()
+		mine := pc.mu.consumers[pcons.id] == pcons
+		if mine {
+			delete(pc.mu.consumers, pcons.id)
+		}
+		pc.mu.Unlock()
+		pc.dropConsumer(pcons)
+		if mine && pc.ctx.Err() == nil {
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pulsarpb.CommandCloseConsumer{
+				ConsumerId: proto.Uint64(pcons.id), RequestId: proto.Uint64(noRequestID)}}, nil)
+		}
+		return
+	}
+}
+
+// errSeeked disconnects a consumer after a seek.
+var errSeeked = fmt.Errorf("%w: the subscription was reset", ErrTopicClosed)
+
+// sendMessage sends one delivered entry as a MESSAGE frame; the batch's
+// messages already acknowledged are left out of its ack_set.
+func (pc *pulsarConn) sendMessage(consumerID uint64, m *brokerpb.Message) {
+	id := m.GetMessageId()
+	cmd := &pulsarpb.CommandMessage{ConsumerId: proto.Uint64(consumerID), RedeliveryCount: proto.Uint32(m.GetRedeliveryCount()),
+		MessageId: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(id.GetLedgerId())), EntryId: proto.Uint64(uint64(id.GetEntryId())),
+			Partition: proto.Int32(id.GetPartition())}}
+	if acked := m.GetAckedBatchIndexes(); len(acked) > 0 {
+		if md, _, err := entry.DecodeUnchecked(m.GetEntry()); err == nil && md.GetNumMessagesInBatch() > 0 {
+			cmd.AckSet = unackedSet(int(md.GetNumMessagesInBatch()), acked)
+		}
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_MESSAGE.Enum(), Message: cmd}, m.GetEntry())
+}
+
+// unackedSet is Pulsar's ack set of a batch of n: bit i set while message
+// i is not acknowledged, in 64-bit words.
+func unackedSet(n int, acked []int32) []int64 {
+	words := make([]uint64, (n+63)/64)
+	for i := 0; i < n; i++ {
+		words[i/64] |= 1 << (i % 64)
+	}
+	for _, i := range acked {
+		if i >= 0 && int(i) < n {
+			words[i/64] &^= 1 << (i % 64)
+		}
+	}
+	out := make([]int64, len(words))
+	for i, w := range words {
+		out[i] = int64(w)
+	}
+	return out
+}
+
+// ackedIndexes are the batch indexes an ack set marks acknowledged (bit
+// clear) among size messages.
+func ackedIndexes(set []int64, size int) []int32 {
+	var out []int32
+	for i := 0; i < size && i/64 < len(set); i++ {
+		if uint64(set[i/64])&(1<<(i%64)) == 0 {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// dropConsumer removes a consumer from its subscription (a reader's
+// subscription goes with it) and ends its pump.
+func (pc *pulsarConn) dropConsumer(pcons *pulsarConsumer) {
+	pcons.sub.removeConsumer(pcons.c)
+	if !pcons.sub.durable {
+		pcons.t.removeSubscription(context.Background(), pcons.sub.name, true)
+	}
+	pcons.c.disconnect(io.EOF)
+}
+
+func (pc *pulsarConn) consumerOf(id uint64) *pulsarConsumer {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.mu.consumers[id]
+}
+
+func (pc *pulsarConn) flow(c *pulsarpb.CommandFlow) {
+	if pcons := pc.consumerOf(c.GetConsumerId()); pcons != nil {
+		pcons.c.addPermits(int(min(c.GetMessagePermits(), maxReceiverQueue)))
+	}
+}
+
+// ack handles ACK: individual (an ack set acknowledges some messages of a
+// batch) or cumulative. With a request id (ack receipts), ACK_RESPONSE
+// answers it.
+func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
+	pcons := pc.consumerOf(c.GetConsumerId())
+	var err error
+	if pcons == nil {
+		err = errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())
+	} else {
+		var ids []*brokerpb.MessageId
+		for _, id := range c.GetMessageId() {
+			base := &brokerpb.MessageId{LedgerId: int64(id.GetLedgerId()), EntryId: int64(id.GetEntryId()), Partition: id.GetPartition(), BatchIndex: -1}
+			if set := id.GetAckSet(); len(set) > 0 && id.GetBatchSize() > 0 && c.GetAckType() == pulsarpb.CommandAck_Individual {
+				for _, i := range ackedIndexes(set, int(id.GetBatchSize())) {
+					one := proto.Clone(base).(*brokerpb.MessageId)
+					one.BatchIndex, one.BatchSize = i, id.GetBatchSize()
+					ids = append(ids, one)
+				}
+				continue
+			}
+			ids = append(ids, base)
+		}
+		err = pcons.sub.ack(ids, c.GetAckType() == pulsarpb.CommandAck_Cumulative)
+	}
+	if c.RequestId != nil {
+		resp := &pulsarpb.CommandAckResponse{ConsumerId: c.ConsumerId, RequestId: c.RequestId}
+		if err != nil {
+			resp.Error, resp.Message = serverError(err).Enum(), proto.String(err.Error())
+		}
+		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACK_RESPONSE.Enum(), AckResponse: resp}, nil)
+	}
+}
+
+func (pc *pulsarConn) redeliver(c *pulsarpb.CommandRedeliverUnacknowledgedMessages) {
+	pcons := pc.consumerOf(c.GetConsumerId())
+	if pcons == nil {
+		return
+	}
+	var ids []*brokerpb.MessageId
+	for _, id := range c.GetMessageIds() {
+		ids = append(ids, &brokerpb.MessageId{LedgerId: int64(id.GetLedgerId()), EntryId: int64(id.GetEntryId()), Partition: id.GetPartition(), BatchIndex: -1})
+	}
+	pcons.sub.redeliver(pcons.c, ids)
+}
+
+// seek handles SEEK to a message id or a publish time.
+func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
+	pcons := pc.consumerOf(c.GetConsumerId())
+	if pcons == nil {
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
+		return
+	}
+	var target mledger.Position
+	switch {
+	case c.MessagePublishTime != nil:
+		p, err := pcons.t.findByTime(pc.ctx, int64(c.GetMessagePublishTime()))
+		if err != nil {
+			pc.send(errorCommand(c.GetRequestId(), err), nil)
+			return
+		}
+		target = p
+	case c.MessageId != nil:
+		l, e := int64(c.GetMessageId().GetLedgerId()), int64(c.GetMessageId().GetEntryId())
+		switch {
+		case l < 0 || e < -1: // earliest
+			target = pcons.t.ml.First()
+		case l == math.MaxInt64: // latest
+			target = pcons.t.ml.Next(pcons.t.ml.LastConfirmed())
+		default:
+			target = mledger.Position{Ledger: l, Entry: e}
+		}
+	default:
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrInvalidArgument, "SEEK without a message id or a publish time")), nil)
+		return
+	}
+	select {
+	case pcons.seeks <- c.GetRequestId():
+	default:
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrServiceNotReady, "%d seeks already in flight", maxPendingSeeks)), nil)
+		return
+	}
+	pcons.sub.seek(target, pcons.c) // SeekDone answers it, through the pump
+}
+
+func (pc *pulsarConn) lastMessageID(c *pulsarpb.CommandGetLastMessageId) {
+	pcons := pc.consumerOf(c.GetConsumerId())
+	if pcons == nil {
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
+		return
+	}
+	last := pcons.t.ml.LastConfirmed()
+	md := pcons.sub.cur.MarkDelete()
+	part := int32(pcons.t.name.PartitionIndex())
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_LAST_MESSAGE_ID_RESPONSE.Enum(), GetLastMessageIdResponse: &pulsarpb.CommandGetLastMessageIdResponse{
+		RequestId:                  proto.Uint64(c.GetRequestId()),
+		LastMessageId:              &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(last.Ledger)), EntryId: proto.Uint64(uint64(last.Entry)), Partition: proto.Int32(part)},
+		ConsumerMarkDeletePosition: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(md.Ledger)), EntryId: proto.Uint64(uint64(md.Entry)), Partition: proto.Int32(part)},
+	}}, nil)
+}
+
+// closeConsumer handles the client's CLOSE_CONSUMER.
+func (pc *pulsarConn) closeConsumer(c *pulsarpb.CommandCloseConsumer) {
+	pc.mu.Lock()
+	pcons := pc.mu.consumers[c.GetConsumerId()]
+	delete(pc.mu.consumers, c.GetConsumerId())
+	pc.mu.Unlock()
+	if pcons != nil {
+		pc.dropConsumer(pcons)
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
+}
+
+// unsubscribe deletes the consumer's subscription; refused while other
+// consumers are on it (Pulsar's ConsumerBusy), unless forced.
+func (pc *pulsarConn) unsubscribe(c *pulsarpb.CommandUnsubscribe) {
+	pcons := pc.consumerOf(c.GetConsumerId())
+	if pcons == nil {
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
+		return
+	}
+	if n := pcons.sub.consumerCount(); n > 1 && !c.GetForce() {
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrConsumerBusy, "subscription %s has %d other consumers", pcons.sub.name, n-1)), nil)
+		return
+	}
+	pc.mu.Lock()
+	delete(pc.mu.consumers, pcons.id)
+	pc.mu.Unlock()
+	pcons.sub.removeConsumer(pcons.c)
+	pcons.c.disconnect(io.EOF)
+	if err := pcons.t.removeSubscription(pc.ctx, pcons.sub.name, true); err != nil {
+		pc.send(errorCommand(c.GetRequestId(), err), nil)
+		return
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
+}
