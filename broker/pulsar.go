@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -228,7 +227,7 @@ func (pc *pulsarConn) serve() {
 	}()
 	pc.wg.Add(1)
 	go pc.writer()
-	r := pulsarwire.NewReader(bufio.NewReader(pc.conn), pc.s.cfg.MaxMessageSize+pulsarFrameOverhead)
+	r := pulsarwire.NewReader(pc.conn, pc.s.cfg.MaxMessageSize+pulsarFrameOverhead)
 	pc.conn.SetReadDeadline(time.Now().Add(pulsarConnectTimeout))
 	f, err := r.Read()
 	if err != nil {

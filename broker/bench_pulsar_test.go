@@ -1,0 +1,159 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	plog "github.com/apache/pulsar-client-go/pulsar/log"
+
+	"github.com/magnetar-io/magnetar/client"
+)
+
+// BenchmarkProtocols compares, on one broker (one bookie, one copy), the
+// gRPC path (Magnetar's SDK) with Pulsar's binary protocol (the official
+// pulsar-client-go) for 1 KiB messages: producing batched and unbatched,
+// and consuming. Compare the msg/s of the two in one run:
+//
+//	go test -run '^$' -bench BenchmarkProtocols -benchtime 100000x ./broker/
+func BenchmarkProtocols(b *testing.B) {
+	ctx := context.Background()
+	_, s := startBenchBroker(ctx, b, nil)
+	sdk, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr(), OperationTimeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sdk.Close()
+	official, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + s.Addr(), OperationTimeout: time.Minute, Logger: plog.DefaultNopLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer official.Close()
+	payload := make([]byte, 1024)
+	rand.Read(payload)
+	topic := func(name string) string { return fmt.Sprintf("persistent://public/default/%s-%d", name, time.Now().UnixNano()) }
+
+	for _, batched := range []bool{true, false} {
+		inflight := 500
+		mode := "unbatched-500"
+		if batched {
+			inflight, mode = 5000, "batched-5000"
+		}
+		b.Run("produce-"+mode+"/grpc", func(b *testing.B) {
+			p, err := sdk.CreateProducer(client.ProducerOptions{Topic: topic("g"), DisableBatching: !batched, MaxPendingMessages: inflight})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			benchSends(b, inflight, func(done func(error)) {
+				p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { done(err) })
+			})
+		})
+		b.Run("produce-"+mode+"/pulsar", func(b *testing.B) {
+			p, err := official.CreateProducer(pulsar.ProducerOptions{Topic: topic("p"), DisableBatching: !batched, MaxPendingMessages: inflight,
+				BatchingMaxMessages: 1000, BatchingMaxSize: 128 << 10, BatchingMaxPublishDelay: time.Millisecond})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			benchSends(b, inflight, func(done func(error)) {
+				p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: payload}, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done(err) })
+			})
+		})
+	}
+
+	// Consuming b.N stored messages (stored batched by the SDK first).
+	fill := func(b *testing.B, name string) string {
+		b.Helper()
+		t := topic(name)
+		p, err := sdk.CreateProducer(client.ProducerOptions{Topic: t, MaxPendingMessages: 5000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		var wg sync.WaitGroup
+		for i := 0; i < b.N; i++ {
+			wg.Add(1)
+			p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+				wg.Done()
+			})
+		}
+		wg.Wait()
+		return t
+	}
+	b.Run("consume/grpc", func(b *testing.B) {
+		t := fill(b, "cg")
+		c, err := sdk.Subscribe(client.ConsumerOptions{Topic: t, SubscriptionName: "s", SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			m, err := c.Receive(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Ack(m)
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+	})
+	b.Run("consume/pulsar", func(b *testing.B) {
+		t := fill(b, "cp")
+		c, err := official.Subscribe(pulsar.ConsumerOptions{Topic: t, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			m, err := c.Receive(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Ack(m)
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+	})
+}
+
+// benchSends runs b.N sends with at most inflight pending and reports
+// msg/s.
+func benchSends(b *testing.B, inflight int, send func(done func(error))) {
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, inflight)
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		slots <- struct{}{}
+		wg.Add(1)
+		send(func(err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			<-slots
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d sends failed", n)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+}
