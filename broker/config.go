@@ -27,6 +27,14 @@ type Config struct {
 	// every interface (0.0.0.0), the advertised address's host with the
 	// HTTP port.
 	AdvertisedHTTPAddress string `mapstructure:"advertised-http-address" yaml:"advertised-http-address"`
+	// PulsarListen, when set, is a port of its own for Pulsar's binary
+	// protocol, with TLS when the broker has it (pulsar+ssl://). Without
+	// TLS, the client port speaks Pulsar's protocol too.
+	PulsarListen string `mapstructure:"pulsar-listen" yaml:"pulsar-listen"`
+	// AdvertisedPulsarAddress is the address lookups send Pulsar's clients
+	// to. Default: the bound PulsarListen address, with the advertised
+	// address's host for a host that binds every interface.
+	AdvertisedPulsarAddress string `mapstructure:"advertised-pulsar-address" yaml:"advertised-pulsar-address"`
 	// Metastore lists the etcd endpoints.
 	Metastore []string `mapstructure:"metastore" yaml:"metastore"`
 	// MetastoreRoot is the key prefix of this cluster. Default /magnetar.
@@ -208,6 +216,15 @@ func (c *Config) Validate() error {
 	}
 	if c.AdvertisedHTTPAddress != "" {
 		addr("advertised-http-address", c.AdvertisedHTTPAddress, netaddr.Dial)
+	}
+	if c.PulsarListen != "" {
+		addr("pulsar-listen", c.PulsarListen, netaddr.Listen)
+	}
+	if c.AdvertisedPulsarAddress != "" {
+		if c.PulsarListen == "" {
+			errs = append(errs, errors.New("--advertised-pulsar-address needs --pulsar-listen"))
+		}
+		addr("advertised-pulsar-address", c.AdvertisedPulsarAddress, netaddr.Dial)
 	}
 	if len(c.Metastore) == 0 {
 		errs = append(errs, errors.New("no metastore (etcd) endpoints given: --metastore HOST:PORT,..."))

@@ -31,6 +31,11 @@ type brokerInfo struct {
 	Address string `json:"address"`
 	// HTTP is its admin REST address ("" if it serves none).
 	HTTP string `json:"http,omitempty"`
+	// Pulsar is its port of its own for Pulsar's protocol ("" if none:
+	// its client address speaks it, without TLS); PulsarTLS, whether
+	// that port takes TLS.
+	Pulsar    string `json:"pulsar,omitempty"`
+	PulsarTLS bool   `json:"pulsarTls,omitempty"`
 	// Topics is how many topic partitions it owns.
 	Topics int `json:"topics"`
 	// Traffic over the last registration interval, per second, and the
@@ -49,7 +54,8 @@ const registerInterval = 2 * time.Second
 // register writes the broker's registration with its current load.
 func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
-	info := brokerInfo{Address: s.id, HTTP: s.AdvertisedHTTPAddr(), Topics: len(s.mu.topics)}
+	info := brokerInfo{Address: s.id, HTTP: s.AdvertisedHTTPAddr(), Pulsar: s.AdvertisedPulsarAddr(), PulsarTLS: s.pulsarLn != nil && s.tls != nil,
+		Topics: len(s.mu.topics)}
 	s.mu.Unlock()
 	r, cpu := s.load.sample(&s.traffic, time.Now())
 	info.MsgRateIn, info.MsgRateOut, info.BytesRateIn, info.CPU = r.MsgIn, r.MsgOut, r.BytesIn, cpu
@@ -560,6 +566,24 @@ func (s *Server) unloadRemote(ctx context.Context, owner, path string) error {
 // API.
 func (s *Server) AdvertisedHTTPAddr() string {
 	return advertisedHTTP(s.cfg.AdvertisedHTTPAddress, s.HTTPAddr(), s.id)
+}
+
+// AdvertisedPulsarAddr is the address of the port of its own for
+// Pulsar's protocol that lookups send clients to, "" without one.
+func (s *Server) AdvertisedPulsarAddr() string {
+	if s.pulsarLn == nil {
+		return ""
+	}
+	return advertisedHTTP(s.cfg.AdvertisedPulsarAddress, s.pulsarLn.Addr().String(), s.id)
+}
+
+// PulsarAddr is the bound address of the port of its own for Pulsar's
+// protocol, "" without one.
+func (s *Server) PulsarAddr() string {
+	if s.pulsarLn == nil {
+		return ""
+	}
+	return s.pulsarLn.Addr().String()
 }
 
 // advertisedHTTP is the configured address if any; else the bound HTTP

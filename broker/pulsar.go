@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/broker/internal/pulsarwire"
 	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
@@ -82,6 +84,9 @@ func (s *Server) servePulsar(ln net.Listener) {
 // goroutines; new ones are refused. The broker's shutdown calls it once
 // its topics are closed (their producers told to go elsewhere).
 func (s *Server) closePulsarConns() {
+	if s.pulsarLn != nil {
+		s.pulsarLn.Close()
+	}
 	s.pulsar.Lock()
 	s.pulsar.closed = true
 	conns := make([]*pulsarConn, 0, len(s.pulsar.conns))
@@ -235,6 +240,21 @@ func (pc *pulsarConn) serve() {
 	}
 	if !pc.connect(f.Cmd) {
 		return
+	}
+	// The connection ends when its token expires: the client connects
+	// again with the one it has then (AUTH_CHALLENGE is not served).
+	if fired, stop := auth.ExpiryTimer(pc.ctx); fired != nil {
+		pc.wg.Add(1)
+		go func() {
+			defer pc.wg.Done()
+			defer stop()
+			select {
+			case <-fired:
+				pc.log.Info("pulsar connection closed: its token expired")
+				pc.close()
+			case <-pc.dying:
+			}
+		}()
 	}
 	for {
 		pc.conn.SetReadDeadline(time.Now().Add(3 * pulsarKeepAlive))
@@ -451,15 +471,47 @@ func (pc *pulsarConn) lookup(c *pulsarpb.CommandLookupTopic) {
 		pc.s.metrics.lookedUp(pc.s.id, owner, err, time.Since(start))
 		return owner, err
 	}()
+	var url string
+	var tlsURL bool
+	if err == nil {
+		url, tlsURL, err = pc.s.pulsarAddrOf(pc.ctx, owner)
+	}
 	if err != nil {
 		resp.Response = pulsarpb.CommandLookupTopicResponse_Failed.Enum()
 		resp.Error, resp.Message = serverError(err).Enum(), proto.String(err.Error())
 	} else {
 		resp.Response = pulsarpb.CommandLookupTopicResponse_Connect.Enum()
-		resp.BrokerServiceUrl = proto.String("pulsar://" + owner)
+		if tlsURL {
+			resp.BrokerServiceUrlTls = proto.String("pulsar+ssl://" + url)
+		} else {
+			resp.BrokerServiceUrl = proto.String("pulsar://" + url)
+		}
 		resp.Authoritative = proto.Bool(true)
 	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp}, nil)
+}
+
+// pulsarAddrOf is where a broker serves Pulsar's protocol: its port of
+// its own if it has one (TLS or not), else its client address.
+func (s *Server) pulsarAddrOf(ctx context.Context, owner string) (string, bool, error) {
+	if owner == s.id {
+		if s.pulsarLn != nil {
+			return s.AdvertisedPulsarAddr(), s.tls != nil, nil
+		}
+		return s.id, false, nil
+	}
+	kv, err := s.store.Get(ctx, metastore.BrokerAvailableKey(owner))
+	if err != nil {
+		return "", false, errorf(ErrServiceNotReady, "the owner, broker %s, has no registration to read now (%v); try again", owner, err)
+	}
+	var info brokerInfo
+	if err := json.Unmarshal(kv.Value, &info); err != nil {
+		return "", false, err
+	}
+	if info.Pulsar != "" {
+		return info.Pulsar, info.PulsarTLS, nil
+	}
+	return owner, false, nil
 }
 
 func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace) {

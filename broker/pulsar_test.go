@@ -2,11 +2,14 @@ package broker_test
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/broker/internal/pulsarwire"
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
@@ -195,6 +199,21 @@ func TestPulsarProtocolAuthentication(t *testing.T) {
 	if got := p.next(); got.GetLookupTopicResponse().GetError() != pulsarpb.ServerError_AuthorizationError {
 		t.Fatalf("a lookup by a role with no grant: %v, want AuthorizationError", got)
 	}
+	// A connection whose token expires is closed (once the verifier's
+	// leeway has passed too).
+	p = dialPulsar(t, e.b.Addr())
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECT.Enum(), Connect: &pulsarpb.CommandConnect{ClientVersion: proto.String("raw"),
+		AuthMethodName: proto.String("token"), AuthData: []byte(e.token(t, "admin", time.Second))}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_CONNECTED {
+		t.Fatalf("CONNECT with a short token: %v", got)
+	}
+	start := time.Now()
+	if !p.closed() {
+		t.Fatal("the connection outlived its token")
+	}
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Fatalf("closed after %v: before the token expired", d)
+	}
 }
 
 // The consumer side, frame by frame: SUBSCRIBE answered SUCCESS; FLOW
@@ -297,5 +316,41 @@ func TestPulsarAckSets(t *testing.T) {
 	}
 	if got := broker.AckedIndexes(set, 70); fmt.Sprint(got) != "[0 3 65]" {
 		t.Fatalf("acked indexes: %v", got)
+	}
+}
+
+// With TLS on, the client port speaks only gRPC over TLS, and
+// --pulsar-listen serves Pulsar's protocol over TLS: lookups send clients
+// to it (pulsar+ssl://). A plaintext Pulsar frame on either port gets
+// nothing.
+func TestPulsarProtocolTLSPort(t *testing.T) {
+	ca := testutil.NewCA(t, "cluster")
+	e := tlsEnv(t, ca, func(c *broker.Config) { c.PulsarListen = "127.0.0.1:0" })
+	if e.b.PulsarAddr() == "" {
+		t.Fatal("no Pulsar port")
+	}
+	pool := x509.NewCertPool()
+	pem, _ := os.ReadFile(ca.CertFile)
+	pool.AppendCertsFromPEM(pem)
+	c, err := tls.Dial("tcp", e.b.PulsarAddr(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	r := &rawPulsar{t: t, conn: c, r: pulsarwire.NewReader(c, 10<<20)}
+	r.connect()
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_LOOKUP.Enum(), LookupTopic: &pulsarpb.CommandLookupTopic{
+		Topic: proto.String("persistent://public/default/tls-topic"), RequestId: proto.Uint64(1)}}, nil)
+	if got := r.next().GetLookupTopicResponse(); got.GetBrokerServiceUrlTls() != "pulsar+ssl://"+e.b.PulsarAddr() || got.GetBrokerServiceUrl() != "" {
+		t.Fatalf("lookup over TLS: %v, want pulsar+ssl://%s", got, e.b.PulsarAddr())
+	}
+	for _, addr := range []string{e.b.Addr(), e.b.PulsarAddr()} {
+		p := dialPulsar(t, addr)
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECT.Enum(), Connect: &pulsarpb.CommandConnect{ClientVersion: proto.String("raw")}}, nil)
+		f, err := p.r.Read()
+		if err == nil && f.Cmd.GetType() == pulsarpb.BaseCommand_CONNECTED {
+			t.Fatalf("plaintext CONNECT on %s was answered CONNECTED", addr)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -110,6 +111,9 @@ type Server struct {
 	// TLS on: the port then speaks only gRPC over TLS).
 	mux  *connmux.Mux
 	grpc *grpc.Server
+	// pulsarLn is the port of its own for Pulsar's protocol (nil without
+	// Config.PulsarListen), TLS when the broker has it.
+	pulsarLn net.Listener
 	// pulsar tracks the connections of Pulsar's protocol (pulsar.go).
 	pulsar struct {
 		sync.Mutex
@@ -273,6 +277,18 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		undo = append(undo, func() { s.httpLn.Close() })
 	}
 
+	if cfg.PulsarListen != "" {
+		ln, err := net.Listen("tcp", cfg.PulsarListen)
+		if err != nil {
+			return nil, fmt.Errorf("broker: listen on %s: %w", cfg.PulsarListen, err)
+		}
+		undo = append(undo, func() { ln.Close() })
+		if s.tls != nil {
+			ln = tls.NewListener(ln, s.tls.Config)
+		}
+		s.pulsarLn = ln
+	}
+
 	sess, err := s.store.NewSession(ctx, cfg.SessionTTL)
 	if err != nil {
 		return nil, err
@@ -316,6 +332,13 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		go func() {
 			defer s.wg.Done()
 			s.servePulsar(s.mux.Pulsar())
+		}()
+	}
+	if s.pulsarLn != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.servePulsar(s.pulsarLn)
 		}()
 	}
 	s.wg.Add(1)

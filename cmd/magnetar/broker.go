@@ -44,6 +44,8 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.String("listen", def.Listen, "client (gRPC) listen address, HOST:PORT (port 0: a free port)")
 	f.String("http", def.HTTPListen, "admin REST listen address, HOST:PORT (empty: no admin API)")
 	f.String("advertised-address", def.AdvertisedAddress, "HOST:PORT clients are sent to (default: the listen address)")
+	f.String("pulsar-listen", def.PulsarListen, "also serve Pulsar's binary protocol on this HOST:PORT, with TLS when the broker has it (pulsar+ssl://); without TLS --listen speaks it too")
+	f.String("advertised-pulsar-address", def.AdvertisedPulsarAddress, "HOST:PORT Pulsar's clients are sent to (default: --pulsar-listen)")
 	f.String("advertised-http-address", def.AdvertisedHTTPAddress, "HOST:PORT other brokers and admin redirects use for this broker's admin API (default: --http, or with 0.0.0.0 the host of --advertised-address)")
 	f.StringSlice("metastore", def.Metastore, "etcd endpoints, comma-separated (required)")
 	f.String("metastore-root", def.MetastoreRoot, "key prefix of this cluster in etcd")

@@ -76,6 +76,7 @@ func TestStandaloneCommand(t *testing.T) {
 	out, done := startStandalone(t, ctx, "--bookies", "2", "--memory-budget", "1GiB")
 
 	if !strings.Contains(out, "clients           magnetar://127.0.0.1:") || !strings.Contains(out, "admin (HTTP)      http://127.0.0.1:") ||
+		!strings.Contains(out, "Pulsar clients    pulsar://127.0.0.1:") ||
 		!strings.Contains(out, "metastore (etcd)  127.0.0.1:") || strings.Count(out, "bookie            127.0.0.1:") != 2 ||
 		!strings.Contains(out, "memory budget     1GiB: broker cache 128MiB + 2 bookie(s) x (memtables 96MiB + block cache 24MiB + in-flight adds 48MiB = 168MiB) = 464MiB configured") {
 		t.Fatalf("standalone printed:\n%s", out)

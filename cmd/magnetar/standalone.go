@@ -58,6 +58,15 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 				scheme, http = "magnetar+ssl", "https"
 			}
 			fmt.Fprintf(out, "  clients           %s://%s\n", scheme, s.Broker.ID())
+			if a := s.Broker.AdvertisedPulsarAddr(); a != "" {
+				ps := "pulsar"
+				if cfg.TLSCertFile != "" {
+					ps = "pulsar+ssl"
+				}
+				fmt.Fprintf(out, "  Pulsar clients    %s://%s\n", ps, a)
+			} else if cfg.TLSCertFile == "" {
+				fmt.Fprintf(out, "  Pulsar clients    pulsar://%s\n", s.Broker.ID())
+			}
 			fmt.Fprintf(out, "  admin (HTTP)      %s://%s\n", http, s.Broker.AdvertisedHTTPAddr())
 			fmt.Fprintf(out, "  metastore (etcd)  %s\n", s.Etcd.Endpoints()[0])
 			for _, b := range s.Bookies {
@@ -86,6 +95,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
 	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz, /readyz and /metrics)")
 	f.String("advertised-address", def.AdvertisedAddress, "broker address clients are sent to, HOST:PORT (default: --broker-listen, with 127.0.0.1 for 0.0.0.0)")
+	f.String("pulsar-listen", def.PulsarListen, "also serve Pulsar's binary protocol on this HOST:PORT, with TLS when TLS is on (pulsar+ssl://); without TLS --broker-listen speaks it too")
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "with several bookies: how long one must be gone before its copies are re-replicated to the others")
 	f.String("cluster-name", def.ClusterName, "the cluster's name: the label of the metrics, and the one cluster the admin API (Pulsar's /admin/v2/clusters) knows")
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")

@@ -51,6 +51,10 @@ type Config struct {
 	// lookups. Default: the broker's listen address, with 127.0.0.1 for a
 	// host that binds every interface (0.0.0.0 in a container).
 	AdvertisedAddress string `mapstructure:"advertised-address"`
+	// PulsarListen is the broker's --pulsar-listen: a port of its own for
+	// Pulsar's binary protocol (TLS with TLS on). Default none: without
+	// TLS the client port speaks it too.
+	PulsarListen string `mapstructure:"pulsar-listen"`
 	// LostBookieRecoveryDelay: with several bookies, how long one must be
 	// gone before its copies are re-replicated. Default 30s.
 	LostBookieRecoveryDelay time.Duration `mapstructure:"lost-bookie-recovery-delay"`
@@ -200,6 +204,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	listen("http", c.HTTPListen)
+	if c.PulsarListen != "" {
+		listen("pulsar-listen", c.PulsarListen)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("standalone config: %w", err)
 	}
@@ -312,6 +319,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc := broker.DefaultConfig()
 	bc.Listen, bc.HTTPListen = cfg.BrokerListen, cfg.HTTPListen
 	bc.AdvertisedAddress = advertised(cfg)
+	bc.PulsarListen = cfg.PulsarListen
 	bc.Metastore = s.Etcd.Endpoints()
 	bc.Ensemble, bc.WriteQuorum, bc.AckQuorum = replication(cfg.Bookies)
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
