@@ -36,7 +36,9 @@ func BenchmarkProtocols(b *testing.B) {
 	defer official.Close()
 	payload := make([]byte, 1024)
 	rand.Read(payload)
-	topic := func(name string) string { return fmt.Sprintf("persistent://public/default/%s-%d", name, time.Now().UnixNano()) }
+	topic := func(name string) string {
+		return fmt.Sprintf("persistent://public/default/%s-%d", name, time.Now().UnixNano())
+	}
 
 	for _, batched := range []bool{true, false} {
 		inflight := 500
