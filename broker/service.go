@@ -43,14 +43,21 @@ func parseTopic(s string) (topicname.Name, error) {
 	return topicname.Parse(s)
 }
 
+// checkName checks a subscription's or producer's name. A producer's may
+// hold '/' (Pulsar's clients name their dead-letter producers after
+// topics); a subscription's may not (it is a segment of admin paths).
 func checkName(what, s string) error {
+	bad := "/\x00\n"
+	if what == "producer" {
+		bad = "\x00\n"
+	}
 	switch {
 	case s == "":
 		return errorf(ErrInvalidArgument, "empty %s name", what)
 	case len(s) > maxNameLength:
 		return errorf(ErrInvalidArgument, "%s name of %d bytes (at most %d)", what, len(s), maxNameLength)
-	case strings.ContainsAny(s, "/\x00\n"):
-		return errorf(ErrInvalidArgument, "%s name %q contains '/', NUL or a newline", what, s)
+	case strings.ContainsAny(s, bad):
+		return errorf(ErrInvalidArgument, "%s name %q contains one of %q", what, s, bad)
 	case !utf8.ValidString(s):
 		// Names are metric label values too, which must be UTF-8.
 		return errorf(ErrInvalidArgument, "%s name %q is not valid UTF-8", what, s)

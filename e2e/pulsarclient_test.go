@@ -472,3 +472,199 @@ func TestPulsarClientConsumers(t *testing.T) {
 		}
 	}
 }
+
+// The official client's own features over Magnetar: a partitioned topic
+// with key-based batching read by two Key_Shared consumers (each key in
+// order, each message once); dead-letter and retry topics (the client
+// moves the messages itself); deduplication by producer name and
+// sequence id.
+func TestPulsarClientFeatures(t *testing.T) {
+	ports := freePorts(t, 4)
+	s := startStandalone(t, t.TempDir(), ports)
+	t.Cleanup(func() { s.stop() })
+	pc := officialClient(t, "pulsar://"+s.brokerAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	admin := func(method, path, body string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+s.httpAddr+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s %s: %s", method, path, resp.Status)
+		}
+	}
+	receive := func(c pulsar.Consumer) (pulsar.Message, bool) {
+		rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer rcancel()
+		m, err := c.Receive(rctx)
+		return m, err == nil
+	}
+
+	t.Run("partitioned-key-shared", func(t *testing.T) {
+		admin("PUT", "/admin/v2/persistent/public/default/ks/partitions", "3")
+		topic := "persistent://public/default/ks"
+		opts := pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Type: pulsar.KeyShared, SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest}
+		c1, err := pc.Subscribe(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c1.Close()
+		c2, err := pc.Subscribe(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatcherBuilderType: pulsar.KeyBasedBatchBuilder,
+			BatchingMaxMessages: 20, BatchingMaxPublishDelay: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		const n = 300
+		errs := make(chan error, n)
+		for i := 0; i < n; i++ {
+			p.SendAsync(ctx, &pulsar.ProducerMessage{Key: fmt.Sprint("key-", i%10), Payload: []byte(fmt.Sprint(i))},
+				func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { errs <- err })
+		}
+		for i := 0; i < n; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		seen := map[string]bool{}
+		last := map[string]int{}
+		owner := map[string]int{}
+		idle := 0
+		for len(seen) < n && idle < 20 {
+			got := false
+			for ci, c := range []pulsar.Consumer{c1, c2} {
+				m, ok := receive(c)
+				if !ok {
+					continue
+				}
+				got = true
+				var i int
+				fmt.Sscan(string(m.Payload()), &i)
+				if seen[string(m.Payload())] {
+					t.Fatalf("message %d received twice", i)
+				}
+				seen[string(m.Payload())] = true
+				if l, ok := last[m.Key()]; ok && l > i {
+					t.Fatalf("key %s: %d after %d", m.Key(), i, l)
+				}
+				last[m.Key()] = i
+				if o, ok := owner[m.Key()]; ok && o != ci {
+					t.Fatalf("key %s went to both consumers", m.Key())
+				}
+				owner[m.Key()] = ci
+				c.Ack(m)
+			}
+			if !got {
+				idle++
+			}
+		}
+		if len(seen) != n {
+			t.Fatalf("received %d of %d", len(seen), n)
+		}
+	})
+
+	t.Run("dead-letter-and-retry", func(t *testing.T) {
+		topic := "persistent://public/default/dlq-src"
+		dlq, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic + "-dead", SubscriptionName: "d", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dlq.Close()
+		c, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Type: pulsar.Shared,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest, NackRedeliveryDelay: 50 * time.Millisecond,
+			RetryEnable: true, DLQ: &pulsar.DLQPolicy{MaxDeliveries: 2, DeadLetterTopic: topic + "-dead", RetryLetterTopic: topic + "-retry"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		for _, v := range []string{"poison", "retry-me"} {
+			if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(v)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		retried := false
+		deadline := time.Now().Add(time.Minute)
+		for !retried && time.Now().Before(deadline) {
+			m, ok := receive(c)
+			if !ok {
+				continue
+			}
+			switch string(m.Payload()) {
+			case "poison":
+				t.Logf("poison, redelivery count %d", m.RedeliveryCount())
+				c.Nack(m) // until the client gives it up to the dead-letter topic
+			case "retry-me":
+				if m.RedeliveryCount() == 0 && m.Properties()["RECONSUMETIMES"] == "" {
+					c.ReconsumeLater(m, 100*time.Millisecond) // through the retry topic
+					continue
+				}
+				retried = true
+				c.Ack(m)
+			}
+		}
+		if !retried {
+			t.Fatal("the message sent to the retry topic never came back")
+		}
+		var dead pulsar.Message
+		for time.Now().Before(deadline) && dead == nil {
+			if m, ok := receive(dlq); ok {
+				dead = m
+			}
+			if m, ok := receive(c); ok && string(m.Payload()) == "poison" {
+				c.Nack(m)
+			}
+		}
+		if dead == nil || string(dead.Payload()) != "poison" {
+			t.Fatalf("dead-letter topic: %v, want the poison message", dead)
+		}
+		dlq.Ack(dead)
+	})
+
+	t.Run("deduplication", func(t *testing.T) {
+		admin("POST", "/admin/v2/namespaces/public/default/deduplication", "true")
+		topic := "persistent://public/default/dedup-official"
+		c, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for round := 0; round < 2; round++ { // the second producer resends what the first stored
+			p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, Name: "writer-1", DisableBatching: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := int64(0); i < 5; i++ {
+				seq := i
+				if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprint("d-", i)), SequenceID: &seq}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.Close()
+		}
+		for i := 0; i < 5; i++ {
+			m, ok := receive(c)
+			if !ok || string(m.Payload()) != fmt.Sprint("d-", i) {
+				t.Fatalf("message %d: %v", i, m)
+			}
+			c.Ack(m)
+		}
+		if m, ok := receive(c); ok {
+			t.Fatalf("a duplicate was stored: %q", m.Payload())
+		}
+	})
+}
