@@ -402,8 +402,8 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 	case pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA:
 		if c := cmd.GetGetOrCreateSchema(); c != nil {
 			resp := &pulsarpb.CommandGetOrCreateSchemaResponse{RequestId: c.RequestId}
-			if t := c.GetSchema().GetType(); t != pulsarpb.Schema_None {
-				resp.ErrorCode, resp.ErrorMessage = pulsarpb.ServerError_IncompatibleSchema.Enum(), proto.String(fmt.Sprintf("schema %s: Magnetar stores bytes only (no schema registry)", t))
+			if err := checkSchema(c.GetSchema()); err != nil {
+				resp.ErrorCode, resp.ErrorMessage = pulsarpb.ServerError_IncompatibleSchema.Enum(), proto.String(err.Error())
 			} else {
 				resp.SchemaVersion = []byte{}
 			}
@@ -542,15 +542,20 @@ func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace)
 func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 	id := c.GetProducerId()
 	pp, err := func() (*pulsarProducer, error) {
-		pc.mu.Lock()
-		_, dup := pc.mu.producers[id]
-		pc.mu.Unlock()
-		if dup {
-			return nil, errorf(ErrProducerBusy, "producer id %d is in use on this connection", id)
-		}
 		n, err := parseTopic(c.GetTopic())
 		if err != nil {
 			return nil, err
+		}
+		pc.mu.Lock()
+		existing := pc.mu.producers[id]
+		pc.mu.Unlock()
+		if existing != nil {
+			// A client asking again (its first answer was late): as
+			// Pulsar, the same producer is answered again.
+			if existing.t.name == n {
+				return existing, errAlreadyOpen
+			}
+			return nil, errorf(ErrProducerBusy, "producer id %d is in use on this connection for %s", id, existing.t.name)
 		}
 		if name := c.GetProducerName(); name != "" {
 			if err := checkName("producer", name); err != nil {
@@ -560,8 +565,8 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		if m := c.GetProducerAccessMode(); m != pulsarpb.ProducerAccessMode_Shared {
 			return nil, errorf(ErrNotAllowed, "producer access mode %s: only Shared is served", m)
 		}
-		if sc := c.GetSchema(); sc != nil && sc.GetType() != pulsarpb.Schema_None {
-			return nil, errorf(ErrIncompatibleSchema, "schema %s: Magnetar stores bytes only (no schema registry)", sc.GetType())
+		if err := checkSchema(c.GetSchema()); err != nil {
+			return nil, err
 		}
 		if err := pc.s.authz.checkTopic(pc.ctx, n, opProduce, ""); err != nil {
 			return nil, err
@@ -577,19 +582,24 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		}
 		return &pulsarProducer{id: id, p: p, t: t}, nil
 	}()
-	if err != nil {
+	again := errors.Is(err, errAlreadyOpen)
+	if err != nil && !again {
 		pc.send(errorCommand(c.GetRequestId(), err), nil)
 		return
 	}
-	pc.mu.Lock()
-	pc.mu.producers[id] = pp
-	pc.mu.Unlock()
+	if !again {
+		pc.mu.Lock()
+		pc.mu.producers[id] = pp
+		pc.mu.Unlock()
+	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pulsarpb.CommandProducerSuccess{
 		RequestId: proto.Uint64(c.GetRequestId()), ProducerName: proto.String(pp.p.name), LastSequenceId: proto.Int64(pp.p.lastSequence),
 		ProducerReady: proto.Bool(true),
 	}}, nil)
-	pc.wg.Add(1)
-	go pc.pump(pp)
+	if !again {
+		pc.wg.Add(1)
+		go pc.pump(pp)
+	}
 }
 
 // pump turns a producer's answers into SEND_RECEIPT and SEND_ERROR
@@ -701,6 +711,10 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 	})
 }
 
+// errAlreadyOpen: a PRODUCER or SUBSCRIBE for an id the connection
+// already has open on the same topic (answered again, not refused).
+var errAlreadyOpen = errors.New("already open")
+
 // Errors of Pulsar's protocol that the broker's own sentinels do not
 // name. ErrChecksum is an ErrInvalidMessage (the SDK's reason for it),
 // answered to Pulsar's clients as ChecksumError.
@@ -708,6 +722,18 @@ var (
 	ErrIncompatibleSchema = errors.New("incompatible schema")
 	ErrChecksum           = fmt.Errorf("%w: checksum mismatch", ErrInvalidMessage)
 )
+
+// checkSchema accepts the schemas that need no registry: none (bytes) and
+// String (UTF-8 bytes; nothing to store or check). Others, which a
+// registry would keep and check, are refused (IncompatibleSchema).
+func checkSchema(sc *pulsarpb.Schema) error {
+	switch t := sc.GetType(); {
+	case sc == nil, t == pulsarpb.Schema_None, t == pulsarpb.Schema_String:
+		return nil
+	default:
+		return errorf(ErrIncompatibleSchema, "schema %s: Magnetar keeps no schemas (bytes and String only)", t)
+	}
+}
 
 // errorCommand is an ERROR frame answering requestID.
 func errorCommand(requestID uint64, err error) *pulsarpb.BaseCommand {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -33,6 +34,15 @@ type pulsarConsumer struct {
 
 // maxPendingSeeks bounds a consumer's seeks in flight.
 const maxPendingSeeks = 16
+
+// topicNameOrRaw is a topic's full name, or s itself when it does not
+// parse.
+func topicNameOrRaw(s string) string {
+	if n, err := parseTopic(s); err == nil {
+		return n.String()
+	}
+	return s
+}
 
 // subscribeRequest turns SUBSCRIBE into the broker's Subscribe.
 func subscribeRequest(c *pulsarpb.CommandSubscribe) (*brokerpb.Subscribe, error) {
@@ -84,9 +94,14 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 	id := c.GetConsumerId()
 	pcons, err := func() (*pulsarConsumer, error) {
 		pc.mu.Lock()
-		_, dup := pc.mu.consumers[id]
+		existing := pc.mu.consumers[id]
 		pc.mu.Unlock()
-		if dup {
+		if existing != nil {
+			// Asked again (the first answer was late): as Pulsar, answered
+			// again when it is the same subscription.
+			if existing.t.name.String() == topicNameOrRaw(c.GetTopic()) && existing.sub.name == c.GetSubscription() {
+				return existing, errAlreadyOpen
+			}
 			return nil, errorf(ErrConsumerBusy, "consumer id %d is in use on this connection", id)
 		}
 		req, err := subscribeRequest(c)
@@ -108,8 +123,8 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		if !req.Durable && isMulti(req.Type) {
 			return nil, errorf(ErrInvalidArgument, "a reader (non-durable subscription) is exclusive")
 		}
-		if sc := c.GetSchema(); sc != nil && sc.GetType() != pulsarpb.Schema_None {
-			return nil, errorf(ErrIncompatibleSchema, "schema %s: Magnetar stores bytes only (no schema registry)", sc.GetType())
+		if err := checkSchema(c.GetSchema()); err != nil {
+			return nil, err
 		}
 		durableSub := ""
 		if req.Durable {
@@ -130,6 +145,10 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		}
 		return &pulsarConsumer{id: id, c: cons, t: t, sub: sub, subscribeRequest: c.GetRequestId(), seeks: make(chan uint64, maxPendingSeeks)}, nil
 	}()
+	if errors.Is(err, errAlreadyOpen) {
+		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
+		return
+	}
 	if err != nil {
 		pc.send(errorCommand(c.GetRequestId(), err), nil)
 		return

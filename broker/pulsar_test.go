@@ -132,8 +132,16 @@ func TestPulsarProtocolEdges(t *testing.T) {
 	// producer that does not exist.
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
 		Topic: proto.String("persistent://public/default/raw"), ProducerId: proto.Uint64(2), RequestId: proto.Uint64(44)}}, nil)
-	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS || got.GetProducerSuccess().GetProducerName() == "" {
-		t.Fatalf("PRODUCER answered %v", got)
+	first := p.next()
+	if first.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS || first.GetProducerSuccess().GetProducerName() == "" {
+		t.Fatalf("PRODUCER answered %v", first)
+	}
+	// Asked again for the same id (a client whose first answer was late):
+	// the same producer, as Pulsar answers.
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String("persistent://public/default/raw"), ProducerId: proto.Uint64(2), RequestId: proto.Uint64(45)}}, nil)
+	if got := p.next().GetProducerSuccess(); got.GetRequestId() != 45 || got.GetProducerName() != first.GetProducerSuccess().GetProducerName() {
+		t.Fatalf("PRODUCER again answered %v, want the same producer", got)
 	}
 	good, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("hello"))
 	if err != nil {
