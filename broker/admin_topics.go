@@ -514,9 +514,22 @@ func (s *Server) lookupREST(r *http.Request) (any, error) {
 		}
 		httpAddr = info.HTTP
 	}
-	out := map[string]string{"brokerUrl": "magnetar://" + owner, "httpUrl": "http://" + httpAddr, "brokerUrlTls": "", "httpUrlTls": ""}
+	// Pulsar's clients connect to brokerUrl: the owner's address for
+	// Pulsar's protocol (its port of its own if it has one).
+	paddr, ptls, err := s.pulsarAddrOf(r.Context(), owner)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{"brokerUrl": "", "brokerUrlTls": "", "httpUrl": "", "httpUrlTls": ""}
+	if ptls {
+		out["brokerUrlTls"] = "pulsar+ssl://" + paddr
+	} else {
+		out["brokerUrl"] = "pulsar://" + paddr
+	}
 	if s.tls != nil {
-		out = map[string]string{"brokerUrl": "", "httpUrl": "", "brokerUrlTls": "magnetar+ssl://" + owner, "httpUrlTls": "https://" + httpAddr}
+		out["httpUrlTls"] = "https://" + httpAddr
+	} else {
+		out["httpUrl"] = "http://" + httpAddr
 	}
 	out["nativeUrl"] = out["brokerUrl"] + out["brokerUrlTls"]
 	return out, nil

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -48,6 +49,8 @@ const (
 	// pulsarFrameOverhead is what a frame may carry beyond a message of
 	// the maximum size: its command and the message's metadata.
 	pulsarFrameOverhead = 1 << 20
+	// pulsarMaxConnectFrame bounds the first frame (CONNECT).
+	pulsarMaxConnectFrame = 64 << 10
 	// noRequestID is the request id of a command the broker starts
 	// (Pulsar's -1).
 	noRequestID = math.MaxUint64
@@ -55,11 +58,18 @@ const (
 
 // servePulsar serves the connections of ln until it is closed.
 func (s *Server) servePulsar(ln net.Listener) {
+	backoff := 5 * time.Millisecond
 	for {
 		c, err := ln.Accept()
 		if err != nil {
+			if t, ok := err.(interface{ Temporary() bool }); ok && t.Temporary() && !errors.Is(err, net.ErrClosed) {
+				time.Sleep(backoff) // out of descriptors and the like
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
 			return
 		}
+		backoff = 5 * time.Millisecond
 		pc := newPulsarConn(s, c)
 		s.pulsar.Lock()
 		if s.pulsar.closed {
@@ -139,6 +149,49 @@ type pulsarProducer struct {
 	id uint64
 	p  *producer
 	t  *topic
+	// pending counts its sends being stored; a client's CLOSE_PRODUCER
+	// is answered once they are (closeRequest, for the pump).
+	pending      pendingSends
+	closeRequest atomic.Pointer[uint64]
+}
+
+// pendingSends counts a producer's sends being stored; wait returns once
+// none is. (Not a WaitGroup: sends may start while another goroutine
+// waits.)
+type pendingSends struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while no one waits
+}
+
+func (p *pendingSends) add() {
+	p.mu.Lock()
+	p.n++
+	p.mu.Unlock()
+}
+
+func (p *pendingSends) done() {
+	p.mu.Lock()
+	p.n--
+	if p.n == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+	p.mu.Unlock()
+}
+
+func (p *pendingSends) wait() {
+	p.mu.Lock()
+	if p.n == 0 {
+		p.mu.Unlock()
+		return
+	}
+	if p.idle == nil {
+		p.idle = make(chan struct{})
+	}
+	ch := p.idle
+	p.mu.Unlock()
+	<-ch
 }
 
 func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
@@ -232,7 +285,9 @@ func (pc *pulsarConn) serve() {
 	}()
 	pc.wg.Add(1)
 	go pc.writer()
-	r := pulsarwire.NewReader(pc.conn, pc.s.cfg.MaxMessageSize+pulsarFrameOverhead)
+	// Before CONNECT (and its authentication) a peer gets a small frame
+	// only.
+	r := pulsarwire.NewReader(pc.conn, pulsarMaxConnectFrame)
 	pc.conn.SetReadDeadline(time.Now().Add(pulsarConnectTimeout))
 	f, err := r.Read()
 	if err != nil {
@@ -241,6 +296,7 @@ func (pc *pulsarConn) serve() {
 	if !pc.connect(f.Cmd) {
 		return
 	}
+	r.SetMax(pc.s.cfg.MaxMessageSize + pulsarFrameOverhead)
 	// The connection ends when its token expires: the client connects
 	// again with the one it has then (AUTH_CHALLENGE is not served).
 	if fired, stop := auth.ExpiryTimer(pc.ctx); fired != nil {
@@ -608,6 +664,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 // again).
 func (pc *pulsarConn) pump(pp *pulsarProducer) {
 	defer pc.wg.Done()
+	quotaClosing := false
 	for {
 		q, err := pp.p.next()
 		for _, r := range q {
@@ -623,6 +680,26 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 					ProducerId: proto.Uint64(pp.id), SequenceId: proto.Uint64(r.Receipt.GetSequenceId()), MessageId: msgID,
 				}}, nil)
 			case *brokerpb.ProduceResponse_Error:
+				if r := r.Error.GetReason(); r == brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR || r == brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION {
+					// As Pulsar: a producer over a backlog quota is closed
+					// (its client then fails to create it again, or waits),
+					// once the sends stored before are answered; a
+					// SEND_ERROR would make the client drop the whole
+					// connection, consumers draining the backlog included.
+					if !quotaClosing {
+						quotaClosing = true
+						pc.wg.Add(1)
+						go func() {
+							defer pc.wg.Done()
+							pp.pending.wait()
+							pp.p.disconnect(errQuotaClosed)
+						}()
+					}
+					continue
+				}
+				if quotaClosing {
+					continue // refused after it: the client sends it again
+				}
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND_ERROR.Enum(), SendError: &pulsarpb.CommandSendError{
 					ProducerId: proto.Uint64(pp.id), SequenceId: proto.Uint64(r.Error.GetSequenceId()),
 					Error: reasonServerError(r.Error.GetReason()).Enum(), Message: proto.String(r.Error.GetMessage()),
@@ -631,6 +708,11 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 		}
 		if err == nil {
 			continue
+		}
+		if id := pp.closeRequest.Load(); id != nil {
+			// The client closed it: answered after its last receipt.
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(*id)}}, nil)
+			return
 		}
 		pc.mu.Lock()
 		mine := pc.mu.producers[pp.id] == pp
@@ -654,15 +736,26 @@ func (pc *pulsarConn) dropProducer(pp *pulsarProducer) {
 	pp.p.disconnect(io.EOF)
 }
 
+// closeProducer handles the client's CLOSE_PRODUCER: the sends it has
+// in flight are stored and answered first (the client would otherwise
+// fail them, stored or not), then SUCCESS comes through the pump.
 func (pc *pulsarConn) closeProducer(c *pulsarpb.CommandCloseProducer) {
 	pc.mu.Lock()
 	pp := pc.mu.producers[c.GetProducerId()]
 	delete(pc.mu.producers, c.GetProducerId())
 	pc.mu.Unlock()
-	if pp != nil {
-		pc.dropProducer(pp)
+	if pp == nil {
+		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
+		return
 	}
-	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
+	id := c.GetRequestId()
+	pp.closeRequest.Store(&id)
+	pc.wg.Add(1)
+	go func() {
+		defer pc.wg.Done()
+		pp.pending.wait()
+		pc.dropProducer(pp) // the pump sends what is queued, then SUCCESS
+	}()
 }
 
 // publish stores a SEND's message; its answer comes through the
@@ -699,8 +792,9 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 		return
 	}
 	send := &brokerpb.Send{SequenceId: seq, HighestSequenceId: c.GetHighestSequenceId(), Metadata: md, Payload: body}
+	pp.pending.add()
 	pp.t.publish(pc.ctx, p, send, func(pos mledger.Position, dup bool, err error) {
-		defer func() { <-pc.inflight }()
+		defer func() { <-pc.inflight; pp.pending.done() }()
 		if err != nil {
 			p.fail(seq, err)
 			return
@@ -710,6 +804,9 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 		}}})
 	})
 }
+
+// errQuotaClosed disconnects a producer refused by a backlog quota.
+var errQuotaClosed = errors.New("closed by a backlog quota")
 
 // errAlreadyOpen: a PRODUCER or SUBSCRIBE for an id the connection
 // already has open on the same topic (answered again, not refused).

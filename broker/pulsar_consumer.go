@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/magnetar-io/magnetar/broker/internal/cursor"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/entry"
@@ -71,9 +72,11 @@ func subscribeRequest(c *pulsarpb.CommandSubscribe) (*brokerpb.Subscribe, error)
 	if c.GetInitialPosition() == pulsarpb.CommandSubscribe_Earliest {
 		req.InitialPosition = brokerpb.InitialPosition_EARLIEST
 	}
-	// A reader starts after the id given (Pulsar's non-durable cursor has
-	// its mark-delete position there); -1:-1 is the earliest, the largest
-	// id the latest.
+	// A reader starts at the entry of the id given, included: Pulsar's
+	// broker positions a non-durable cursor one entry before it, and the
+	// client drops the messages it does not want (those before its start,
+	// or up to it when not inclusive, inside a batch too). -1:-1 is the
+	// earliest, the largest id the latest.
 	if id := c.GetStartMessageId(); id != nil && !req.Durable {
 		l, e := int64(id.GetLedgerId()), int64(id.GetEntryId())
 		switch {
@@ -82,7 +85,8 @@ func subscribeRequest(c *pulsarpb.CommandSubscribe) (*brokerpb.Subscribe, error)
 		case l == math.MaxInt64:
 			req.InitialPosition = brokerpb.InitialPosition_LATEST
 		default:
-			req.StartMessageId = &brokerpb.MessageId{LedgerId: l, EntryId: e, Partition: id.GetPartition(), BatchIndex: id.GetBatchIndex()}
+			req.StartMessageId = &brokerpb.MessageId{LedgerId: l, EntryId: e, Partition: id.GetPartition(), BatchIndex: -1}
+			req.StartInclusive = true
 		}
 	}
 	// Subscription properties and replicated state are not kept.
@@ -137,7 +141,11 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		if err != nil {
 			return nil, err
 		}
-		cons := newConsumer(req, defaultReceiverQueue)
+		// Pulsar dispatches an entry whenever the consumer has a permit,
+		// however many messages it holds (its clients count permits by
+		// message and may ask for fewer than a batch): a receive queue of
+		// one lets any entry go once a permit is there.
+		cons := newConsumer(req, 1)
 		cons.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
 		sub, err := t.subscribe(pc.ctx, req, cons)
 		if err != nil {
@@ -198,8 +206,11 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 			delete(pc.mu.consumers, pcons.id)
 		}
 		pc.mu.Unlock()
+		if !mine {
+			return // closed by the client, or the connection: already dropped
+		}
 		pc.dropConsumer(pcons)
-		if mine && pc.ctx.Err() == nil {
+		if pc.ctx.Err() == nil {
 			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pulsarpb.CommandCloseConsumer{
 				ConsumerId: proto.Uint64(pcons.id), RequestId: proto.Uint64(noRequestID)}}, nil)
 		}
@@ -219,10 +230,32 @@ func (pc *pulsarConn) sendMessage(consumerID uint64, m *brokerpb.Message) {
 			Partition: proto.Int32(id.GetPartition())}}
 	if acked := m.GetAckedBatchIndexes(); len(acked) > 0 {
 		if md, _, err := entry.DecodeUnchecked(m.GetEntry()); err == nil && md.GetNumMessagesInBatch() > 0 {
-			cmd.AckSet = unackedSet(int(md.GetNumMessagesInBatch()), acked)
+			cmd.AckSet = unackedSet(min(int(md.GetNumMessagesInBatch()), cursor.MaxBatchSize), acked)
 		}
 	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_MESSAGE.Enum(), Message: cmd}, m.GetEntry())
+}
+
+// batchSize is the number of messages of the stored entry at id (1 for a
+// single message), at most cursor.MaxBatchSize.
+func (pcons *pulsarConsumer) batchSize(ctx context.Context, id *brokerpb.MessageId) (int, error) {
+	p := mledger.Position{Ledger: id.LedgerId, Entry: id.EntryId}
+	es, err := pcons.t.ml.Read(ctx, p, 1)
+	if err != nil {
+		return 0, err
+	}
+	if len(es) == 0 || es[0].Pos != p {
+		return 0, errorf(ErrInvalidArgument, "no entry %v to acknowledge messages of", p)
+	}
+	md, _, err := entry.DecodeUnchecked(es[0].Data)
+	if err != nil {
+		return 0, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
+	}
+	n := int(md.GetNumMessagesInBatch())
+	if n < 1 {
+		n = 1
+	}
+	return min(n, cursor.MaxBatchSize), nil
 }
 
 // unackedSet is Pulsar's ack set of a batch of n: bit i set while message
@@ -260,7 +293,7 @@ func ackedIndexes(set []int64, size int) []int32 {
 // subscription goes with it) and ends its pump.
 func (pc *pulsarConn) dropConsumer(pcons *pulsarConsumer) {
 	pcons.sub.removeConsumer(pcons.c)
-	if !pcons.sub.durable {
+	if !pcons.sub.durable && pcons.t.subscriptionIs(pcons.sub.name, pcons.sub) {
 		pcons.t.removeSubscription(context.Background(), pcons.sub.name, true)
 	}
 	pcons.c.disconnect(io.EOF)
@@ -287,20 +320,52 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 	if pcons == nil {
 		err = errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())
 	} else {
+		cumulative := c.GetAckType() == pulsarpb.CommandAck_Cumulative
 		var ids []*brokerpb.MessageId
 		for _, id := range c.GetMessageId() {
 			base := &brokerpb.MessageId{LedgerId: int64(id.GetLedgerId()), EntryId: int64(id.GetEntryId()), Partition: id.GetPartition(), BatchIndex: -1}
-			if set := id.GetAckSet(); len(set) > 0 && id.GetBatchSize() > 0 && c.GetAckType() == pulsarpb.CommandAck_Individual {
-				for _, i := range ackedIndexes(set, int(id.GetBatchSize())) {
-					one := proto.Clone(base).(*brokerpb.MessageId)
-					one.BatchIndex, one.BatchSize = i, id.GetBatchSize()
-					ids = append(ids, one)
-				}
+			set := id.GetAckSet()
+			if len(set) == 0 {
+				ids = append(ids, base)
 				continue
 			}
-			ids = append(ids, base)
+			// Some messages of a batch (batch index acknowledgement). The
+			// client does not say the batch's size: the stored entry does.
+			size, serr := pcons.batchSize(pc.ctx, base)
+			if serr != nil {
+				err = serr
+				break
+			}
+			if len(set) > (size+63)/64 {
+				err = errorf(ErrInvalidArgument, "ack set of %d words for a batch of %d", len(set), size)
+				break
+			}
+			acked := ackedIndexes(set, size)
+			if cumulative {
+				// Up to the last acknowledged index of the leading run.
+				k := -1
+				for _, i := range acked {
+					if int(i) != k+1 {
+						break
+					}
+					k = int(i)
+				}
+				if k < 0 {
+					continue // nothing of this batch yet
+				}
+				base.BatchIndex, base.BatchSize = int32(k), int32(size)
+				ids = append(ids, base)
+				continue
+			}
+			for _, i := range acked {
+				one := proto.Clone(base).(*brokerpb.MessageId)
+				one.BatchIndex, one.BatchSize = i, int32(size)
+				ids = append(ids, one)
+			}
 		}
-		err = pcons.sub.ack(ids, c.GetAckType() == pulsarpb.CommandAck_Cumulative)
+		if err == nil {
+			err = pcons.sub.ack(ids, cumulative)
+		}
 	}
 	if c.RequestId != nil {
 		resp := &pulsarpb.CommandAckResponse{ConsumerId: c.ConsumerId, RequestId: c.RequestId}
@@ -371,9 +436,16 @@ func (pc *pulsarConn) lastMessageID(c *pulsarpb.CommandGetLastMessageId) {
 	last := pcons.t.ml.LastConfirmed()
 	md := pcons.sub.cur.MarkDelete()
 	part := int32(pcons.t.name.PartitionIndex())
+	lastID := &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(last.Ledger)), EntryId: proto.Uint64(uint64(last.Entry)), Partition: proto.Int32(part)}
+	// As Pulsar: the last message of a batch, not the entry.
+	if last.Entry >= 0 {
+		if n, err := pcons.batchSize(pc.ctx, &brokerpb.MessageId{LedgerId: last.Ledger, EntryId: last.Entry}); err == nil && n > 1 {
+			lastID.BatchIndex = proto.Int32(int32(n - 1))
+		}
+	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_LAST_MESSAGE_ID_RESPONSE.Enum(), GetLastMessageIdResponse: &pulsarpb.CommandGetLastMessageIdResponse{
 		RequestId:                  proto.Uint64(c.GetRequestId()),
-		LastMessageId:              &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(last.Ledger)), EntryId: proto.Uint64(uint64(last.Entry)), Partition: proto.Int32(part)},
+		LastMessageId:              lastID,
 		ConsumerMarkDeletePosition: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(md.Ledger)), EntryId: proto.Uint64(uint64(md.Entry)), Partition: proto.Int32(part)},
 	}}, nil)
 }

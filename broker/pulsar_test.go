@@ -362,3 +362,56 @@ func TestPulsarProtocolTLSPort(t *testing.T) {
 		}
 	}
 }
+
+// A batch index acknowledgement as pulsar-client-go sends it: the entry's
+// id with an ack set and no batch size. Only the messages it clears are
+// acknowledged: the entry comes again with them left out of its ack set.
+func TestPulsarProtocolBatchIndexAck(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "raw-batch", BatchingMaxMessages: 4, BatchingMaxPublishDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 4) // one entry of four messages
+	p.Close()
+	subscribe := func(r *rawPulsar, requestID uint64) *pulsarpb.CommandMessage {
+		t.Helper()
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+			Topic: proto.String("persistent://public/default/raw-batch"), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Shared.Enum(),
+			ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(requestID), InitialPosition: pulsarpb.CommandSubscribe_Earliest.Enum()}}, nil)
+		if got := r.next(); got.GetSuccess().GetRequestId() != requestID {
+			t.Fatalf("SUBSCRIBE answered %v", got)
+		}
+		// One permit is enough for a whole batch, as with Pulsar.
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(1)}}, nil)
+		got := r.next()
+		if got.GetType() != pulsarpb.BaseCommand_MESSAGE {
+			t.Fatalf("after FLOW: %v", got)
+		}
+		return got.GetMessage()
+	}
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	m := subscribe(r, 1)
+	if len(m.GetAckSet()) != 0 {
+		t.Fatalf("first delivery with an ack set: %v", m.GetAckSet())
+	}
+	// Acknowledge messages 0 and 2: bits 1 and 3 stay set (not acknowledged).
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACK.Enum(), Ack: &pulsarpb.CommandAck{ConsumerId: proto.Uint64(1),
+		AckType: pulsarpb.CommandAck_Individual.Enum(), RequestId: proto.Uint64(2),
+		MessageId: []*pulsarpb.MessageIdData{{LedgerId: m.MessageId.LedgerId, EntryId: m.MessageId.EntryId, AckSet: []int64{0b1010}}}}}, nil)
+	if got := r.next().GetAckResponse(); got.GetRequestId() != 2 || got.Error != nil {
+		t.Fatalf("ACK answered %v", got)
+	}
+	r.conn.Close()
+	r = dialPulsar(t, e.b.Addr())
+	r.connect()
+	m = subscribe(r, 3)
+	if set := m.GetAckSet(); len(set) != 1 || set[0] != 0b1010 {
+		t.Fatalf("redelivered with ack set %b, want 1010 (messages 1 and 3 left)", set)
+	}
+	if got := statsBacklog(t, e, "raw-batch", "s"); got != 1 {
+		t.Fatalf("backlog %d entries: the batch was acknowledged whole", got)
+	}
+}

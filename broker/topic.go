@@ -549,6 +549,14 @@ func (t *topic) readerStart(req *brokerpb.Subscribe) mledger.Position {
 
 // removeSubscription deletes a durable subscription (no consumers may be
 // connected) or forgets a reader's.
+// subscriptionIs reports whether the topic's subscription of that name is
+// sub (and not one created since under the same name).
+func (t *topic) subscriptionIs(name string, sub *subscription) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.subs[name] == sub
+}
+
 func (t *topic) removeSubscription(ctx context.Context, name string, force bool) error {
 	t.mu.Lock()
 	sub := t.mu.subs[name]

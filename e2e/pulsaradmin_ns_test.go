@@ -292,11 +292,11 @@ func TestPulsarAdminNamespacesTopicsSubscriptions(t *testing.T) {
 		{name: "topics remove property", call: func() (any, error) { return nil, topics.RemoveProperty(plain, "a") }, want: 501},
 		{name: "topics lookup", call: func() (any, error) { return topics.Lookup(plain) }, check: func(v any) string {
 			l := v.(utils.LookupData)
-			return ok(l.BrokerURL == "magnetar://"+s.brokerAddr && l.HTTPURL == "http://"+s.httpAddr, "want this broker's URLs")
+			return ok(l.BrokerURL == "pulsar://"+s.brokerAddr && l.HTTPURL == "http://"+s.httpAddr, "want this broker's URLs (Pulsar's protocol on its client port)")
 		}},
 		{name: "topics lookup, partitioned", call: func() (any, error) { return topics.Lookup(parted) }, want: 405},
 		{name: "topics lookup, partition", call: func() (any, error) { return topics.Lookup(part0) }, check: func(v any) string {
-			return ok(v.(utils.LookupData).BrokerURL == "magnetar://"+s.brokerAddr, "want this broker")
+			return ok(v.(utils.LookupData).BrokerURL == "pulsar://"+s.brokerAddr, "want this broker")
 		}},
 		{name: "topics bundle", call: func() (any, error) { return topics.GetBundleRange(plain) }, check: equal("0x00000000_0xffffffff")},
 		{name: "topics last message id", call: func() (any, error) { return topics.GetLastMessageID(plain) }, check: func(v any) string {

@@ -534,9 +534,11 @@ func newAdminCmd(g *globals) *cobra.Command {
 	var expireSecs int64
 	em := withTopic("expire-messages", "Acknowledge a subscription's messages published more than -t seconds ago", "POST", "/subscription/{sub}/expireMessages/{expire}", nil)
 	subFlag(em)
-	em.Flags().Int64VarP(&expireSecs, "expireTime", "t", 0, "seconds")
+	em.Flags().Int64VarP(&expireSecs, "expireTime", "t", 0, "seconds (required)")
+	em.MarkFlagRequired("expireTime")
 	ema := withTopic("expire-messages-all-subscriptions", "The same on every subscription", "POST", "/all_subscription/expireMessages/{expire}", nil)
-	ema.Flags().Int64VarP(&expireSecs, "expireTime", "t", 0, "seconds")
+	ema.Flags().Int64VarP(&expireSecs, "expireTime", "t", 0, "seconds (required)")
+	ema.MarkFlagRequired("expireTime")
 	withTopic("partitioned-stats", "Show a partitioned topic's statistics: the sums and each partition's", "GET", "/partitioned-stats", nil)
 	up := withTopic("update-partitioned-topic", "Raise a partitioned topic's partition count", "POST", "/partitions", func() (any, error) { return parts, nil })
 	up.Flags().IntVarP(&parts, "partitions", "p", 0, "the new number of partitions")

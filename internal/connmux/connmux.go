@@ -48,18 +48,40 @@ func (m *Mux) Pulsar() net.Listener { return m.pulsar }
 // Serve accepts connections until the listener fails or Close; it
 // returns the listener's error.
 func (m *Mux) Serve() error {
+	backoff := 5 * time.Millisecond
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
+			select {
+			case <-m.done:
+				m.Close()
+				return err
+			default:
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
+				// Out of file descriptors and the like: try again, as
+				// net/http and gRPC do, rather than close the port.
+				time.Sleep(backoff)
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
 			m.Close()
 			return err
 		}
+		backoff = 5 * time.Millisecond
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			m.route(c)
 		}()
 	}
+}
+
+// isTemporary reports an accept error that may go away (EMFILE, ENFILE,
+// ECONNABORTED...).
+func isTemporary(err error) bool {
+	t, ok := err.(interface{ Temporary() bool })
+	return ok && t.Temporary()
 }
 
 // route reads the connection's first byte and hands it on.

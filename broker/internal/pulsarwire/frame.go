@@ -50,6 +50,9 @@ func NewReader(r io.Reader, max int) *Reader {
 	return &Reader{r: bufio.NewReaderSize(r, 64<<10), max: max}
 }
 
+// SetMax changes the limit for the frames read next.
+func (r *Reader) SetMax(max int) { r.max = max }
+
 // Read reads the next frame. io.EOF at a frame boundary is returned as
 // is; a frame cut short is io.ErrUnexpectedEOF.
 func (r *Reader) Read() (Frame, error) {
@@ -99,11 +102,12 @@ func Append(dst []byte, cmd *pulsarpb.BaseCommand, payload []byte) ([]byte, erro
 	if uint64(total) > 1<<32-1 {
 		return dst, fmt.Errorf("%w: %d bytes", ErrTooLarge, total)
 	}
+	start := len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(total))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
 	dst, err := proto.MarshalOptions{}.MarshalAppend(dst, cmd)
 	if err != nil {
-		return dst, err
+		return dst[:start], err // nothing of the frame is left
 	}
 	return append(dst, payload...), nil
 }
