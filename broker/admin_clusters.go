@@ -89,19 +89,27 @@ func (s *Server) ownCluster(r *http.Request) error {
 }
 
 // clusterData is Pulsar's ClusterData for this cluster, as seen from this
-// broker: its advertised addresses. The client URL is magnetar:// (the
-// gRPC protocol); with TLS on, both ports speak only TLS, so only the TLS
-// URLs are given.
+// broker: its advertised addresses. The broker URL is where Pulsar's
+// clients connect: the client port (pulsar://, without TLS) or the port of
+// its own for Pulsar's protocol (--pulsar-listen; pulsar+ssl:// with TLS).
+// With TLS on, only the TLS URLs are given.
 func (s *Server) clusterData() map[string]any {
 	web, webTLS := "http://"+s.AdvertisedHTTPAddr(), ""
-	client, clientTLS := "magnetar://"+s.id, ""
 	if s.tls != nil {
 		web, webTLS = "", "https://"+s.AdvertisedHTTPAddr()
-		client, clientTLS = "", "magnetar+ssl://"+s.id
+	}
+	broker, brokerTLS := "pulsar://"+s.id, ""
+	switch {
+	case s.pulsarLn != nil && s.tls != nil:
+		broker, brokerTLS = "", "pulsar+ssl://"+s.AdvertisedPulsarAddr()
+	case s.pulsarLn != nil:
+		broker = "pulsar://" + s.AdvertisedPulsarAddr()
+	case s.tls != nil:
+		broker = "" // the client port speaks only gRPC over TLS
 	}
 	return map[string]any{
 		"serviceUrl": web, "serviceUrlTls": webTLS,
-		"brokerServiceUrl": client, "brokerServiceUrlTls": clientTLS,
+		"brokerServiceUrl": broker, "brokerServiceUrlTls": brokerTLS,
 		"peerClusterNames": []string{},
 	}
 }

@@ -100,8 +100,8 @@ func TestPulsarAdminClustersTenantsBrokers(t *testing.T) {
 		{name: "clusters list", call: func() (any, error) { return clusters.List() }, check: equal([]string{cluster})},
 		{name: "clusters get", call: func() (any, error) { return clusters.Get(cluster) }, check: func(v any) string {
 			d := v.(utils.ClusterData)
-			if d.ServiceURL != "http://"+s.httpAddr || d.BrokerServiceURL != "magnetar://"+s.brokerAddr {
-				return "want the standalone's admin and client URLs"
+			if d.ServiceURL != "http://"+s.httpAddr || d.BrokerServiceURL != "pulsar://"+s.brokerAddr {
+				return "want the standalone's admin URL and its client port as Pulsar's"
 			}
 			return ""
 		}},
