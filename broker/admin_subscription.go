@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -165,11 +164,7 @@ func (s *Server) createSubscriptionOnPartition(r *http.Request, pn topicname.Nam
 	err := s.ownedElsewhere(ctx, topicPath(pn), r)
 	var redirect *redirectError
 	if errors.As(err, &redirect) {
-		u, _ := url.Parse(redirect.url)
-		// Path is unescaped; String escapes it.
-		u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + "/subscription/" + name
-		u.RawPath, u.RawQuery = "", ""
-		return s.putJSON(ctx, u.String(), start.body())
+		return s.putJSON(ctx, redirect.withPath("/admin/v2/persistent/"+pn.NamespaceName()+"/"+pn.Local+"/subscription/"+name), start.body())
 	}
 	if err != nil {
 		return err
@@ -289,31 +284,20 @@ func (t *topic) createSubscription(ctx context.Context, name string, start subsc
 func (s *Server) subscriptionRoutes(h route) {
 	const subBase = "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}"
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", s.onTopic(opConsume), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, err := topicOf(r)
+		out, err := s.forPartitions(r, "subscriptions", func(t *topic) (any, error) { return t.durableSubscriptions(), nil })
 		if err != nil {
 			return nil, err
 		}
-		parts, err := s.md.partitions(r.Context(), n)
-		if err != nil {
-			return nil, err
-		}
-		if parts == 0 {
-			t, err := s.adminTopic(r)
-			if err != nil {
-				return nil, err
-			}
-			return t.durableSubscriptions(), nil
+		m, partitioned := out.(map[string]any)
+		if !partitioned {
+			return out, nil
 		}
 		// A partitioned topic's: those of any partition.
-		each, err := s.eachPartition(r, n, parts, "subscriptions", func(t *topic) (any, error) { return t.durableSubscriptions(), nil })
-		if err != nil {
-			return nil, err
-		}
 		seen := map[string]bool{}
 		names := []string{}
-		for pn, v := range each {
+		for pn, v := range m["partitions"].(map[string]any) {
 			subs, ok := v.([]string)
-			if !ok {
+			if !ok { // another broker's answer
 				b, _ := v.(json.RawMessage)
 				if err := json.Unmarshal(b, &subs); err != nil {
 					return nil, errorf(ErrServiceNotReady, "subscriptions of %s from its owner: %v", pn, err)
@@ -503,11 +487,11 @@ func (s *Server) onPartitions(r *http.Request, body []byte, fn func(*topic) erro
 		var redirect *redirectError
 		switch {
 		case errors.As(err, &redirect):
-			u, _ := url.Parse(redirect.url)
-			// Path is unescaped; String escapes it.
-			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + strings.TrimPrefix(r.URL.Path, prefix)
-			u.RawPath = ""
-			err = s.peerSend(ctx, r.Method, u.String(), body)
+			u := redirect.withPath("/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + strings.TrimPrefix(r.URL.Path, prefix))
+			if r.URL.RawQuery != "" {
+				u += "?" + r.URL.RawQuery
+			}
+			err = s.peerSend(ctx, r.Method, u, body)
 		case err == nil:
 			var t *topic
 			if t, err = s.getTopic(ctx, pn, true); err == nil {

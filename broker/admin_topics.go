@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -461,11 +460,7 @@ func (s *Server) eachPartition(r *http.Request, n topicname.Name, parts int, wha
 		err := s.ownedElsewhere(r.Context(), topicPath(pn), r)
 		var redirect *redirectError
 		if errors.As(err, &redirect) {
-			u, _ := url.Parse(redirect.url)
-			// Path is unescaped; String escapes it.
-			u.Path = "/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + "/" + what
-			u.RawPath, u.RawQuery = "", ""
-			if out[pn.String()], err = s.fetchJSON(r.Context(), u.String()); err != nil {
+			if out[pn.String()], err = s.fetchJSON(r.Context(), redirect.withPath("/admin/v2/persistent/"+pn.NamespaceName()+"/"+pn.Local+"/"+what)); err != nil {
 				return nil, err
 			}
 			continue
