@@ -26,12 +26,17 @@ type Mux struct {
 	wg   sync.WaitGroup
 	once sync.Once
 	done chan struct{}
+
+	// sniffing are the connections whose first byte is awaited: Close
+	// closes them rather than wait up to the timeout.
+	mu       sync.Mutex
+	sniffing map[net.Conn]struct{}
 }
 
 // New shares ln. A connection that sends nothing within timeout is
 // closed.
 func New(ln net.Listener, timeout time.Duration) *Mux {
-	m := &Mux{ln: ln, timeout: timeout, done: make(chan struct{})}
+	m := &Mux{ln: ln, timeout: timeout, done: make(chan struct{}), sniffing: map[net.Conn]struct{}{}}
 	m.primary = &chanListener{m: m, conns: make(chan net.Conn)}
 	m.pulsar = &chanListener{m: m, conns: make(chan net.Conn)}
 	return m
@@ -86,9 +91,22 @@ func isTemporary(err error) bool {
 
 // route reads the connection's first byte and hands it on.
 func (m *Mux) route(c net.Conn) {
+	m.mu.Lock()
+	select {
+	case <-m.done:
+		m.mu.Unlock()
+		c.Close()
+		return
+	default:
+	}
+	m.sniffing[c] = struct{}{}
+	m.mu.Unlock()
 	c.SetReadDeadline(time.Now().Add(m.timeout))
 	r := bufio.NewReader(c)
 	first, err := r.Peek(1)
+	m.mu.Lock()
+	delete(m.sniffing, c)
+	m.mu.Unlock()
 	if err != nil {
 		c.Close()
 		return
@@ -109,12 +127,24 @@ func (m *Mux) route(c net.Conn) {
 // Close closes the listener and stops handing out connections; it waits
 // for the connections being sniffed (closed, not handed out).
 func (m *Mux) Close() error {
+	err := m.shut()
+	m.wg.Wait()
+	return err
+}
+
+// shut stops the mux: no more connections are handed out, the listener
+// and the connections being sniffed are closed.
+func (m *Mux) shut() error {
 	var err error
 	m.once.Do(func() {
+		m.mu.Lock()
 		close(m.done)
+		for c := range m.sniffing {
+			c.Close()
+		}
+		m.mu.Unlock()
 		err = m.ln.Close()
 	})
-	m.wg.Wait()
 	return err
 }
 
@@ -135,10 +165,7 @@ func (l *chanListener) Accept() (net.Conn, error) {
 
 // Close closes the whole mux: the two listeners share one port.
 func (l *chanListener) Close() error {
-	l.m.once.Do(func() {
-		close(l.m.done)
-		l.m.ln.Close()
-	})
+	l.m.shut()
 	return nil
 }
 

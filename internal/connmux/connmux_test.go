@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 func start(t *testing.T, timeout time.Duration) (*Mux, string) {
@@ -94,5 +96,35 @@ func TestCloseStopsBoth(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		c.Close()
 		t.Fatal("the port still accepts connections")
+	}
+}
+
+// Close does not wait for a connection that has sent nothing yet: it is
+// closed (with an hour-long sniffing timeout, a Close that waited would
+// hang the test).
+func TestCloseClosesSilentConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(ln, time.Hour)
+	served := make(chan struct{})
+	go func() { m.Serve(); close(served) }()
+	silent, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	// Once the connection is being sniffed (Serve accepted it), close.
+	testutil.Eventually(t, 10*time.Second, "the connection being sniffed", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.sniffing) == 1
+	})
+	m.Close()
+	<-served
+	silent.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("the silent connection after Close: %v, want it closed", err)
 	}
 }
