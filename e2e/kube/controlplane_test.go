@@ -3,6 +3,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -274,6 +275,15 @@ func (cp *controlPlane) logs() string {
 		if err != nil {
 			continue
 		}
+		// kwok logs each node lease renewal: noise that would push
+		// everything else out of the tail.
+		var keep [][]byte
+		for _, line := range bytes.Split(out, []byte("\n")) {
+			if !bytes.Contains(line, []byte(`"msg":"Syncing lease"`)) {
+				keep = append(keep, line)
+			}
+		}
+		out = bytes.Join(keep, []byte("\n"))
 		if len(out) > 12000 {
 			out = out[len(out)-12000:]
 		}
@@ -395,6 +405,8 @@ func dumpOnFailure(t *testing.T, cp *controlPlane, ns string) {
 				fmt.Fprintf(&b, "event %s %s/%s %s: %s\n", e.LastTimestamp.Format(time.TimeOnly), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
 			}
 		}
-		t.Logf("--- the cluster at the failure:\n%s\n%s", b.String(), cp.logs())
+		// The summary last, so that it is what a truncated log still shows.
+		t.Logf("--- the control plane's logs:\n%s", cp.logs())
+		t.Logf("--- the cluster at the failure:\n%s", b.String())
 	})
 }

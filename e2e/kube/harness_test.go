@@ -26,7 +26,8 @@ import (
 // own), starts a real `magnetar bookie` process for each one, reports the
 // pod Running and Ready as the bookie's /readyz says, stops the process
 // when the pod is deleted (SIGTERM, as a kubelet would) and then removes
-// the pod. A pod's data directory outlives it, as a retained volume
+// the pod. A process that exits on its own is started again, as a
+// kubelet restarts a container. A pod's data directory outlives it, as a retained volume
 // claim would. It keeps its Node's lease renewed, so the node lifecycle
 // controller leaves its pods alone.
 type harness struct {
@@ -46,11 +47,12 @@ type harness struct {
 }
 
 type bookieProc struct {
-	uid    string
-	cmd    *exec.Cmd
-	http   string
-	log    string
-	exited chan struct{}
+	uid      string
+	cmd      *exec.Cmd
+	http     string
+	log      string
+	exited   chan struct{}
+	restarts int32 // of this pod's container before this process
 }
 
 func startHarness(t *testing.T, cp *controlPlane, ns, metastore string) *harness {
@@ -148,6 +150,25 @@ func (h *harness) sync(ctx context.Context, pod *corev1.Pod) {
 	case pod.Spec.NodeName != h.node:
 		return
 	}
+	restarts := int32(0)
+	if p != nil && p.uid == string(pod.UID) {
+		select {
+		case <-p.exited:
+			// The container died: a kubelet restarts it (restartPolicy
+			// Always), on the same data, and counts the restart. New
+			// ports, as the old ones may have been taken meanwhile (the
+			// usual cause: a port found free was taken before the bookie
+			// bound it).
+			out, _ := os.ReadFile(p.log)
+			if len(out) > 2000 {
+				out = out[len(out)-2000:]
+			}
+			h.t.Logf("bookie of pod %s exited (%v); restarting it. Its log ends:\n%s", pod.Name, p.cmd.ProcessState, out)
+			restarts = p.restarts + 1
+			p = nil
+		default:
+		}
+	}
 	if p == nil || p.uid != string(pod.UID) {
 		if p != nil { // a new pod under the same name: the old process goes
 			p.cmd.Process.Kill()
@@ -158,6 +179,7 @@ func (h *harness) sync(ctx context.Context, pod *corev1.Pod) {
 			h.t.Errorf("start bookie for pod %s: %v", pod.Name, err)
 			return
 		}
+		p.restarts = restarts
 		h.mu.Lock()
 		h.procs[pod.Name] = p
 		h.mu.Unlock()
@@ -172,7 +194,8 @@ func (h *harness) sync(ctx context.Context, pod *corev1.Pod) {
 			ready = resp.StatusCode == http.StatusOK
 		}
 	}
-	if pod.Status.Phase == corev1.PodRunning && podReady(pod) == ready {
+	if pod.Status.Phase == corev1.PodRunning && podReady(pod) == ready &&
+		len(pod.Status.ContainerStatuses) == 1 && pod.Status.ContainerStatuses[0].RestartCount == p.restarts {
 		return
 	}
 	cond := corev1.ConditionFalse
@@ -189,7 +212,7 @@ func (h *harness) sync(ctx context.Context, pod *corev1.Pod) {
 			{Type: corev1.PodReady, Status: cond, LastTransitionTime: now},
 		},
 		ContainerStatuses: []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Image: pod.Spec.Containers[0].Image, Ready: ready,
-			Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
+			RestartCount: p.restarts, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
 	}
 	pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 }
