@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/e2e/check"
 )
 
 // Pulsar's official Go client (pulsar-client-go, pinned in go.mod, used
@@ -148,11 +150,14 @@ func TestPulsarClientToSDK(t *testing.T) {
 	}
 }
 
-// Two broker processes: the official client, given both addresses, sends
-// to a partitioned topic whose partitions each broker owns (each lookup
-// sends it to the owner). One broker is killed (SIGKILL) mid-stream; its
-// partitions move to the other, the client follows, and with
-// deduplication on every message is stored once.
+// A partitioned topic over two brokers, deduplication on, written and
+// read only by the official client: an unbatched and a batched producer
+// (named, so the brokers deduplicate their resends), a Failover and a
+// Key_Shared subscription that acknowledge what they get. One broker is
+// SIGKILLed mid-stream; its partitions move to the other. The history of
+// every send and receive goes through the fault suite's checker: nothing
+// acknowledged lost, nothing duplicated, no reorder within a partition
+// (Failover) or a key (Key_Shared), each producer's receipts in order.
 func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 	c := newCluster(t, 1)
 	addrs := freePorts(t, 2)
@@ -181,69 +186,183 @@ func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 			t.Fatalf("%s %s: %s", method, path, resp.Status)
 		}
 	}
-	const parts = 4
+	const (
+		parts = 4
+		topic = "persistent://public/default/orders"
+	)
 	admin("PUT", "/admin/v2/persistent/public/default/orders/partitions", `{"partitions":4,"properties":null}`)
 	admin("POST", "/admin/v2/namespaces/public/default/deduplication", "true")
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + strings.Join(addrs, ","), OperationTimeout: time.Minute})
+
+	subs := []struct {
+		name string
+		typ  pulsar.SubscriptionType
+		kind string // the checker's
+	}{
+		{"failover", pulsar.Failover, check.SubFailover},
+		{"key-shared", pulsar.KeyShared, check.SubKeyShared},
+	}
+	dir := historyDir(t, "pulsar-client-kill-broker")
+	f, err := os.Create(filepath.Join(dir, "history.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "orders", SubscriptionName: "s", SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+	defer f.Close()
+	var subNames []string
+	for _, s := range subs {
+		subNames = append(subNames, s.name)
+	}
+	hist, err := check.NewWriter(f, check.Meta{Scenario: "pulsar-client-kill-broker", Partitions: parts, Dedup: true,
+		Subscriptions: subNames, Started: time.Now().UnixNano()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cons.Close()
-	owners := map[string]bool{}
-	for i := 0; i < parts; i++ {
-		owners[c.owner(fmt.Sprintf("public/default/orders-partition-%d", i))] = true
-	}
-	if !owners[addrs[0]] || !owners[addrs[1]] {
-		t.Logf("partitions owned by %v only: the kill below moves none or all", owners)
+	idOf := func(id pulsar.MessageID) *check.MsgID {
+		if id == nil || id.LedgerID() < 0 { // a deduplicated resend's receipt: -1:-1
+			return nil
+		}
+		return &check.MsgID{Partition: id.PartitionIdx(), Ledger: id.LedgerID(), Entry: id.EntryID(), Batch: max(id.BatchIdx(), 0)}
 	}
 
 	pc := officialClient(t, "pulsar://"+strings.Join(addrs, ","))
-	p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: "persistent://public/default/orders", Name: "orders-writer",
-		DisableBatching: true, SendTimeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatalf("official producer: %v", err)
-	}
-	defer p.Close()
+	const n = 200 // per producer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const n = 200
-	errs := make(chan error, n)
+
+	// The consumers, subscribed before the first send; each records what
+	// it gets and acknowledges it, until it has every value.
+	var (
+		recvMu sync.Mutex
+		got    = map[string]map[string]bool{} // subscription -> values
+		all    = make(chan string, len(subs))
+	)
+	var consumers sync.WaitGroup
+	for _, s := range subs {
+		for i := 0; i < 2; i++ {
+			name := fmt.Sprintf("%s-%d", s.name, i)
+			cons, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: s.name, Type: s.typ, Name: name,
+				SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+			if err != nil {
+				t.Fatalf("subscribe %s: %v", name, err)
+			}
+			defer cons.Close()
+			got[s.name] = map[string]bool{}
+			consumers.Add(1)
+			go func() {
+				defer consumers.Done()
+				for {
+					m, err := cons.Receive(ctx)
+					if err != nil {
+						return // the context: the run is over
+					}
+					id := idOf(m.ID())
+					hist.Recv(check.Event{Sub: s.name, SubType: s.kind, Consumer: name, Time: time.Now().UnixNano(),
+						Redelivery: m.RedeliveryCount(), Key: m.Key(), Value: string(m.Payload()), ID: id})
+					cons.Ack(m)
+					recvMu.Lock()
+					got[s.name][string(m.Payload())] = true
+					if len(got[s.name]) == 2*n {
+						all <- s.name
+					}
+					recvMu.Unlock()
+				}
+			}()
+		}
+	}
+
+	var ps []pulsar.Producer
+	for _, opts := range []pulsar.ProducerOptions{
+		{Topic: topic, Name: "orders-writer", DisableBatching: true, SendTimeout: 2 * time.Minute},
+		{Topic: topic, Name: "orders-batched", BatchingMaxPublishDelay: 5 * time.Millisecond,
+			BatcherBuilderType: pulsar.KeyBasedBatchBuilder, SendTimeout: 2 * time.Minute},
+	} {
+		p, err := pc.CreateProducer(opts)
+		if err != nil {
+			t.Fatalf("official producer %s: %v", opts.Name, err)
+		}
+		defer p.Close()
+		ps = append(ps, p)
+	}
+	// The victim: the owner of partition 0 (the producers' lookups have
+	// placed every partition by now), so the kill moves at least one.
+	victim := -1
+	owner0 := c.owner("public/default/orders-partition-0")
+	for i, a := range addrs {
+		if a == owner0 {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		t.Fatalf("partition 0 is owned by %q, not by either broker %v", owner0, addrs)
+	}
+	errs := make(chan error, len(ps)*n)
+	var killedAt time.Time
 	for i := 0; i < n; i++ {
 		if i == n/2 {
-			procs[1].kill()
+			killedAt = time.Now()
+			procs[victim].kill()
 		}
-		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%03d", i)), Key: fmt.Sprint("key-", i)},
-			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { errs <- err })
+		for _, p := range ps {
+			name, seq := p.Name(), int64(i)
+			value, key := fmt.Sprintf("%s-%03d", name, i), fmt.Sprint("key-", i%16)
+			start := time.Now()
+			p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: []byte(value), Key: key},
+				func(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+					e := check.Event{Producer: name, Seq: seq, Key: key, Value: value, Start: start.UnixNano(),
+						End: time.Now().UnixNano(), Result: check.ResultOK, ID: idOf(id)}
+					if err != nil {
+						e.Result, e.Error, e.ID = check.ResultUnknown, err.Error(), nil
+					}
+					if herr := hist.Send(e); herr != nil && err == nil {
+						err = herr
+					}
+					errs <- err
+				})
+		}
 		if i%10 == 0 {
 			time.Sleep(10 * time.Millisecond) // spread the sends around the kill
 		}
 	}
-	for i := 0; i < n; i++ {
+	for range len(ps) * n {
 		if err := <-errs; err != nil {
-			t.Fatalf("send: %v", err)
+			t.Errorf("send: %v", err)
 		}
 	}
-	var got []string
-	for _, m := range receiveAll(t, cons, n) {
-		got = append(got, string(m.Payload()))
+	if err := hist.Fault(check.Event{Name: "kill-broker", Target: fmt.Sprint("broker-", victim), Start: killedAt.UnixNano()}); err != nil {
+		t.Fatal(err)
 	}
-	sort.Strings(got)
-	for i, g := range got {
-		if want := fmt.Sprintf("m-%03d", i); g != want {
-			t.Fatalf("message %d of the sorted %d: %q, want %q (lost or duplicated)", i, n, g, want)
+	for range subs {
+		select {
+		case <-all:
+		case <-ctx.Done():
+			t.Errorf("not every value received on every subscription within the run's time")
 		}
 	}
-	// Nothing more: no duplicate behind the n received.
-	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer rcancel()
-	if m, err := cons.Receive(rctx); err == nil {
-		t.Fatalf("a duplicate after the %d messages: %q", n, m.Payload())
+	// A duplicate would come right behind the last value: listen a
+	// little longer before ending the consumers.
+	time.Sleep(2 * time.Second)
+	cancel()
+	consumers.Wait()
+	if err := hist.Close(); err != nil {
+		t.Fatal(err)
 	}
+	h, err := check.ReadFile(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := check.Check(h)
+	if err := check.WriteReport(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Pass() {
+		t.Fatalf("the checker over the official client's history (%s):\n%s", dir, r.Text())
+	}
+	if r.Totals.ValuesRead != len(ps)*n {
+		t.Fatalf("the checker saw %d values read, want %d", r.Totals.ValuesRead, len(ps)*n)
+	}
+	if moved := c.owner("public/default/orders-partition-0"); moved == owner0 || moved == "" {
+		t.Fatalf("partition 0 still owned by %q after its broker was killed", moved)
+	}
+	t.Logf("checker: %d sends, %d values read, history in %s", len(h.Sends), r.Totals.ValuesRead, dir)
 }
 
 // The other way: messages sent by Magnetar's SDK (batched) are received
