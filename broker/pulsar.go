@@ -136,6 +136,9 @@ type pulsarConn struct {
 		closed bool
 	}
 	signal chan struct{}
+	// refreshed carries the expiry of the token of an accepted
+	// AUTH_RESPONSE, from the reader to refreshAuth (the latest only).
+	refreshed chan time.Time
 
 	mu struct {
 		sync.Mutex
@@ -196,7 +199,7 @@ func (p *pendingSends) wait() {
 
 func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc := &pulsarConn{s: s, conn: c, log: s.log.With(zap.String("pulsar-client", c.RemoteAddr().String())),
-		inflight: make(chan struct{}, pulsarMaxInflight), signal: make(chan struct{}, 1)}
+		inflight: make(chan struct{}, pulsarMaxInflight), signal: make(chan struct{}, 1), refreshed: make(chan time.Time, 1)}
 	pc.ctx, pc.cancel = context.WithCancel(s.hardCtx)
 	pc.dying = pc.ctx.Done()
 	pc.mu.producers = map[uint64]*pulsarProducer{}
@@ -297,20 +300,11 @@ func (pc *pulsarConn) serve() {
 		return
 	}
 	r.SetMax(pc.s.cfg.MaxMessageSize + pulsarFrameOverhead)
-	// The connection ends when its token expires: the client connects
-	// again with the one it has then (AUTH_CHALLENGE is not served).
-	if fired, stop := auth.ExpiryTimer(pc.ctx); fired != nil {
+	// When its token expires the client is asked for a fresh one
+	// (AUTH_CHALLENGE); without one the connection ends.
+	if at := auth.Expiry(pc.ctx); !at.IsZero() {
 		pc.wg.Add(1)
-		go func() {
-			defer pc.wg.Done()
-			defer stop()
-			select {
-			case <-fired:
-				pc.log.Info("pulsar connection closed: its token expired")
-				pc.close()
-			case <-pc.dying:
-			}
-		}()
+		go pc.refreshAuth(at)
 	}
 	for {
 		pc.conn.SetReadDeadline(time.Now().Add(3 * pulsarKeepAlive))
@@ -351,6 +345,78 @@ func (pc *pulsarConn) connect(cmd *pulsarpb.BaseCommand) bool {
 		ProtocolVersion: proto.Int32(min(c.GetProtocolVersion(), pulsarProtocolVersion)),
 		MaxMessageSize:  proto.Int32(int32(pc.s.cfg.MaxMessageSize)),
 	}}, nil)
+	return true
+}
+
+// pulsarAuthRefresh is the challenge's data when the broker asks for
+// fresh credentials: Pulsar's AuthData.REFRESH_AUTH_DATA.
+const pulsarAuthRefresh = "PulsarAuthRefresh"
+
+// refreshAuth asks the client for a fresh token when the connection's
+// expires at expiry (AUTH_CHALLENGE, as Pulsar's broker does; the client
+// answers AUTH_RESPONSE with its provider's current token), and closes
+// the connection unless one is accepted within the verifier's leeway
+// (the grace the gRPC streams get too). It runs until the connection
+// ends or a token without an expiry is accepted.
+func (pc *pulsarConn) refreshAuth(expiry time.Time) {
+	defer pc.wg.Done()
+	for !expiry.IsZero() {
+		t := time.NewTimer(time.Until(expiry))
+		select {
+		case <-t.C:
+		case expiry = <-pc.refreshed: // refreshed early, unasked
+			t.Stop()
+			continue
+		case <-pc.dying:
+			t.Stop()
+			return
+		}
+		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_AUTH_CHALLENGE.Enum(), AuthChallenge: &pulsarpb.CommandAuthChallenge{
+			ServerVersion: proto.String("Magnetar"), ProtocolVersion: proto.Int32(pulsarProtocolVersion),
+			Challenge: &pulsarpb.AuthData{AuthMethodName: proto.String("token"), AuthData: []byte(pulsarAuthRefresh)},
+		}}, nil)
+		t = time.NewTimer(time.Until(expiry.Add(auth.Leeway)))
+		select {
+		case expiry = <-pc.refreshed:
+			t.Stop()
+		case <-t.C:
+			pc.log.Info("pulsar connection closed: its token expired and no fresh one came", zap.Time("expired", expiry))
+			pc.close()
+			return
+		case <-pc.dying:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// authResponse checks a fresh token from the client: it must be valid and
+// for the connection's role (a connection does not change hands; the
+// grants checked on its producers and consumers stay true). A bad one
+// ends the connection with ERROR AuthenticationError.
+func (pc *pulsarConn) authResponse(c *pulsarpb.CommandAuthResponse) bool {
+	v := pc.s.auth
+	if v == nil {
+		return true // nothing to refresh: ignored, as Pulsar's broker does without authentication
+	}
+	if m := c.GetResponse().GetAuthMethodName(); m != "token" {
+		pc.fail(noRequestID, fmt.Errorf("%w: authentication method %q: this broker takes a token (AuthenticationToken)", auth.ErrUnauthenticated, m))
+		return false
+	}
+	ctx, err := v.Authenticate(context.Background(), string(c.GetResponse().GetAuthData()))
+	if err != nil {
+		pc.fail(noRequestID, err)
+		return false
+	}
+	if got, want := auth.Role(ctx), auth.Role(pc.ctx); got != want {
+		pc.fail(noRequestID, fmt.Errorf("%w: the fresh token is for role %q, the connection's is %q", auth.ErrUnauthenticated, got, want))
+		return false
+	}
+	select { // keep the latest only
+	case <-pc.refreshed:
+	default:
+	}
+	pc.refreshed <- auth.Expiry(ctx)
 	return true
 }
 
@@ -446,6 +512,10 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		if c := cmd.GetUnsubscribe(); c != nil {
 			pc.unsubscribe(c)
 			return true
+		}
+	case pulsarpb.BaseCommand_AUTH_RESPONSE:
+		if c := cmd.GetAuthResponse(); c != nil {
+			return pc.authResponse(c)
 		}
 	case pulsarpb.BaseCommand_GET_SCHEMA:
 		if c := cmd.GetGetSchema(); c != nil {

@@ -207,20 +207,52 @@ func TestPulsarProtocolAuthentication(t *testing.T) {
 	if got := p.next(); got.GetLookupTopicResponse().GetError() != pulsarpb.ServerError_AuthorizationError {
 		t.Fatalf("a lookup by a role with no grant: %v, want AuthorizationError", got)
 	}
-	// A connection whose token expires is closed (once the verifier's
-	// leeway has passed too).
-	p = dialPulsar(t, e.b.Addr())
-	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECT.Enum(), Connect: &pulsarpb.CommandConnect{ClientVersion: proto.String("raw"),
-		AuthMethodName: proto.String("token"), AuthData: []byte(e.token(t, "admin", time.Second))}}, nil)
-	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_CONNECTED {
-		t.Fatalf("CONNECT with a short token: %v", got)
+	// When a connection's token expires the broker asks for a fresh one
+	// (AUTH_CHALLENGE, as Pulsar's does). Connection a answers with a
+	// valid token and lives on past the first one's expiry and leeway
+	// (it is challenged again when the second expires), then answers with
+	// another role's token and is closed; connection b does not answer and
+	// is closed once the verifier's leeway has passed.
+	connect := func(ttl time.Duration) *rawPulsar {
+		t.Helper()
+		p := dialPulsar(t, e.b.Addr())
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECT.Enum(), Connect: &pulsarpb.CommandConnect{ClientVersion: proto.String("raw"),
+			AuthMethodName: proto.String("token"), AuthData: []byte(e.token(t, "admin", ttl))}}, nil)
+		if got := p.next(); got.GetType() != pulsarpb.BaseCommand_CONNECTED {
+			t.Fatalf("CONNECT with a short token: %v", got)
+		}
+		return p
 	}
-	start := time.Now()
-	if !p.closed() {
-		t.Fatal("the connection outlived its token")
+	challenged := func(p *rawPulsar) {
+		t.Helper()
+		got := p.next()
+		if c := got.GetAuthChallenge().GetChallenge(); got.GetType() != pulsarpb.BaseCommand_AUTH_CHALLENGE ||
+			c.GetAuthMethodName() != "token" || string(c.GetAuthData()) != "PulsarAuthRefresh" {
+			t.Fatalf("at the token's expiry: %v, want AUTH_CHALLENGE token/PulsarAuthRefresh", got)
+		}
 	}
-	if d := time.Since(start); d < 500*time.Millisecond {
-		t.Fatalf("closed after %v: before the token expired", d)
+	respond := func(p *rawPulsar, role string, ttl time.Duration) {
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_AUTH_RESPONSE.Enum(), AuthResponse: &pulsarpb.CommandAuthResponse{
+			Response: &pulsarpb.AuthData{AuthMethodName: proto.String("token"), AuthData: []byte(e.token(t, role, ttl))}}}, nil)
+	}
+	a, b := connect(time.Second), connect(time.Second)
+	challenged(b)
+	challengedB := time.Now()
+	challenged(a)
+	respond(a, "admin", 7*time.Second) // beyond the first token's expiry plus the 5 s leeway
+	if !b.closed() {
+		t.Fatal("a connection that answered no challenge outlived its token")
+	}
+	if d := time.Since(challengedB); d < 4*time.Second {
+		t.Fatalf("closed %v after the challenge: before the verifier's leeway passed", d)
+	}
+	challenged(a) // the second token's expiry: the connection lived on
+	respond(a, "nobody", time.Hour)
+	if got := a.next(); got.GetError().GetError() != pulsarpb.ServerError_AuthenticationError {
+		t.Fatalf("a fresh token for another role: %v, want ERROR AuthenticationError", got)
+	}
+	if !a.closed() {
+		t.Fatal("the connection stayed open after a fresh token for another role")
 	}
 }
 

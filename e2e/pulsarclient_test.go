@@ -8,15 +8,19 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/e2e/check"
+	"github.com/magnetar-io/magnetar/internal/auth"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 // Pulsar's official Go client (pulsar-client-go, pinned in go.mod, used
@@ -24,15 +28,20 @@ import (
 // ports. These tests live here, not in broker/: the library has data
 // races of its own (its producer's reconnection), which -race reports.
 
-// officialClient is a pulsar-client-go client for url.
-func officialClient(t *testing.T, url string) pulsar.Client {
+// officialClient is a pulsar-client-go client for url; opts, if given,
+// change its options.
+func officialClient(t *testing.T, url string, opts ...func(*pulsar.ClientOptions)) pulsar.Client {
 	t.Helper()
 	w := &testWriter{t: t}
 	t.Cleanup(w.stop) // after the client's Close: cleanups run last first
 	l := logrus.New()
 	l.SetOutput(w)
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: 30 * time.Second, ConnectionTimeout: 10 * time.Second,
-		Logger: plog.NewLoggerWithLogrus(l)})
+	o := pulsar.ClientOptions{URL: url, OperationTimeout: 30 * time.Second, ConnectionTimeout: 10 * time.Second,
+		Logger: plog.NewLoggerWithLogrus(l)}
+	for _, f := range opts {
+		f(&o)
+	}
+	c, err := pulsar.NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -786,4 +795,83 @@ func TestPulsarClientFeatures(t *testing.T) {
 			t.Fatalf("a duplicate was stored: %q", m.Payload())
 		}
 	})
+}
+
+// With authentication on, the official client's connection outlives its
+// tokens: at each token's expiry the broker sends AUTH_CHALLENGE, the
+// client answers with its supplier's current token, and the connection
+// stays (the library's own metrics count one connection opened, none
+// closed) while a producer and a consumer work through three expiries.
+func TestPulsarClientTokenRefresh(t *testing.T) {
+	key := testutil.NewTokenKey(t)
+	c := newCluster(t, 1)
+	addr := freePorts(t, 1)[0]
+	startProc(t, "broker", "broker", "--listen", addr, "--http", "",
+		"--metastore", c.etcd.Endpoints()[0], "--authentication-enabled", "--token-secret-key", key.File,
+		"--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--log-level", "warn")
+	c.waitBroker(addr)
+	const ttl = 2 * time.Second
+	signer, err := auth.NewSigner(key.File, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var supplied atomic.Int32
+	reg := prometheus.NewRegistry()
+	pc := officialClient(t, "pulsar://"+addr, func(o *pulsar.ClientOptions) {
+		o.Authentication = pulsar.NewAuthenticationTokenFromSupplier(func() (string, error) {
+			supplied.Add(1)
+			return signer.Sign("app", ttl)
+		})
+		o.MetricsRegisterer = reg
+	})
+	topic := "persistent://public/default/refreshed"
+	cons, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Send and receive until the client has supplied three more tokens:
+	// three challenges answered on the one connection.
+	sent, base := 0, supplied.Load()
+	for supplied.Load() < base+3 {
+		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprint("m-", sent))}); err != nil {
+			t.Fatalf("send %d: %v", sent, err)
+		}
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("receive %d: %v", sent, err)
+		}
+		if want := fmt.Sprint("m-", sent); string(m.Payload()) != want {
+			t.Fatalf("received %q, want %q", m.Payload(), want)
+		}
+		cons.Ack(m)
+		sent++
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after %d messages the client had supplied %d tokens: no challenges", sent, supplied.Load())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			counts[mf.GetName()] += m.GetCounter().GetValue()
+		}
+	}
+	if counts["pulsar_client_connections_opened"] != 1 || counts["pulsar_client_connections_closed"] != 0 {
+		t.Fatalf("connections opened %v, closed %v over %d messages and %d tokens: want 1 and 0 (a refresh, not a reconnection)",
+			counts["pulsar_client_connections_opened"], counts["pulsar_client_connections_closed"], sent, supplied.Load())
+	}
+	t.Logf("%d messages over %d tokens on one connection", sent, supplied.Load())
 }
