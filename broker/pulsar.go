@@ -132,8 +132,12 @@ type pulsarConn struct {
 	// out is what the writer sends next; signal wakes it.
 	out struct {
 		sync.Mutex
-		buf    []byte
-		closed bool
+		buf     []byte
+		closed  bool
+		writing bool // the writer holds frames taken from buf, not all written yet
+		// written, made by a waiter, is closed by the writer when a
+		// write completes (waitWritable, flush).
+		written chan struct{}
 	}
 	signal chan struct{}
 	// refreshed carries the expiry of the token of an accepted
@@ -240,6 +244,7 @@ func (pc *pulsarConn) send(cmd *pulsarpb.BaseCommand, payload []byte) {
 // writer sends the queued frames, and a PING when the connection is idle.
 func (pc *pulsarConn) writer() {
 	defer pc.wg.Done()
+	defer pc.wroteAll() // nothing more will be written: no one waits for it
 	ping := time.NewTicker(pulsarKeepAlive)
 	defer ping.Stop()
 	var buf []byte
@@ -255,6 +260,7 @@ func (pc *pulsarConn) writer() {
 		pc.out.Lock()
 		buf, pc.out.buf = pc.out.buf, buf[:0]
 		closed := pc.out.closed
+		pc.out.writing = len(buf) > 0
 		pc.out.Unlock()
 		if closed {
 			return
@@ -266,6 +272,64 @@ func (pc *pulsarConn) writer() {
 		if _, err := pc.conn.Write(buf); err != nil {
 			pc.close()
 			return
+		}
+		pc.wroteAll()
+	}
+}
+
+// wroteAll records that the writer holds nothing unwritten, and wakes
+// whoever waits for a write to complete.
+func (pc *pulsarConn) wroteAll() {
+	pc.out.Lock()
+	pc.out.writing = false
+	if pc.out.written != nil {
+		close(pc.out.written)
+		pc.out.written = nil
+	}
+	pc.out.Unlock()
+}
+
+// pulsarWriteHighWater bounds what a connection queues for its writer
+// while the client does not read: a consumer's pump waits above it
+// (waitWritable), so a client granting huge FLOW permits and not reading
+// costs the broker at most about twice this, not the backlog.
+const pulsarWriteHighWater = 4 << 20
+
+// waitWritable returns once less than pulsarWriteHighWater is queued
+// for the writer, true; false if the connection ended first.
+func (pc *pulsarConn) waitWritable() bool {
+	return pc.waitOut(pc.writableLocked, nil)
+}
+
+// writableLocked reports whether less than the high-water mark is queued;
+// out must be locked.
+func (pc *pulsarConn) writableLocked() bool { return len(pc.out.buf) < pulsarWriteHighWater }
+
+// waitOut waits until done (called with out locked) holds, rechecking it
+// after each completed write; false if the connection ended (or timeout,
+// if not nil, fired) first.
+func (pc *pulsarConn) waitOut(done func() bool, timeout <-chan time.Time) bool {
+	for {
+		pc.out.Lock()
+		if done() {
+			pc.out.Unlock()
+			return true
+		}
+		if pc.out.closed {
+			pc.out.Unlock()
+			return false
+		}
+		if pc.out.written == nil {
+			pc.out.written = make(chan struct{})
+		}
+		ch := pc.out.written
+		pc.out.Unlock()
+		select {
+		case <-ch:
+		case <-pc.dying:
+			return false
+		case <-timeout:
+			return false
 		}
 	}
 }
@@ -427,18 +491,11 @@ func (pc *pulsarConn) fail(requestID uint64, err error) {
 	pc.flush()
 }
 
-// flush waits (briefly) for the writer to send what is queued.
+// flush waits (a second at most) for the writer to send what is queued.
 func (pc *pulsarConn) flush() {
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		pc.out.Lock()
-		n := len(pc.out.buf)
-		pc.out.Unlock()
-		if n == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	pc.waitOut(func() bool { return len(pc.out.buf) == 0 && !pc.out.writing }, t.C)
 }
 
 // handle handles one frame; false ends the connection.

@@ -180,6 +180,11 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 			case *brokerpb.ConsumeResponse_Subscribed:
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(pcons.subscribeRequest)}}, nil)
 			case *brokerpb.ConsumeResponse_Message:
+				// Not more than the high-water mark queued behind a
+				// client that does not read (whatever permits it gave).
+				if !pc.waitWritable() {
+					break
+				}
 				pc.sendMessage(pcons.id, r.Message)
 			case *brokerpb.ConsumeResponse_ActiveChange:
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pulsarpb.CommandActiveConsumerChange{
