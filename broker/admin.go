@@ -378,6 +378,9 @@ func (s *Server) deleteTopic(ctx context.Context, n topicname.Name, force bool) 
 		}
 	}
 	if n.PartitionIndex() < 0 {
+		if err := s.store.Delete(ctx, metastore.SchemaKey(topicPath(n))); err != nil {
+			return fmt.Errorf("%s is deleted, but its schemas are not: %w", n, err)
+		}
 		if err := s.dropTopicGrants(ctx, n); err != nil {
 			return fmt.Errorf("%s is deleted, but its grants are not (delete them with DELETE .../permissions/{role}): %w", n, err)
 		}

@@ -160,6 +160,8 @@ type pulsarProducer struct {
 	// is answered once they are (closeRequest, for the pump).
 	pending      pendingSends
 	closeRequest atomic.Pointer[uint64]
+	// schemaVersion is the version of the producer's schema (nil: none).
+	schemaVersion []byte
 }
 
 // pendingSends counts a producer's sends being stored; wait returns once
@@ -576,21 +578,12 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_GET_SCHEMA:
 		if c := cmd.GetGetSchema(); c != nil {
-			// No schema is kept: Pulsar's answer for a topic without one.
-			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: &pulsarpb.CommandGetSchemaResponse{
-				RequestId: c.RequestId, ErrorCode: pulsarpb.ServerError_TopicNotFound.Enum(), ErrorMessage: proto.String("Topic not found or no-schema"),
-			}}, nil)
+			pc.getSchema(c)
 			return true
 		}
 	case pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA:
 		if c := cmd.GetGetOrCreateSchema(); c != nil {
-			resp := &pulsarpb.CommandGetOrCreateSchemaResponse{RequestId: c.RequestId}
-			if err := checkSchema(c.GetSchema()); err != nil {
-				resp.ErrorCode, resp.ErrorMessage = pulsarpb.ServerError_IncompatibleSchema.Enum(), proto.String(err.Error())
-			} else {
-				resp.SchemaVersion = []byte{}
-			}
-			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE.Enum(), GetOrCreateSchemaResponse: resp}, nil)
+			pc.getOrCreateSchema(c)
 			return true
 		}
 	case pulsarpb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
@@ -748,13 +741,14 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		if m := c.GetProducerAccessMode(); m != pulsarpb.ProducerAccessMode_Shared {
 			return nil, errorf(ErrNotAllowed, "producer access mode %s: only Shared is served", m)
 		}
-		if err := checkSchema(c.GetSchema()); err != nil {
-			return nil, err
-		}
 		if err := pc.s.authz.checkTopic(pc.ctx, n, opProduce, ""); err != nil {
 			return nil, err
 		}
 		t, err := pc.s.getTopic(pc.ctx, n, true)
+		if err != nil {
+			return nil, err
+		}
+		version, err := pc.s.registerSchema(pc.ctx, n, c.GetSchema())
 		if err != nil {
 			return nil, err
 		}
@@ -763,7 +757,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		if err := t.addProducer(p); err != nil {
 			return nil, err
 		}
-		return &pulsarProducer{id: id, p: p, t: t}, nil
+		return &pulsarProducer{id: id, p: p, t: t, schemaVersion: version}, nil
 	}()
 	again := errors.Is(err, errAlreadyOpen)
 	if err != nil && !again {
@@ -777,7 +771,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pulsarpb.CommandProducerSuccess{
 		RequestId: proto.Uint64(c.GetRequestId()), ProducerName: proto.String(pp.p.name), LastSequenceId: proto.Int64(pp.p.lastSequence),
-		ProducerReady: proto.Bool(true),
+		SchemaVersion: pp.schemaVersion, ProducerReady: proto.Bool(true),
 	}}, nil)
 	if !again {
 		pc.wg.Add(1)
@@ -920,7 +914,7 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 	}
 	send := &brokerpb.Send{SequenceId: seq, HighestSequenceId: c.GetHighestSequenceId(), Metadata: md, Payload: body}
 	pp.pending.add()
-	pp.t.publish(pc.ctx, p, send, func(pos mledger.Position, dup bool, err error) {
+	pp.t.publishEntry(pc.ctx, p, send, payload, func(pos mledger.Position, dup bool, err error) {
 		defer func() { <-pc.inflight; pp.pending.done() }()
 		if err != nil {
 			p.fail(seq, err)
@@ -947,16 +941,54 @@ var (
 	ErrChecksum           = fmt.Errorf("%w: checksum mismatch", ErrInvalidMessage)
 )
 
-// checkSchema accepts the schemas that need no registry: none (bytes) and
-// String (UTF-8 bytes; nothing to store or check). Others, which a
-// registry would keep and check, are refused (IncompatibleSchema).
-func checkSchema(sc *pulsarpb.Schema) error {
-	switch t := sc.GetType(); {
-	case sc == nil, t == pulsarpb.Schema_None, t == pulsarpb.Schema_String:
-		return nil
-	default:
-		return errorf(ErrIncompatibleSchema, "schema %s: Magnetar keeps no schemas (bytes and String only)", t)
+// getSchema answers GET_SCHEMA: the topic's schema at the version asked
+// for (the latest without one); Pulsar's TopicNotFound "no schema" when
+// there is none.
+func (pc *pulsarConn) getSchema(c *pulsarpb.CommandGetSchema) {
+	resp := &pulsarpb.CommandGetSchemaResponse{RequestId: c.RequestId}
+	err := func() error {
+		n, err := topicname.Parse(c.GetTopic())
+		if err != nil {
+			return errorf(ErrInvalidArgument, "%v", err)
+		}
+		if err := pc.s.authz.checkTopic(pc.ctx, n, opLookup, ""); err != nil {
+			return err
+		}
+		resp.Schema, resp.SchemaVersion, err = pc.s.schemaAt(pc.ctx, n, c.GetSchemaVersion())
+		return err
+	}()
+	if err != nil {
+		code := serverError(err)
+		if errors.Is(err, ErrNoSchema) {
+			code = pulsarpb.ServerError_TopicNotFound // Pulsar's answer: "Topic not found or no-schema"
+		}
+		resp.ErrorCode, resp.ErrorMessage = code.Enum(), proto.String(err.Error())
 	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: resp}, nil)
+}
+
+// getOrCreateSchema answers GET_OR_CREATE_SCHEMA (a producer sending a
+// message of another schema): the schema's version, added if new.
+func (pc *pulsarConn) getOrCreateSchema(c *pulsarpb.CommandGetOrCreateSchema) {
+	resp := &pulsarpb.CommandGetOrCreateSchemaResponse{RequestId: c.RequestId}
+	err := func() error {
+		n, err := topicname.Parse(c.GetTopic())
+		if err != nil {
+			return errorf(ErrInvalidArgument, "%v", err)
+		}
+		if err := pc.s.authz.checkTopic(pc.ctx, n, opProduce, ""); err != nil {
+			return err
+		}
+		resp.SchemaVersion, err = pc.s.registerSchema(pc.ctx, n, c.GetSchema())
+		if resp.SchemaVersion == nil && err == nil {
+			resp.SchemaVersion = []byte{} // bytes: no schema, no version
+		}
+		return err
+	}()
+	if err != nil {
+		resp.ErrorCode, resp.ErrorMessage = serverError(err).Enum(), proto.String(err.Error())
+	}
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE.Enum(), GetOrCreateSchemaResponse: resp}, nil)
 }
 
 // errorCommand is an ERROR frame answering requestID.

@@ -127,9 +127,6 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		if !req.Durable && isMulti(req.Type) {
 			return nil, errorf(ErrInvalidArgument, "a reader (non-durable subscription) is exclusive")
 		}
-		if err := checkSchema(c.GetSchema()); err != nil {
-			return nil, err
-		}
 		durableSub := ""
 		if req.Durable {
 			durableSub = req.Subscription
@@ -139,6 +136,11 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		}
 		t, err := pc.s.getTopic(pc.ctx, n, c.GetForceTopicCreation())
 		if err != nil {
+			return nil, err
+		}
+		// A consumer's schema is registered as a producer's is (Pulsar
+		// adds it to a topic that has none, and checks it otherwise).
+		if _, err := pc.s.registerSchema(pc.ctx, n, c.GetSchema()); err != nil {
 			return nil, err
 		}
 		// Pulsar dispatches an entry whenever the consumer has a permit,

@@ -85,7 +85,7 @@ func (p *rawPulsar) closed() bool {
 
 // The protocol's edges: CONNECT first; PING answered; what the broker
 // does not serve answered with Pulsar's ERROR, or the connection closed
-// when there is no request to answer; a producer with a schema refused; a
+// when there is no request to answer; a
 // SEND whose checksum does not match refused, and one for an unknown
 // producer.
 func TestPulsarProtocolEdges(t *testing.T) {
@@ -111,22 +111,6 @@ func TestPulsarProtocolEdges(t *testing.T) {
 		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(42)}}, nil)
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_ERROR || got.GetError().GetRequestId() != 42 || got.GetError().GetMessage() == "" {
 		t.Fatalf("SUBSCRIBE to a missing namespace answered %v, want ERROR for request 42 with a reason", got)
-	}
-	// The bytes schema is the only one.
-	for typ, want := range map[pulsarpb.Schema_Type]pulsarpb.ServerError{pulsarpb.Schema_None: 0, pulsarpb.Schema_Json: pulsarpb.ServerError_IncompatibleSchema} {
-		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA.Enum(), GetOrCreateSchema: &pulsarpb.CommandGetOrCreateSchema{
-			RequestId: proto.Uint64(50), Topic: proto.String("persistent://public/default/raw"),
-			Schema: &pulsarpb.Schema{Name: proto.String("s"), SchemaData: []byte{}, Type: typ.Enum()}}}, nil)
-		if got := p.next().GetGetOrCreateSchemaResponse(); got.GetRequestId() != 50 || got.GetErrorCode() != want {
-			t.Fatalf("GET_OR_CREATE_SCHEMA %v answered %v, want error %v", typ, got, want)
-		}
-	}
-	// A schema the broker does not keep.
-	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
-		Topic: proto.String("persistent://public/default/raw"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(43),
-		Schema: &pulsarpb.Schema{Name: proto.String("s"), SchemaData: []byte("{}"), Type: pulsarpb.Schema_Avro.Enum()}}}, nil)
-	if got := p.next(); got.GetError().GetError() != pulsarpb.ServerError_IncompatibleSchema || got.GetError().GetRequestId() != 43 {
-		t.Fatalf("an Avro producer: %v, want ERROR IncompatibleSchema", got)
 	}
 	// A producer, then a SEND whose checksum is wrong, then one for a
 	// producer that does not exist.
@@ -445,5 +429,203 @@ func TestPulsarProtocolBatchIndexAck(t *testing.T) {
 	}
 	if got := statsBacklog(t, e, "raw-batch", "s"); got != 1 {
 		t.Fatalf("backlog %d entries: the batch was acknowledged whole", got)
+	}
+}
+
+// Schemas, as Pulsar's clients register them: a producer's schema gets
+// version 0 (8 bytes) in PRODUCER_SUCCESS; GET_SCHEMA returns it, by
+// version or the latest, for any partition of the topic; the bytes
+// schema is no schema; another type is refused (IncompatibleSchema); a
+// changed struct schema becomes the next version; deleting the topic
+// deletes its schemas.
+func TestPulsarProtocolSchemas(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	var req uint64
+	v := func(i uint64) []byte { return binary.BigEndian.AppendUint64(nil, i) }
+	getSchema := func(topic string, version []byte) *pulsarpb.CommandGetSchemaResponse {
+		t.Helper()
+		req++
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_SCHEMA.Enum(), GetSchema: &pulsarpb.CommandGetSchema{
+			RequestId: proto.Uint64(req), Topic: proto.String(topic), SchemaVersion: version}}, nil)
+		got := p.next().GetGetSchemaResponse()
+		if got.GetRequestId() != req {
+			t.Fatalf("GET_SCHEMA answered %v", got)
+		}
+		return got
+	}
+	getOrCreate := func(topic string, sc *pulsarpb.Schema) *pulsarpb.CommandGetOrCreateSchemaResponse {
+		t.Helper()
+		req++
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA.Enum(), GetOrCreateSchema: &pulsarpb.CommandGetOrCreateSchema{
+			RequestId: proto.Uint64(req), Topic: proto.String(topic), Schema: sc}}, nil)
+		got := p.next().GetGetOrCreateSchemaResponse()
+		if got.GetRequestId() != req {
+			t.Fatalf("GET_OR_CREATE_SCHEMA answered %v", got)
+		}
+		return got
+	}
+	schema := func(typ pulsarpb.Schema_Type, data string, props ...string) *pulsarpb.Schema {
+		sc := &pulsarpb.Schema{Name: proto.String("s"), SchemaData: []byte(data), Type: typ.Enum()}
+		for i := 0; i+1 < len(props); i += 2 {
+			sc.Properties = append(sc.Properties, &pulsarpb.KeyValue{Key: proto.String(props[i]), Value: proto.String(props[i+1])})
+		}
+		return sc
+	}
+	const typed = "persistent://public/default/typed"
+	if got := getSchema(typed, nil); got.GetErrorCode() != pulsarpb.ServerError_TopicNotFound {
+		t.Fatalf("GET_SCHEMA of a topic without one: %v, want TopicNotFound", got)
+	}
+	// A String producer: version 0.
+	req++
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String(typed), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(req),
+		Schema: schema(pulsarpb.Schema_String, "", "encoding", "utf-8")}}, nil)
+	if got := p.next().GetProducerSuccess(); got.GetRequestId() != req || !bytes.Equal(got.GetSchemaVersion(), v(0)) {
+		t.Fatalf("a String producer: %v, want PRODUCER_SUCCESS with schema version 0", got)
+	}
+	// Its schema, by version and as the latest, on a partition's name too.
+	for _, version := range [][]byte{v(0), nil} {
+		got := getSchema(typed, version)
+		if got.GetErrorCode() != 0 || got.GetSchema().GetType() != pulsarpb.Schema_String || !bytes.Equal(got.GetSchemaVersion(), v(0)) ||
+			len(got.GetSchema().GetProperties()) != 1 || got.GetSchema().GetProperties()[0].GetValue() != "utf-8" {
+			t.Fatalf("GET_SCHEMA %x: %v, want String version 0 with its property", version, got)
+		}
+	}
+	// The same again: the same version; bytes: no schema; another type:
+	// refused, by GET_OR_CREATE_SCHEMA and by a producer alike.
+	if got := getOrCreate(typed, schema(pulsarpb.Schema_String, "", "encoding", "utf-8")); got.GetErrorCode() != 0 || !bytes.Equal(got.GetSchemaVersion(), v(0)) {
+		t.Fatalf("GET_OR_CREATE_SCHEMA String again: %v, want version 0", got)
+	}
+	if got := getOrCreate(typed, schema(pulsarpb.Schema_None, "")); got.GetErrorCode() != 0 || len(got.GetSchemaVersion()) != 0 {
+		t.Fatalf("GET_OR_CREATE_SCHEMA bytes: %v, want no version and no error", got)
+	}
+	if got := getOrCreate(typed, schema(pulsarpb.Schema_Json, `{"type":"record"}`)); got.GetErrorCode() != pulsarpb.ServerError_IncompatibleSchema {
+		t.Fatalf("GET_OR_CREATE_SCHEMA JSON on a String topic: %v, want IncompatibleSchema", got)
+	}
+	req++
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String(typed), ProducerId: proto.Uint64(2), RequestId: proto.Uint64(req), Schema: schema(pulsarpb.Schema_Int64, "")}}, nil)
+	if got := p.next(); got.GetError().GetError() != pulsarpb.ServerError_IncompatibleSchema || got.GetError().GetRequestId() != req {
+		t.Fatalf("an Int64 producer on a String topic: %v, want ERROR IncompatibleSchema", got)
+	}
+	// A struct schema that changes: versions 0 and 1, on a partitioned
+	// topic's partitions (they share them).
+	const avro = `{"type":"record","name":"r","fields":[{"name":"a","type":"int"}]}`
+	const avro2 = `{"type":"record","name":"r","fields":[{"name":"a","type":"int"},{"name":"b","type":["null","int"]}]}`
+	if code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/orders/partitions", 2); err != nil || code/100 != 2 {
+		t.Fatalf("create partitioned topic: %d %s %v", code, body, err)
+	}
+	if got := getOrCreate("persistent://public/default/orders-partition-0", schema(pulsarpb.Schema_Avro, avro)); got.GetErrorCode() != 0 || !bytes.Equal(got.GetSchemaVersion(), v(0)) {
+		t.Fatalf("Avro on partition 0: %v, want version 0", got)
+	}
+	if got := getOrCreate("persistent://public/default/orders-partition-1", schema(pulsarpb.Schema_Avro, avro2)); got.GetErrorCode() != 0 || !bytes.Equal(got.GetSchemaVersion(), v(1)) {
+		t.Fatalf("a changed Avro schema on partition 1: %v, want version 1", got)
+	}
+	for _, c := range []struct {
+		topic   string
+		version []byte
+		want    string
+		wantVer []byte
+	}{
+		{"persistent://public/default/orders", nil, avro2, v(1)},
+		{"persistent://public/default/orders-partition-1", v(0), avro, v(0)},
+		{"persistent://public/default/orders-partition-0", v(1), avro2, v(1)},
+	} {
+		got := getSchema(c.topic, c.version)
+		if got.GetErrorCode() != 0 || string(got.GetSchema().GetSchemaData()) != c.want || !bytes.Equal(got.GetSchemaVersion(), c.wantVer) {
+			t.Fatalf("GET_SCHEMA %s %x: %v, want %s at %x", c.topic, c.version, got, c.want, c.wantVer)
+		}
+	}
+	if got := getSchema("persistent://public/default/orders", v(2)); got.GetErrorCode() != pulsarpb.ServerError_TopicNotFound {
+		t.Fatalf("GET_SCHEMA of a version not there: %v, want TopicNotFound", got)
+	}
+	if got := getSchema("persistent://public/default/orders", []byte{1, 2, 3}); got.GetErrorCode() == 0 || got.GetErrorMessage() == "" {
+		t.Fatalf("GET_SCHEMA with a 3-byte version: %v, want an error with a reason", got)
+	}
+	// Deleting the topic deletes its schemas.
+	if code, body, err := adminDo(e, "DELETE", "/admin/v2/persistent/public/default/orders/partitions", nil); err != nil || code/100 != 2 {
+		t.Fatalf("delete partitioned topic: %d %s %v", code, body, err)
+	}
+	if got := getSchema("persistent://public/default/orders", nil); got.GetErrorCode() != pulsarpb.ServerError_TopicNotFound {
+		t.Fatalf("GET_SCHEMA after the topic's deletion: %v, want TopicNotFound", got)
+	}
+}
+
+// A client's entry whose metadata is what the broker would write (its
+// producer name and sequence id, a publish time neither before the
+// topic's last nor in the future nor stale) is stored byte for byte, its
+// publish time the client's; otherwise the broker stamps it again (and
+// encodes it again, checksum included). Publish times stay increasing.
+func TestPulsarProtocolStoresClientEntry(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	const topic = "persistent://public/default/as-sent"
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String(topic), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1), ProducerName: proto.String("w")}}, nil)
+	if got := p.next(); got.GetProducerSuccess().GetProducerName() != "w" {
+		t.Fatalf("PRODUCER answered %v", got)
+	}
+	now := uint64(time.Now().UnixMilli())
+	cases := []struct {
+		name  string
+		md    *pulsarpb.MessageMetadata
+		as    bool // stored as sent
+		stamp uint64
+	}{
+		{"as the broker would write it", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(now)}, true, now},
+		{"another producer name", &pulsarpb.MessageMetadata{ProducerName: proto.String("v"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(now)}, false, 0},
+		{"another sequence id", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(7), PublishTime: proto.Uint64(now)}, false, 0},
+		{"an hour old", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(3), PublishTime: proto.Uint64(now - 3_600_000)}, false, 0},
+		{"an hour ahead", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(4), PublishTime: proto.Uint64(now + 3_600_000)}, false, 0},
+	}
+	sent := make([][]byte, len(cases))
+	for i, c := range cases {
+		var err error
+		if sent[i], err = entry.Encode(c.md, []byte(c.name)); err != nil {
+			t.Fatal(err)
+		}
+		seq := uint64(i)
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}, sent[i])
+		if got := p.next(); got.GetSendReceipt().GetSequenceId() != seq {
+			t.Fatalf("%s: SEND answered %v", c.name, got)
+		}
+	}
+	// Read the stored entries back, as they are (MESSAGE carries them).
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(2), InitialPosition: pulsarpb.CommandSubscribe_Earliest.Enum()}}, nil)
+	if got := p.next(); got.GetSuccess().GetRequestId() != 2 {
+		t.Fatalf("SUBSCRIBE answered %v", got)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(uint32(len(cases)))}}, nil)
+	var last uint64
+	for i, c := range cases {
+		f, err := p.r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Cmd.GetType() != pulsarpb.BaseCommand_MESSAGE {
+			t.Fatalf("%s: %v, want MESSAGE", c.name, f.Cmd)
+		}
+		md, body, err := entry.Decode(f.Payload) // the checksum holds either way
+		if err != nil {
+			t.Fatalf("%s: stored entry: %v", c.name, err)
+		}
+		if string(body) != c.name || md.GetProducerName() != "w" || md.GetSequenceId() != uint64(i) {
+			t.Fatalf("%s: stored %q by %q seq %d", c.name, body, md.GetProducerName(), md.GetSequenceId())
+		}
+		if got := bytes.Equal(f.Payload, sent[i]); got != c.as {
+			t.Fatalf("%s: stored as sent %v, want %v", c.name, got, c.as)
+		}
+		if c.as && md.GetPublishTime() != c.stamp {
+			t.Fatalf("%s: publish time %d, want the client's %d", c.name, md.GetPublishTime(), c.stamp)
+		}
+		if md.GetPublishTime() < last || md.GetPublishTime() > uint64(time.Now().UnixMilli()) {
+			t.Fatalf("%s: publish time %d: before the previous %d, or in the future", c.name, md.GetPublishTime(), last)
+		}
+		last = md.GetPublishTime()
 	}
 }

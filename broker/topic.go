@@ -257,10 +257,32 @@ var testHookAppendDone atomic.Pointer[func()]
 // publish stores one message (or batch). cb gets the position, or
 // duplicate true when deduplication dropped it, or an error.
 func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, cb func(pos mledger.Position, duplicate bool, err error)) {
+	t.publishEntry(ctx, p, send, nil, cb)
+}
+
+// maxClientStampAge bounds how far behind the broker's clock a client's
+// publish time may be for the broker to keep it (milliseconds): about the
+// skew already allowed between brokers' clocks, whose stamps a topic's
+// entries carry across moves.
+const maxClientStampAge = 1000
+
+// publishEntry is publish given, in raw, the entry the client encoded
+// (Pulsar's clients send it in the stored layout, checksum verified;
+// send's Metadata and Payload are its decoding). raw is stored as it is
+// when its metadata is what the broker would write: the producer's name
+// and sequence ids, and a publish time the topic may take (not before
+// the topic's last, not after now, at most maxClientStampAge before it):
+// no second encoding and checksum.
+// Otherwise the entry is encoded again, as for a gRPC send.
+func (t *topic) publishEntry(ctx context.Context, p *producer, send *brokerpb.Send, raw []byte, cb func(pos mledger.Position, duplicate bool, err error)) {
 	md := send.Metadata
 	if md == nil {
 		cb(mledger.Position{}, false, errorf(ErrInvalidMessage, "send without metadata"))
 		return
+	}
+	if raw != nil && (md.GetProducerName() != p.name || md.GetSequenceId() != send.SequenceId ||
+		send.HighestSequenceId > 0 && md.GetHighestSequenceId() != send.HighestSequenceId) {
+		raw = nil
 	}
 	md.ProducerName = proto.String(p.name)
 	md.SequenceId = proto.Uint64(send.SequenceId)
@@ -272,6 +294,11 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 	defer t.publishMu.Unlock()
 	t.mu.Lock()
 	now := max(time.Now().UnixMilli(), t.mu.lastPublish)
+	if stamp := int64(md.GetPublishTime()); raw != nil && stamp >= t.mu.lastPublish && stamp <= now && now-stamp <= maxClientStampAge {
+		now = stamp // the client's stamp, as it is in raw
+	} else {
+		raw = nil
+	}
 	t.mu.lastPublish = now
 	dedup := t.mu.set.dedup
 	seq := int64(send.SequenceId)
@@ -309,8 +336,11 @@ func (t *topic) publish(ctx context.Context, p *producer, send *brokerpb.Send, c
 	if h := testHookPublishTimed.Load(); h != nil {
 		(*h)()
 	}
-	md.PublishTime = proto.Uint64(uint64(now))
-	data, err := entry.Encode(md, send.Payload)
+	data, err := raw, error(nil)
+	if raw == nil {
+		md.PublishTime = proto.Uint64(uint64(now))
+		data, err = entry.Encode(md, send.Payload)
+	}
 	if err != nil {
 		err = errorf(ErrInvalidMessage, "%v", err)
 		if dedup {

@@ -875,3 +875,67 @@ func TestPulsarClientTokenRefresh(t *testing.T) {
 	}
 	t.Logf("%d messages over %d tokens on one connection", sent, supplied.Load())
 }
+
+// Schemas with the official client: a String topic and an Avro topic,
+// each read back through GetSchemaValue (the consumer fetches the
+// producer's schema by the version in each message); a producer of
+// another type on the String topic is refused.
+func TestPulsarClientSchemas(t *testing.T) {
+	s := startStandalone(t, t.TempDir(), freePorts(t, 4))
+	t.Cleanup(func() { s.stop() })
+	pc := officialClient(t, "pulsar://"+s.brokerAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	type order struct {
+		ID   int    `json:"id" avro:"id"`
+		Item string `json:"item" avro:"item"`
+	}
+	const orderAvro = `{"type":"record","name":"order","fields":[{"name":"id","type":"int"},{"name":"item","type":"string"}]}`
+	for _, c := range []struct {
+		name   string
+		schema func() pulsar.Schema
+		value  any
+		into   func() any
+	}{
+		// The library's String decoding sets a *string.
+		{"string", func() pulsar.Schema { return pulsar.NewStringSchema(nil) }, "héllo", func() any { return new(*string) }},
+		{"avro", func() pulsar.Schema { return pulsar.NewAvroSchema(orderAvro, nil) }, &order{7, "tea"}, func() any { return new(order) }},
+	} {
+		topic := "persistent://public/default/schema-" + c.name
+		cons, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Schema: c.schema(),
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatalf("%s consumer: %v", c.name, err)
+		}
+		defer cons.Close()
+		p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, Schema: c.schema()})
+		if err != nil {
+			t.Fatalf("%s producer: %v", c.name, err)
+		}
+		defer p.Close()
+		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Value: c.value}); err != nil {
+			t.Fatalf("%s send: %v", c.name, err)
+		}
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("%s receive: %v", c.name, err)
+		}
+		got := c.into()
+		if err := m.GetSchemaValue(got); err != nil {
+			t.Fatalf("%s GetSchemaValue: %v", c.name, err)
+		}
+		if sp, ok := got.(**string); ok {
+			got = **sp
+		}
+		if want := c.value; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: GetSchemaValue gave %v, want %v", c.name, got, c.value)
+		}
+		cons.Ack(m)
+	}
+	_, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: "persistent://public/default/schema-string",
+		Schema: pulsar.NewJSONSchema(`{"type":"record","name":"x","fields":[]}`, nil)})
+	if err == nil || !strings.Contains(err.Error(), "IncompatibleSchema") {
+		t.Fatalf("a JSON producer on a String topic: %v, want IncompatibleSchema", err)
+	}
+}

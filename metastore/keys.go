@@ -29,6 +29,7 @@ import (
 //	tenants/<tenant>                metapb.TenantInfo
 //	namespaces/<tenant>/<ns>        metapb.NamespacePolicies
 //	partitioned/<tenant>/<ns>/<topic>   metapb.PartitionedTopic
+//	schemas/<tenant>/<ns>/<topic>   metapb.TopicSchemas (base name, no partition suffix)
 //	brokers/available/<broker id>   the broker's address, under its session lease
 const (
 	BookiesAvailablePrefix = "bookies/available/"
@@ -48,6 +49,7 @@ const (
 	TenantsPrefix          = "tenants/"
 	NamespacesPrefix       = "namespaces/"
 	PartitionedPrefix      = "partitioned/"
+	SchemasPrefix          = "schemas/"
 	BrokersAvailablePrefix = "brokers/available/"
 )
 
@@ -62,6 +64,10 @@ func NamespaceKey(ns string) string { return NamespacesPrefix + ns }
 
 // PartitionedKey marks a partitioned topic; topic is "tenant/ns/topic".
 func PartitionedKey(topic string) string { return PartitionedPrefix + topic }
+
+// SchemaKey is the key of a topic's schemas; topic is its base name
+// (tenant/ns/topic, no partition suffix).
+func SchemaKey(topic string) string { return SchemasPrefix + topic }
 
 // BrokerAvailableKey is where a live broker registers.
 func BrokerAvailableKey(id string) string { return BrokersAvailablePrefix + id }

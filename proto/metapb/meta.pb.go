@@ -1720,6 +1720,123 @@ func (x *DedupSnapshot) GetSequences() map[string]int64 {
 	return nil
 }
 
+// TopicSchemas is a topic's schemas at schemas/<tenant>/<namespace>/<topic>
+// (the base name: a partitioned topic's partitions share them), as
+// Pulsar's clients register them: version i is versions[i].
+type TopicSchemas struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Versions      []*SchemaInfo          `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicSchemas) Reset() {
+	*x = TopicSchemas{}
+	mi := &file_metapb_meta_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicSchemas) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicSchemas) ProtoMessage() {}
+
+func (x *TopicSchemas) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicSchemas.ProtoReflect.Descriptor instead.
+func (*TopicSchemas) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TopicSchemas) GetVersions() []*SchemaInfo {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+// SchemaInfo is one schema version: Pulsar's schema type number, its
+// definition and properties, as the client sent them.
+type SchemaInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          int32                  `protobuf:"varint,1,opt,name=type,proto3" json:"type,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Properties    map[string]string      `protobuf:"bytes,3,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchemaInfo) Reset() {
+	*x = SchemaInfo{}
+	mi := &file_metapb_meta_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchemaInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchemaInfo) ProtoMessage() {}
+
+func (x *SchemaInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_metapb_meta_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchemaInfo.ProtoReflect.Descriptor instead.
+func (*SchemaInfo) Descriptor() ([]byte, []int) {
+	return file_metapb_meta_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SchemaInfo) GetType() int32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
+}
+
+func (x *SchemaInfo) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SchemaInfo) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *SchemaInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 var File_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_metapb_meta_proto_rawDesc = "" +
@@ -1887,7 +2004,20 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\tsequences\x18\x03 \x03(\v2..magnetar.meta.v1.DedupSnapshot.SequencesEntryR\tsequences\x1a<\n" +
 	"\x0eSequencesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*y\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"H\n" +
+	"\fTopicSchemas\x128\n" +
+	"\bversions\x18\x01 \x03(\v2\x1c.magnetar.meta.v1.SchemaInfoR\bversions\"\xd5\x01\n" +
+	"\n" +
+	"SchemaInfo\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\x05R\x04type\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12L\n" +
+	"\n" +
+	"properties\x18\x03 \x03(\v2,.magnetar.meta.v1.SchemaInfo.PropertiesEntryR\n" +
+	"properties\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*y\n" +
 	"\vLedgerState\x12\x1c\n" +
 	"\x18LEDGER_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LEDGER_STATE_OPEN\x10\x01\x12\x1c\n" +
@@ -1907,7 +2037,7 @@ func file_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_metapb_meta_proto_goTypes = []any{
 	(LedgerState)(0),            // 0: magnetar.meta.v1.LedgerState
 	(UnderReplicated_Reason)(0), // 1: magnetar.meta.v1.UnderReplicated.Reason
@@ -1932,37 +2062,42 @@ var file_metapb_meta_proto_goTypes = []any{
 	(*RolePermissions)(nil),     // 20: magnetar.meta.v1.RolePermissions
 	(*PartitionedTopic)(nil),    // 21: magnetar.meta.v1.PartitionedTopic
 	(*DedupSnapshot)(nil),       // 22: magnetar.meta.v1.DedupSnapshot
-	nil,                         // 23: magnetar.meta.v1.LedgerMetadata.CustomEntry
-	nil,                         // 24: magnetar.meta.v1.CursorInfo.PropertiesEntry
-	nil,                         // 25: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
-	nil,                         // 26: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
-	nil,                         // 27: magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry
-	nil,                         // 28: magnetar.meta.v1.RolePermissions.RolesEntry
-	nil,                         // 29: magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	(*TopicSchemas)(nil),        // 23: magnetar.meta.v1.TopicSchemas
+	(*SchemaInfo)(nil),          // 24: magnetar.meta.v1.SchemaInfo
+	nil,                         // 25: magnetar.meta.v1.LedgerMetadata.CustomEntry
+	nil,                         // 26: magnetar.meta.v1.CursorInfo.PropertiesEntry
+	nil,                         // 27: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
+	nil,                         // 28: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
+	nil,                         // 29: magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry
+	nil,                         // 30: magnetar.meta.v1.RolePermissions.RolesEntry
+	nil,                         // 31: magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	nil,                         // 32: magnetar.meta.v1.SchemaInfo.PropertiesEntry
 }
 var file_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: magnetar.meta.v1.LedgerMetadata.state:type_name -> magnetar.meta.v1.LedgerState
 	4,  // 1: magnetar.meta.v1.LedgerMetadata.segments:type_name -> magnetar.meta.v1.Segment
-	23, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
+	25, // 2: magnetar.meta.v1.LedgerMetadata.custom:type_name -> magnetar.meta.v1.LedgerMetadata.CustomEntry
 	1,  // 3: magnetar.meta.v1.UnderReplicated.reason:type_name -> magnetar.meta.v1.UnderReplicated.Reason
 	10, // 4: magnetar.meta.v1.ManagedLedgerInfo.ledgers:type_name -> magnetar.meta.v1.LedgerRef
-	24, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
+	26, // 5: magnetar.meta.v1.CursorInfo.properties:type_name -> magnetar.meta.v1.CursorInfo.PropertiesEntry
 	13, // 6: magnetar.meta.v1.CursorSnapshot.acked:type_name -> magnetar.meta.v1.AckedRanges
 	14, // 7: magnetar.meta.v1.CursorSnapshot.batch_acks:type_name -> magnetar.meta.v1.BatchAck
-	25, // 8: magnetar.meta.v1.NamespacePolicies.namespace_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
-	26, // 9: magnetar.meta.v1.NamespacePolicies.topic_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
-	27, // 10: magnetar.meta.v1.NamespacePolicies.backlog_quotas:type_name -> magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry
-	28, // 11: magnetar.meta.v1.RolePermissions.roles:type_name -> magnetar.meta.v1.RolePermissions.RolesEntry
-	29, // 12: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
-	19, // 13: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry.value:type_name -> magnetar.meta.v1.Actions
-	20, // 14: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry.value:type_name -> magnetar.meta.v1.RolePermissions
-	18, // 15: magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry.value:type_name -> magnetar.meta.v1.BacklogQuota
-	19, // 16: magnetar.meta.v1.RolePermissions.RolesEntry.value:type_name -> magnetar.meta.v1.Actions
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	27, // 8: magnetar.meta.v1.NamespacePolicies.namespace_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry
+	28, // 9: magnetar.meta.v1.NamespacePolicies.topic_permissions:type_name -> magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry
+	29, // 10: magnetar.meta.v1.NamespacePolicies.backlog_quotas:type_name -> magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry
+	30, // 11: magnetar.meta.v1.RolePermissions.roles:type_name -> magnetar.meta.v1.RolePermissions.RolesEntry
+	31, // 12: magnetar.meta.v1.DedupSnapshot.sequences:type_name -> magnetar.meta.v1.DedupSnapshot.SequencesEntry
+	24, // 13: magnetar.meta.v1.TopicSchemas.versions:type_name -> magnetar.meta.v1.SchemaInfo
+	32, // 14: magnetar.meta.v1.SchemaInfo.properties:type_name -> magnetar.meta.v1.SchemaInfo.PropertiesEntry
+	19, // 15: magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntry.value:type_name -> magnetar.meta.v1.Actions
+	20, // 16: magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntry.value:type_name -> magnetar.meta.v1.RolePermissions
+	18, // 17: magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntry.value:type_name -> magnetar.meta.v1.BacklogQuota
+	19, // 18: magnetar.meta.v1.RolePermissions.RolesEntry.value:type_name -> magnetar.meta.v1.Actions
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_metapb_meta_proto_init() }
@@ -1976,7 +2111,7 @@ func file_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metapb_meta_proto_rawDesc), len(file_metapb_meta_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
