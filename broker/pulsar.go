@@ -46,6 +46,10 @@ const (
 	// pulsarMaxInflight bounds a connection's sends being stored: past it
 	// the reader stops reading (TCP pushes back on the client).
 	pulsarMaxInflight = 10000
+	// pulsarMaxAsync bounds a connection's requests served off its reader
+	// (lookups, topic loads for PRODUCER and SUBSCRIBE, schemas): past it
+	// the reader waits for one to end.
+	pulsarMaxAsync = 64
 	// pulsarFrameOverhead is what a frame may carry beyond a message of
 	// the maximum size: its command and the message's metadata.
 	pulsarFrameOverhead = 1 << 20
@@ -127,7 +131,9 @@ type pulsarConn struct {
 	dying  <-chan struct{}
 	// inflight holds a slot per send being stored.
 	inflight chan struct{}
-	wg       sync.WaitGroup // the writer and the producers' pumps
+	// async holds a slot per request served off the reader (goAsync).
+	async chan struct{}
+	wg    sync.WaitGroup // the writer and the producers' pumps
 
 	// out is what the writer sends next; signal wakes it.
 	out struct {
@@ -148,6 +154,11 @@ type pulsarConn struct {
 		sync.Mutex
 		producers map[uint64]*pulsarProducer
 		consumers map[uint64]*pulsarConsumer
+		// opening holds, per producer and per consumer id, a channel
+		// closed when the PRODUCER or SUBSCRIBE being served for it ends:
+		// a repeat of it, or a CLOSE for the id, waits for that (see
+		// reserve).
+		openingProducers, openingConsumers map[uint64]chan struct{}
 	}
 }
 
@@ -205,12 +216,81 @@ func (p *pendingSends) wait() {
 
 func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc := &pulsarConn{s: s, conn: c, log: s.log.With(zap.String("pulsar-client", c.RemoteAddr().String())),
-		inflight: make(chan struct{}, pulsarMaxInflight), signal: make(chan struct{}, 1), refreshed: make(chan time.Time, 1)}
+		inflight: make(chan struct{}, pulsarMaxInflight), async: make(chan struct{}, pulsarMaxAsync),
+		signal: make(chan struct{}, 1), refreshed: make(chan time.Time, 1)}
 	pc.ctx, pc.cancel = context.WithCancel(s.hardCtx)
 	pc.dying = pc.ctx.Done()
 	pc.mu.producers = map[uint64]*pulsarProducer{}
 	pc.mu.consumers = map[uint64]*pulsarConsumer{}
+	pc.mu.openingProducers = map[uint64]chan struct{}{}
+	pc.mu.openingConsumers = map[uint64]chan struct{}{}
 	return pc
+}
+
+// goAsync serves a request off the reader, so that a slow one (a topic
+// whose load recovers a ledger, a lookup waiting for an owner) does not
+// hold up the connection's other producers and consumers. Called by the
+// reader only; it waits while pulsarMaxAsync are running.
+func (pc *pulsarConn) goAsync(f func()) {
+	select {
+	case pc.async <- struct{}{}:
+	case <-pc.dying:
+		return
+	}
+	pc.wg.Add(1)
+	go func() {
+		defer pc.wg.Done()
+		defer func() { <-pc.async }()
+		f()
+	}()
+}
+
+// reserve marks a producer's (or consumer's) id as being opened, after
+// any open of it already running has ended, and returns the function
+// that ends the mark; false if the connection ended first. opening is
+// pc.mu.openingProducers or pc.mu.openingConsumers.
+func (pc *pulsarConn) reserve(opening map[uint64]chan struct{}, id uint64) (release func(), ok bool) {
+	for {
+		pc.mu.Lock()
+		ch := opening[id]
+		if ch == nil {
+			ch = make(chan struct{})
+			opening[id] = ch
+			pc.mu.Unlock()
+			return func() {
+				pc.mu.Lock()
+				delete(opening, id)
+				pc.mu.Unlock()
+				close(ch)
+			}, true
+		}
+		pc.mu.Unlock()
+		select {
+		case <-ch:
+		case <-pc.dying:
+			return nil, false
+		}
+	}
+}
+
+// afterOpen runs f on the reader if no open of id is running, else off
+// it once that open has ended (a CLOSE that overtook its PRODUCER or
+// SUBSCRIBE closes what the open made).
+func (pc *pulsarConn) afterOpen(opening map[uint64]chan struct{}, id uint64, f func()) {
+	pc.mu.Lock()
+	ch := opening[id]
+	pc.mu.Unlock()
+	if ch == nil {
+		f()
+		return
+	}
+	pc.goAsync(func() {
+		select {
+		case <-ch:
+			f()
+		case <-pc.dying:
+		}
+	})
 }
 
 // close ends the connection (safe to call more than once).
@@ -509,17 +589,17 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 	case pulsarpb.BaseCommand_PONG:
 	case pulsarpb.BaseCommand_PARTITIONED_METADATA:
 		if c := cmd.GetPartitionMetadata(); c != nil {
-			pc.partitionedMetadata(c)
+			pc.goAsync(func() { pc.partitionedMetadata(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_LOOKUP:
 		if c := cmd.GetLookupTopic(); c != nil {
-			pc.lookup(c)
+			pc.goAsync(func() { pc.lookup(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_PRODUCER:
 		if c := cmd.GetProducer(); c != nil {
-			pc.openProducer(c)
+			pc.goAsync(func() { pc.openProducer(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_SEND:
@@ -529,12 +609,12 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_CLOSE_PRODUCER:
 		if c := cmd.GetCloseProducer(); c != nil {
-			pc.closeProducer(c)
+			pc.afterOpen(pc.mu.openingProducers, c.GetProducerId(), func() { pc.closeProducer(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_SUBSCRIBE:
 		if c := cmd.GetSubscribe(); c != nil {
-			pc.subscribe(c)
+			pc.goAsync(func() { pc.subscribe(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_FLOW:
@@ -554,17 +634,17 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_SEEK:
 		if c := cmd.GetSeek(); c != nil {
-			pc.seek(c)
+			pc.goAsync(func() { pc.seek(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_GET_LAST_MESSAGE_ID:
 		if c := cmd.GetGetLastMessageId(); c != nil {
-			pc.lastMessageID(c)
+			pc.goAsync(func() { pc.lastMessageID(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_CLOSE_CONSUMER:
 		if c := cmd.GetCloseConsumer(); c != nil {
-			pc.closeConsumer(c)
+			pc.afterOpen(pc.mu.openingConsumers, c.GetConsumerId(), func() { pc.closeConsumer(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_UNSUBSCRIBE:
@@ -578,17 +658,17 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_GET_SCHEMA:
 		if c := cmd.GetGetSchema(); c != nil {
-			pc.getSchema(c)
+			pc.goAsync(func() { pc.getSchema(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_GET_OR_CREATE_SCHEMA:
 		if c := cmd.GetGetOrCreateSchema(); c != nil {
-			pc.getOrCreateSchema(c)
+			pc.goAsync(func() { pc.getOrCreateSchema(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
 		if c := cmd.GetGetTopicsOfNamespace(); c != nil {
-			pc.topicsOfNamespace(c)
+			pc.goAsync(func() { pc.topicsOfNamespace(c) })
 			return true
 		}
 	default:
@@ -717,6 +797,11 @@ func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace)
 // (the client looked it up).
 func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 	id := c.GetProducerId()
+	release, ok := pc.reserve(pc.mu.openingProducers, id)
+	if !ok {
+		return
+	}
+	defer release()
 	pp, err := func() (*pulsarProducer, error) {
 		n, err := parseTopic(c.GetTopic())
 		if err != nil {
@@ -766,6 +851,11 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 	}
 	if !again {
 		pc.mu.Lock()
+		if pc.ctx.Err() != nil { // the connection ended meanwhile
+			pc.mu.Unlock()
+			pc.dropProducer(pp)
+			return
+		}
 		pc.mu.producers[id] = pp
 		pc.mu.Unlock()
 	}

@@ -96,6 +96,11 @@ func subscribeRequest(c *pulsarpb.CommandSubscribe) (*brokerpb.Subscribe, error)
 // subscribe handles SUBSCRIBE.
 func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 	id := c.GetConsumerId()
+	release, ok := pc.reserve(pc.mu.openingConsumers, id)
+	if !ok {
+		return
+	}
+	defer release()
 	pcons, err := func() (*pulsarConsumer, error) {
 		pc.mu.Lock()
 		existing := pc.mu.consumers[id]
@@ -164,6 +169,11 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		return
 	}
 	pc.mu.Lock()
+	if pc.ctx.Err() != nil { // the connection ended meanwhile
+		pc.mu.Unlock()
+		pc.dropConsumer(pcons)
+		return
+	}
 	pc.mu.consumers[id] = pcons
 	pc.mu.Unlock()
 	pc.wg.Add(1)

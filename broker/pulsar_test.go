@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -627,5 +629,62 @@ func TestPulsarProtocolStoresClientEntry(t *testing.T) {
 			t.Fatalf("%s: publish time %d: before the previous %d, or in the future", c.name, md.GetPublishTime(), last)
 		}
 		last = md.GetPublishTime()
+	}
+}
+
+// A slow request does not hold up the connection: while a PRODUCER's
+// topic load is stuck, PING is answered and another producer's SEND
+// stored; a CLOSE_PRODUCER that overtakes the stuck PRODUCER closes what
+// it opens, once it is open (answered in that order).
+func TestPulsarProtocolSlowLoadDoesNotBlock(t *testing.T) {
+	e := newEnv(t, nil)
+	loading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	broker.SetTestHookLoad(func(topic string) {
+		if strings.HasSuffix(topic, "/slow-load") {
+			once.Do(func() { close(loading) })
+			<-release
+		}
+	})
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(func() { unblock(); broker.SetTestHookLoad(nil) }) // a failure must not leave the load stuck
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	p.conn.SetDeadline(time.Now().Add(10 * time.Second)) // a held-up reader fails the test, not its timeout
+	producer := func(id, req uint64, topic string) {
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+			Topic: proto.String("persistent://public/default/" + topic), ProducerId: proto.Uint64(id), RequestId: proto.Uint64(req)}}, nil)
+	}
+	producer(1, 1, "fast")
+	if got := p.next(); got.GetProducerSuccess().GetRequestId() != 1 {
+		t.Fatalf("PRODUCER fast: %v", got)
+	}
+	producer(2, 2, "slow-load")
+	<-loading
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PONG {
+		t.Fatalf("PING while a load is stuck: %v, want PONG", got)
+	}
+	msg, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(0)}}, msg)
+	if got := p.next(); got.GetSendReceipt().GetProducerId() != 1 {
+		t.Fatalf("SEND while another producer's load is stuck: %v, want its receipt", got)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pulsarpb.CommandCloseProducer{
+		ProducerId: proto.Uint64(2), RequestId: proto.Uint64(3)}}, nil)
+	unblock()
+	if got := p.next(); got.GetProducerSuccess().GetRequestId() != 2 {
+		t.Fatalf("the stuck PRODUCER, released: %v, want PRODUCER_SUCCESS", got)
+	}
+	if got := p.next(); got.GetSuccess().GetRequestId() != 3 {
+		t.Fatalf("the CLOSE_PRODUCER that overtook it: %v, want SUCCESS after it", got)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(2), SequenceId: proto.Uint64(0)}}, msg)
+	if got := p.next(); got.GetSendError().GetError() != pulsarpb.ServerError_NotAllowedError {
+		t.Fatalf("SEND to the closed producer: %v, want SEND_ERROR (no such producer)", got)
 	}
 }
