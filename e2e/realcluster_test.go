@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -86,12 +85,11 @@ type clusterOptions struct {
 // freePortOn returns a port free on ip at the time of the call.
 func freePortOn(t *testing.T, ip string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", ip+":0")
+	addr, err := testutil.FreePortOn(ip)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 func newRealCluster(t *testing.T, opts clusterOptions) *realCluster {

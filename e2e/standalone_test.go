@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,24 +16,24 @@ import (
 	"time"
 
 	"github.com/magnetar-io/magnetar/client"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 // freePorts finds n free 127.0.0.1 ports. A restarted standalone must
 // come back on the same addresses, so they are chosen up front.
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	var lns []net.Listener
+	seen := map[string]bool{}
 	var out []string
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(out) < n {
+		addr, err := testutil.FreePortOn("127.0.0.1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
+		if !seen[addr] {
+			seen[addr] = true
+			out = append(out, addr)
+		}
 	}
 	return out
 }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/metastore"
 )
 
@@ -47,12 +48,11 @@ type controlPlane struct {
 const adminToken = "magnetar-test-admin-token"
 
 func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testutil.FreePortOn("127.0.0.1")
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(addr)
 	return port, nil
 }
 

@@ -4,7 +4,6 @@ package kube
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
 // harness is the kubelet of one node for the pods of a bookie
@@ -226,14 +227,7 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-func localAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func localAddr() (string, error) { return testutil.FreePortOn("127.0.0.1") }
 
 // startBookie runs `magnetar bookie` as pod's container would, with the
 // pod's name as the bookie id (as the chart does) and 127.0.0.1 ports.

@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -47,10 +46,9 @@ func WaitProbe(t testing.TB, addr, path string, status int, timeout time.Duratio
 // nothing a test could read the bound port from).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreePortOn("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }

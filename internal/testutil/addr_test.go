@@ -1,0 +1,32 @@
+package testutil
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+// FreePortOn picks a port below the ephemeral range (where no outgoing
+// connection can take it) that can be bound.
+func TestFreePortOn(t *testing.T) {
+	low, high := reservedRange()
+	if low >= high {
+		t.Fatalf("empty range [%d, %d)", low, high)
+	}
+	for range 20 {
+		addr, err := FreePortOn("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := net.SplitHostPort(addr)
+		port, _ := strconv.Atoi(p)
+		if port < low || port >= high {
+			t.Fatalf("port %d outside [%d, %d)", port, low, high)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("the free port %s cannot be bound: %v", addr, err)
+		}
+		ln.Close()
+	}
+}
