@@ -64,6 +64,7 @@ func (s *Server) adminHandler() http.Handler {
 		return owners, err
 	})
 	s.topicRoutes(h)
+	s.schemaRoutes(h)
 	s.clusterRoutes(h)
 	s.brokerRoutes(h)
 	s.bookieRoutes(h)

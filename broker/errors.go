@@ -119,6 +119,8 @@ var restErrorTable = []struct {
 	{ErrTopicPoliciesDisabled, "TOPIC_POLICIES_DISABLED", http.StatusMethodNotAllowed},
 	{ErrPartitionedTopic, "PARTITIONED_TOPIC", http.StatusMethodNotAllowed},
 	{ErrNotEmpty, "NOT_EMPTY", http.StatusConflict},
+	{ErrNoSchema, "SCHEMA_NOT_FOUND", http.StatusNotFound},
+	{ErrIncompatibleSchema, "INCOMPATIBLE_SCHEMA", http.StatusConflict},
 	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
 	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -17,16 +19,19 @@ import (
 
 // Schemas, as Pulsar's clients register them. A topic's versions are kept
 // at metastore.SchemaKey(base name), so a partitioned topic's partitions
-// share them. A producer's or consumer's schema (or GET_OR_CREATE_SCHEMA)
-// gets the version equal to it, or becomes a new version when its type is
-// the latest version's (a struct schema that changed: its compatibility
-// is not checked, as with Pulsar's ALWAYS_COMPATIBLE strategy); another
-// type is refused (IncompatibleSchema), as Pulsar refuses it. The bytes
-// schema (None) is no schema. Versions are 8 bytes, big endian, from 0,
-// as Pulsar's brokers give them.
+// share them. A producer's or consumer's schema (or GET_OR_CREATE_SCHEMA,
+// or the admin REST) gets the version equal to it, or becomes a new
+// version when its type is the latest version's (a struct schema that
+// changed: its compatibility is not checked, as with Pulsar's
+// ALWAYS_COMPATIBLE strategy); another type is refused
+// (IncompatibleSchema), as Pulsar refuses it. The bytes schema (None) is
+// no schema. Versions count from 0 and are never reused while the topic
+// lives (a deletion through the admin REST moves the first one past the
+// deleted ones); on Pulsar's protocol they are 8 bytes, big endian, as
+// Pulsar's brokers give them.
 
 const (
-	// maxSchemaVersions caps a topic's versions.
+	// maxSchemaVersions caps a topic's versions kept.
 	maxSchemaVersions = 100
 	// maxSchemasSize caps a topic's versions marshalled (one etcd value).
 	maxSchemasSize = 1 << 20
@@ -35,7 +40,7 @@ const (
 // ErrNoSchema: the topic has no schema (or not the version asked for).
 var ErrNoSchema = errors.New("no schema")
 
-func schemaVersion(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(i)) }
+func schemaVersion(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
 
 func schemaInfo(sc *pulsarpb.Schema) *metapb.SchemaInfo {
 	info := &metapb.SchemaInfo{Type: int32(sc.GetType()), Data: sc.GetSchemaData(), Name: sc.GetName()}
@@ -58,69 +63,168 @@ func (s *Server) registerSchema(ctx context.Context, n topicname.Name, sc *pulsa
 	if sc == nil || sc.GetType() == pulsarpb.Schema_None {
 		return nil, nil
 	}
-	if _, ok := pulsarpb.Schema_Type_name[int32(sc.GetType())]; !ok {
-		return nil, errorf(ErrIncompatibleSchema, "schema type %d is not one of Pulsar's", sc.GetType())
+	v, err := s.registerSchemaInfo(ctx, n, schemaInfo(sc))
+	if err != nil {
+		return nil, err
 	}
-	key := metastore.SchemaKey(topicPath(n.Base()))
-	info := schemaInfo(sc)
+	return schemaVersion(v), nil
+}
+
+// registerSchemaInfo returns info's version for topic n, adding it if no
+// version equals it.
+func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (int64, error) {
+	if _, ok := pulsarpb.Schema_Type_name[info.GetType()]; !ok || info.GetType() == int32(pulsarpb.Schema_None) {
+		return 0, errorf(ErrInvalidArgument, "schema type %s: not a schema Magnetar keeps", schemaTypeName(info.GetType()))
+	}
 	for range 10 { // compare-and-swap rounds against concurrent registrations
-		var all metapb.TopicSchemas
-		rev, err := getProto(ctx, s.store, key, &all)
-		switch {
-		case errors.Is(err, metastore.ErrNotFound):
-			rev = metastore.MustNotExist
-		case err != nil:
-			return nil, err
+		all, rev, err := s.schemas(ctx, n)
+		if err != nil {
+			return 0, err
 		}
-		if i := slices.IndexFunc(all.Versions, func(v *metapb.SchemaInfo) bool { return sameSchema(v, info) }); i >= 0 {
-			return schemaVersion(i), nil
+		if v, ok := all.find(info); ok {
+			return v, nil
 		}
-		if n := len(all.Versions); n > 0 && all.Versions[n-1].GetType() != info.GetType() {
-			return nil, errorf(ErrIncompatibleSchema, "schema %s: the topic's schema is %s", sc.GetType(), pulsarpb.Schema_Type(all.Versions[n-1].GetType()))
+		if err := all.compatible(info); err != nil {
+			return 0, err
 		}
 		if len(all.Versions) >= maxSchemaVersions {
-			return nil, errorf(ErrIncompatibleSchema, "the topic has %d schema versions, the most kept", len(all.Versions))
+			return 0, errorf(ErrIncompatibleSchema, "the topic has %d schema versions, the most kept", len(all.Versions))
 		}
-		all.Versions = append(all.Versions, info)
-		b := marshal(&all)
+		added := proto.Clone(info).(*metapb.SchemaInfo)
+		added.Timestamp = time.Now().UnixMilli()
+		all.Versions = append(all.Versions, added)
+		b := marshal(all.TopicSchemas)
 		if len(b) > maxSchemasSize {
-			return nil, errorf(ErrIncompatibleSchema, "the topic's schemas would take %d bytes, over the %d kept", len(b), maxSchemasSize)
+			return 0, errorf(ErrIncompatibleSchema, "the topic's schemas would take %d bytes, over the %d kept", len(b), maxSchemasSize)
 		}
-		_, err = s.store.CompareAndSwap(ctx, key, b, rev)
+		_, err = s.store.CompareAndSwap(ctx, metastore.SchemaKey(topicPath(n.Base())), b, rev)
 		if err == nil {
-			return schemaVersion(len(all.Versions) - 1), nil
+			return all.First + int64(len(all.Versions)) - 1, nil
 		}
 		if !errors.Is(err, metastore.ErrBadVersion) {
-			return nil, err
+			return 0, err
 		}
 	}
-	return nil, errorf(ErrServiceNotReady, "the schemas of %s change too often to add one", n)
+	return 0, errorf(ErrServiceNotReady, "the schemas of %s change too often to add one", n)
+}
+
+// deleteSchemas removes topic n's versions, keeping their numbers used;
+// it returns the latest deleted.
+func (s *Server) deleteSchemas(ctx context.Context, n topicname.Name) (int64, error) {
+	for range 10 {
+		all, rev, err := s.schemas(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		latest, ok := all.latest()
+		if !ok {
+			return 0, errorf(ErrNoSchema, "%s has no schema", n)
+		}
+		next := &metapb.TopicSchemas{First: latest + 1}
+		_, err = s.store.CompareAndSwap(ctx, metastore.SchemaKey(topicPath(n.Base())), marshal(next), rev)
+		if err == nil {
+			return latest, nil
+		}
+		if !errors.Is(err, metastore.ErrBadVersion) {
+			return 0, err
+		}
+	}
+	return 0, errorf(ErrServiceNotReady, "the schemas of %s change too often to delete them", n)
+}
+
+// topicSchemas is a topic's stored versions with their helpers.
+type topicSchemas struct{ *metapb.TopicSchemas }
+
+// schemas returns topic n's versions and the revision to compare-and-swap
+// them at (metastore.MustNotExist when there are none yet).
+func (s *Server) schemas(ctx context.Context, n topicname.Name) (topicSchemas, int64, error) {
+	all := &metapb.TopicSchemas{}
+	rev, err := getProto(ctx, s.store, metastore.SchemaKey(topicPath(n.Base())), all)
+	switch {
+	case errors.Is(err, metastore.ErrNotFound):
+		return topicSchemas{all}, metastore.MustNotExist, nil
+	case err != nil:
+		return topicSchemas{}, 0, err
+	}
+	return topicSchemas{all}, rev, nil
+}
+
+// find returns the version equal to info.
+func (t topicSchemas) find(info *metapb.SchemaInfo) (int64, bool) {
+	i := slices.IndexFunc(t.Versions, func(v *metapb.SchemaInfo) bool { return sameSchema(v, info) })
+	return t.First + int64(i), i >= 0
+}
+
+// latest returns the latest version's number; false if there is none.
+func (t topicSchemas) latest() (int64, bool) {
+	return t.First + int64(len(t.Versions)) - 1, len(t.Versions) > 0
+}
+
+// at returns version v; false if it is not kept.
+func (t topicSchemas) at(v int64) (*metapb.SchemaInfo, bool) {
+	if v < t.First || v-t.First >= int64(len(t.Versions)) {
+		return nil, false
+	}
+	return t.Versions[v-t.First], true
+}
+
+// compatible reports whether info may follow the versions: any definition
+// of the latest version's type (no evolution check), no other type.
+func (t topicSchemas) compatible(info *metapb.SchemaInfo) error {
+	if n := len(t.Versions); n > 0 && t.Versions[n-1].GetType() != info.GetType() {
+		return errorf(ErrIncompatibleSchema, "schema %s: the topic's schema is %s",
+			schemaTypeName(info.GetType()), schemaTypeName(t.Versions[n-1].GetType()))
+	}
+	return nil
+}
+
+// schemaTypeNames are Pulsar's names of the schema types, as its admin
+// REST spells them, by the protocol's numbers.
+var schemaTypeNames = map[int32]string{
+	0: "NONE", 1: "STRING", 2: "JSON", 3: "PROTOBUF", 4: "AVRO", 5: "BOOLEAN", 6: "INT8", 7: "INT16", 8: "INT32",
+	9: "INT64", 10: "FLOAT", 11: "DOUBLE", 12: "DATE", 13: "TIME", 14: "TIMESTAMP", 15: "KEY_VALUE", 16: "INSTANT",
+	17: "LOCAL_DATE", 18: "LOCAL_TIME", 19: "LOCAL_DATE_TIME", 20: "PROTOBUF_NATIVE",
+}
+
+func schemaTypeName(t int32) string {
+	if name, ok := schemaTypeNames[t]; ok {
+		return name
+	}
+	return fmt.Sprintf("TYPE_%d", t)
+}
+
+// schemaTypeOf is the protocol's number of a type named as Pulsar's admin
+// REST names it.
+func schemaTypeOf(name string) (int32, error) {
+	for t, n := range schemaTypeNames {
+		if n == name {
+			return t, nil
+		}
+	}
+	return 0, errorf(ErrInvalidArgument, "schema type %q is not one of Pulsar's", name)
 }
 
 // schemaAt returns topic n's schema at version (the latest if version is
 // empty) and that version; ErrNoSchema if there is none.
 func (s *Server) schemaAt(ctx context.Context, n topicname.Name, version []byte) (*pulsarpb.Schema, []byte, error) {
-	var all metapb.TopicSchemas
-	if _, err := getProto(ctx, s.store, metastore.SchemaKey(topicPath(n.Base())), &all); errors.Is(err, metastore.ErrNotFound) {
-		return nil, nil, errorf(ErrNoSchema, "%s has no schema", n)
-	} else if err != nil {
+	all, _, err := s.schemas(ctx, n)
+	if err != nil {
 		return nil, nil, err
 	}
-	i := len(all.Versions) - 1
+	v, ok := all.latest()
+	if !ok {
+		return nil, nil, errorf(ErrNoSchema, "%s has no schema", n)
+	}
 	if len(version) > 0 {
 		if len(version) != 8 {
 			return nil, nil, errorf(ErrInvalidArgument, "schema version of %d bytes, not 8", len(version))
 		}
-		v := binary.BigEndian.Uint64(version)
-		if v >= uint64(len(all.Versions)) {
-			return nil, nil, errorf(ErrNoSchema, "%s has no schema version %d", n, v)
-		}
-		i = int(v)
+		v = int64(binary.BigEndian.Uint64(version))
 	}
-	if i < 0 {
-		return nil, nil, errorf(ErrNoSchema, "%s has no schema", n)
+	info, ok := all.at(v)
+	if !ok {
+		return nil, nil, errorf(ErrNoSchema, "%s has no schema version %d", n, v)
 	}
-	info := all.Versions[i]
 	sc := &pulsarpb.Schema{Name: proto.String(info.GetName()), SchemaData: info.GetData(), Type: pulsarpb.Schema_Type(info.GetType()).Enum()}
 	if sc.SchemaData == nil {
 		sc.SchemaData = []byte{}
@@ -128,5 +232,5 @@ func (s *Server) schemaAt(ctx context.Context, n topicname.Name, version []byte)
 	for _, k := range slices.Sorted(maps.Keys(info.GetProperties())) {
 		sc.Properties = append(sc.Properties, &pulsarpb.KeyValue{Key: proto.String(k), Value: proto.String(info.GetProperties()[k])})
 	}
-	return sc, schemaVersion(i), nil
+	return sc, schemaVersion(v), nil
 }

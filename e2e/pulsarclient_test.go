@@ -14,6 +14,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/apache/pulsar-client-go/pulsaradmin"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
@@ -933,9 +935,94 @@ func TestPulsarClientSchemas(t *testing.T) {
 		}
 		cons.Ack(m)
 	}
+	const jsonDef = `{"type":"record","name":"x","fields":[]}`
 	_, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: "persistent://public/default/schema-string",
-		Schema: pulsar.NewJSONSchema(`{"type":"record","name":"x","fields":[]}`, nil)})
+		Schema: pulsar.NewJSONSchema(jsonDef, nil)})
 	if err == nil || !strings.Contains(err.Error(), "IncompatibleSchema") {
 		t.Fatalf("a JSON producer on a String topic: %v, want IncompatibleSchema", err)
+	}
+
+	// The same schemas through pulsaradmin's Schemas, every method.
+	admin, err := pulsaradmin.NewClient(&pulsaradmin.Config{WebServiceURL: "http://" + s.httpAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sch := admin.Schemas()
+	const strTopic, avroTopic = "persistent://public/default/schema-string", "persistent://public/default/schema-avro"
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	info, err := sch.GetSchemaInfo(strTopic)
+	must("GetSchemaInfo", err)
+	if info.Type != "STRING" {
+		t.Fatalf("GetSchemaInfo: %+v, want STRING", info)
+	}
+	withVersion, err := sch.GetSchemaInfoWithVersion(avroTopic)
+	must("GetSchemaInfoWithVersion", err)
+	// The definition as the client sent it (its library writes the Avro
+	// JSON out again in its own form).
+	stored := withVersion.SchemaInfo.Schema
+	if withVersion.Version != 0 || withVersion.SchemaInfo.Type != "AVRO" || !strings.Contains(string(stored), `"order"`) {
+		t.Fatalf("GetSchemaInfoWithVersion: %+v %s, want AVRO version 0", withVersion, stored)
+	}
+	// A changed Avro schema: version 1, found by its payload and by its
+	// info; the first still there by number.
+	const orderAvro2 = `{"type":"record","name":"order","fields":[{"name":"id","type":"int"},{"name":"item","type":"string"},{"name":"n","type":["null","int"],"default":null}]}`
+	must("CreateSchemaByPayload", sch.CreateSchemaByPayload(avroTopic, utils.PostSchemaPayload{SchemaType: "AVRO", Schema: orderAvro2}))
+	v, err := sch.GetVersionByPayload(avroTopic, utils.PostSchemaPayload{SchemaType: "AVRO", Schema: orderAvro2})
+	must("GetVersionByPayload", err)
+	v0, err := sch.GetVersionBySchemaInfo(avroTopic, utils.SchemaInfo{Type: "AVRO", Schema: stored})
+	must("GetVersionBySchemaInfo", err)
+	if v != 1 || v0 != 0 {
+		t.Fatalf("versions of the two Avro schemas: %d and %d, want 1 and 0", v, v0)
+	}
+	first, err := sch.GetSchemaInfoByVersion(avroTopic, 0)
+	must("GetSchemaInfoByVersion", err)
+	all, err := sch.GetAllSchemas(avroTopic)
+	must("GetAllSchemas", err)
+	if string(first.Schema) != string(stored) || len(all) != 2 || all[1].Version != 1 || string(all[1].SchemaInfo.Schema) != orderAvro2 {
+		t.Fatalf("version 0 %+v; all %d versions", first, len(all))
+	}
+	must("CreateSchemaBySchemaInfo", sch.CreateSchemaBySchemaInfo(avroTopic, utils.SchemaInfo{Type: "AVRO", Schema: []byte(orderAvro2)})) // already there
+	if all, _ := sch.GetAllSchemas(avroTopic); len(all) != 2 {
+		t.Fatalf("the same schema again added a version: %d versions", len(all))
+	}
+	// Compatibility: another type is not, the same type is.
+	incompatible, err := sch.TestCompatibilityWithPostSchemaPayload(strTopic, utils.PostSchemaPayload{SchemaType: "JSON", Schema: jsonDef})
+	must("TestCompatibilityWithPostSchemaPayload", err)
+	compatibleInfo, err := sch.TestCompatibilityWithSchemaInfo(strTopic, utils.SchemaInfo{Type: "STRING"})
+	must("TestCompatibilityWithSchemaInfo", err)
+	if incompatible.IsCompatibility || !compatibleInfo.IsCompatibility {
+		t.Fatalf("compatibility: JSON on String %+v, String on String %+v", incompatible, compatibleInfo)
+	}
+	if err := sch.CreateSchemaByPayload(strTopic, utils.PostSchemaPayload{SchemaType: "JSON", Schema: jsonDef}); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Fatalf("a JSON schema on a String topic: %v, want 409", err)
+	}
+	// Delete: gone (404), a message written with a deleted version cannot
+	// be decoded (an error, not a panic), and the next schema of any type
+	// gets a new number, never a deleted one.
+	cons, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: strTopic, SubscriptionName: "after-delete", Schema: pulsar.NewStringSchema(nil),
+		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	must("subscribe", err)
+	defer cons.Close()
+	must("DeleteSchema", sch.DeleteSchema(strTopic))
+	must("ForceDeleteSchema", sch.ForceDeleteSchema(avroTopic))
+	if _, err := sch.GetSchemaInfo(strTopic); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("GetSchemaInfo after DeleteSchema: %v, want 404", err)
+	}
+	m, err := cons.Receive(ctx)
+	must("receive", err)
+	var str *string
+	if err := m.GetSchemaValue(&str); err == nil {
+		t.Fatalf("GetSchemaValue of a message whose schema was deleted: %q, want an error", *str)
+	}
+	jp, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: strTopic, Schema: pulsar.NewJSONSchema(jsonDef, nil)})
+	must("a JSON producer once the String schema is deleted", err)
+	defer jp.Close()
+	if got, err := sch.GetSchemaInfoWithVersion(strTopic); err != nil || got.Version != 1 || got.SchemaInfo.Type != "JSON" {
+		t.Fatalf("the schema after the deletion: %+v %v, want JSON as version 1", got, err)
 	}
 }

@@ -1722,10 +1722,13 @@ func (x *DedupSnapshot) GetSequences() map[string]int64 {
 
 // TopicSchemas is a topic's schemas at schemas/<tenant>/<namespace>/<topic>
 // (the base name: a partitioned topic's partitions share them), as
-// Pulsar's clients register them: version i is versions[i].
+// Pulsar's clients register them: version first+i is versions[i]. Deleting
+// the schemas (admin REST) moves first past them, so a version number is
+// never given to two schemas while the topic lives.
 type TopicSchemas struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Versions      []*SchemaInfo          `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	First         int64                  `protobuf:"varint,2,opt,name=first,proto3" json:"first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1767,6 +1770,13 @@ func (x *TopicSchemas) GetVersions() []*SchemaInfo {
 	return nil
 }
 
+func (x *TopicSchemas) GetFirst() int64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
 // SchemaInfo is one schema version: Pulsar's schema type number, its
 // definition and properties, as the client sent them.
 type SchemaInfo struct {
@@ -1775,6 +1785,7 @@ type SchemaInfo struct {
 	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
 	Properties    map[string]string      `protobuf:"bytes,3,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Timestamp     int64                  `protobuf:"varint,5,opt,name=timestamp,proto3" json:"timestamp,omitempty"` // when it was added, unix milliseconds
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1835,6 +1846,13 @@ func (x *SchemaInfo) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *SchemaInfo) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
 }
 
 var File_metapb_meta_proto protoreflect.FileDescriptor
@@ -2004,9 +2022,10 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\tsequences\x18\x03 \x03(\v2..magnetar.meta.v1.DedupSnapshot.SequencesEntryR\tsequences\x1a<\n" +
 	"\x0eSequencesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"H\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"^\n" +
 	"\fTopicSchemas\x128\n" +
-	"\bversions\x18\x01 \x03(\v2\x1c.magnetar.meta.v1.SchemaInfoR\bversions\"\xd5\x01\n" +
+	"\bversions\x18\x01 \x03(\v2\x1c.magnetar.meta.v1.SchemaInfoR\bversions\x12\x14\n" +
+	"\x05first\x18\x02 \x01(\x03R\x05first\"\xf3\x01\n" +
 	"\n" +
 	"SchemaInfo\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\x05R\x04type\x12\x12\n" +
@@ -2014,7 +2033,8 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\n" +
 	"properties\x18\x03 \x03(\v2,.magnetar.meta.v1.SchemaInfo.PropertiesEntryR\n" +
 	"properties\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\x1a=\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1c\n" +
+	"\ttimestamp\x18\x05 \x01(\x03R\ttimestamp\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*y\n" +
