@@ -129,9 +129,6 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 				return nil, err
 			}
 		}
-		if !req.Durable && isMulti(req.Type) {
-			return nil, errorf(ErrInvalidArgument, "a reader (non-durable subscription) is exclusive")
-		}
 		durableSub := ""
 		if req.Durable {
 			durableSub = req.Subscription
@@ -310,9 +307,7 @@ func ackedIndexes(set []int64, size int) []int32 {
 // subscription goes with it) and ends its pump.
 func (pc *pulsarConn) dropConsumer(pcons *pulsarConsumer) {
 	pcons.sub.removeConsumer(pcons.c)
-	if !pcons.sub.durable && pcons.t.subscriptionIs(pcons.sub.name, pcons.sub) {
-		pcons.t.removeSubscription(context.Background(), pcons.sub.name, true)
-	}
+	pcons.t.dropNonDurable(pcons.sub)
 	pcons.c.disconnect(io.EOF)
 }
 

@@ -315,9 +315,6 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 	default:
 		return errorf(ErrInvalidArgument, "unknown subscription type %d", req.Type)
 	}
-	if !req.Durable && isMulti(req.Type) {
-		return errorf(ErrInvalidArgument, "a reader (non-durable subscription) is exclusive")
-	}
 	// A reader's subscription is its own and ends with it: the prefix
 	// rule is for the durable ones.
 	durableSub := ""
@@ -348,9 +345,7 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 	}
 	defer func() {
 		sub.removeConsumer(c)
-		if !sub.durable {
-			t.removeSubscription(context.Background(), sub.name, true)
-		}
+		t.dropNonDurable(sub)
 	}()
 	sendDone := make(chan error, 1)
 	go func() {

@@ -579,12 +579,19 @@ func (t *topic) readerStart(req *brokerpb.Subscribe) mledger.Position {
 
 // removeSubscription deletes a durable subscription (no consumers may be
 // connected) or forgets a reader's.
-// subscriptionIs reports whether the topic's subscription of that name is
-// sub (and not one created since under the same name).
-func (t *topic) subscriptionIs(name string, sub *subscription) bool {
+// dropNonDurable removes a non-durable subscription once its last
+// consumer has gone: its in-memory cursor keeps nothing worth keeping (a
+// consumer joining meanwhile finds it closing and subscribes again).
+func (t *topic) dropNonDurable(sub *subscription) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.mu.subs[name] == sub
+	if sub.durable || t.mu.subs[sub.name] != sub || sub.consumerCount() > 0 {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.mu.subs, sub.name)
+	t.mu.Unlock()
+	sub.close(context.Background())
+	sub.cur.Delete(context.Background())
 }
 
 func (t *topic) removeSubscription(ctx context.Context, name string, force bool) error {

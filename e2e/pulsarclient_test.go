@@ -1026,3 +1026,105 @@ func TestPulsarClientSchemas(t *testing.T) {
 		t.Fatalf("the schema after the deletion: %+v %v, want JSON as version 1", got, err)
 	}
 }
+
+// Non-durable subscriptions of the multi-consumer types, as the official
+// client makes them (SubscriptionMode NonDurable): two Shared consumers
+// share the messages, each once; when one leaves the other goes on; when
+// the last leaves the subscription goes, and the messages sent meanwhile
+// are not kept for the next one.
+func TestPulsarClientNonDurableShared(t *testing.T) {
+	s := startStandalone(t, t.TempDir(), freePorts(t, 4))
+	t.Cleanup(func() { s.stop() })
+	pc := officialClient(t, "pulsar://"+s.brokerAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const topic = "persistent://public/default/non-durable"
+	p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	subscribe := func(name string) pulsar.Consumer {
+		t.Helper()
+		c, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "nd", Name: name, Type: pulsar.Shared,
+			SubscriptionMode: pulsar.NonDurable, ReceiverQueueSize: 1})
+		if err != nil {
+			t.Fatalf("non-durable Shared consumer %s: %v", name, err)
+		}
+		return c
+	}
+	send := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprint("m-", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a, b := subscribe("a"), subscribe("b")
+	send(0, 20)
+	type delivery struct{ msg, consumer string }
+	deliveries := make(chan delivery, 40)
+	rctx, rcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for name, c := range map[string]pulsar.Consumer{"a": a, "b": b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, err := c.Receive(rctx)
+				if err != nil {
+					return // the collection below is done
+				}
+				c.Ack(m)
+				deliveries <- delivery{string(m.Payload()), name}
+			}
+		}()
+	}
+	got := map[string]string{} // message -> consumer
+	counts := map[string]int{}
+	for len(got) < 20 {
+		select {
+		case d := <-deliveries:
+			if prev, dup := got[d.msg]; dup {
+				t.Fatalf("%s received by %s and %s", d.msg, prev, d.consumer)
+			}
+			got[d.msg] = d.consumer
+			counts[d.consumer]++
+		case <-ctx.Done():
+			t.Fatalf("received %d of 20", len(got))
+		}
+	}
+	rcancel()
+	wg.Wait()
+	if counts["a"] == 0 || counts["b"] == 0 {
+		t.Fatalf("the two Shared consumers got %v: both should have a share", counts)
+	}
+	// One leaves: the other goes on with the subscription.
+	a.Close()
+	send(20, 25)
+	for i := 20; i < 25; i++ {
+		m, err := b.Receive(ctx)
+		if err != nil {
+			t.Fatalf("after the other left: %v", err)
+		}
+		if want := fmt.Sprint("m-", i); string(m.Payload()) != want {
+			t.Fatalf("after the other left: %q, want %q", m.Payload(), want)
+		}
+		b.Ack(m)
+	}
+	// The last leaves: the subscription goes; what is sent meanwhile is
+	// not kept for the next non-durable consumer (it starts at the latest).
+	b.Close()
+	send(25, 26)
+	c := subscribe("c")
+	defer c.Close()
+	send(26, 27)
+	m, err := c.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Payload()) != "m-26" {
+		t.Fatalf("the next non-durable consumer got %q first, want m-26 (m-25 was sent with no subscription)", m.Payload())
+	}
+}
