@@ -136,12 +136,17 @@ func (s *Server) schemaRoutes(h route) {
 		}
 		return map[string]int64{"version": v}, nil
 	})
-	h("POST "+base+"/version", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
+	// withVersions: a payload and the topic's versions.
+	withVersions := func(r *http.Request) (topicname.Name, *metapb.SchemaInfo, topicSchemas, error) {
 		n, info, err := payload(r)
 		if err != nil {
-			return nil, err
+			return n, nil, topicSchemas{}, err
 		}
 		all, _, err := s.schemas(r.Context(), n)
+		return n, info, all, err
+	}
+	h("POST "+base+"/version", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
+		n, info, all, err := withVersions(r)
 		if err != nil {
 			return nil, err
 		}
@@ -152,11 +157,7 @@ func (s *Server) schemaRoutes(h route) {
 		return map[string]int64{"version": v}, nil
 	})
 	h("POST "+base+"/compatibility", s.onTopic(opLookup), func(w http.ResponseWriter, r *http.Request) (any, error) {
-		n, info, err := payload(r)
-		if err != nil {
-			return nil, err
-		}
-		all, _, err := s.schemas(r.Context(), n)
+		_, info, all, err := withVersions(r)
 		if err != nil {
 			return nil, err
 		}

@@ -24,13 +24,20 @@ type consumer struct {
 
 	signal chan struct{} // wakes the sender
 	gone   chan struct{} // closed by disconnect
+	// maxOutstanding, if not 0, bounds the bytes of the entries queued
+	// for the sender and not yet sent (it reports them with sent): past
+	// it take refuses whatever the permits, so a client that grants many
+	// permits and does not read does not pull the backlog into memory.
+	// Set before the consumer joins its subscription.
+	maxOutstanding int
 
 	mu struct {
 		sync.Mutex
-		permits   int
-		delivered int64
-		queue     []*brokerpb.ConsumeResponse
-		err       error // why it was disconnected
+		permits     int
+		outstanding int // bytes of entries pushed and not reported sent
+		delivered   int64
+		queue       []*brokerpb.ConsumeResponse
+		err         error // why it was disconnected
 	}
 }
 
@@ -62,6 +69,9 @@ func (c *consumer) addPermits(n int) {
 func (c *consumer) take(n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.maxOutstanding > 0 && c.mu.outstanding >= c.maxOutstanding {
+		return false // sent reopens it
+	}
 	switch {
 	case c.mu.permits >= n:
 		c.mu.permits -= n
@@ -97,6 +107,9 @@ func (c *consumer) give(n int) {
 func (c *consumer) push(r *brokerpb.ConsumeResponse) {
 	c.mu.Lock()
 	if c.mu.err == nil {
+		if m := r.GetMessage(); m != nil && c.maxOutstanding > 0 {
+			c.mu.outstanding += len(m.GetEntry())
+		}
 		c.mu.queue = append(c.mu.queue, r)
 		if h := testHookPushed.Load(); h != nil {
 			(*h)(r) // before the sender can take r
@@ -106,6 +119,23 @@ func (c *consumer) push(r *brokerpb.ConsumeResponse) {
 	select {
 	case c.signal <- struct{}{}:
 	default:
+	}
+}
+
+// sent reports a message pushed earlier as sent (or dropped), for
+// maxOutstanding; below the bound again, the subscription may dispatch
+// to the consumer again.
+func (c *consumer) sent(m *brokerpb.Message) {
+	if c.maxOutstanding == 0 {
+		return
+	}
+	c.mu.Lock()
+	was := c.mu.outstanding
+	c.mu.outstanding -= len(m.GetEntry())
+	reopened := was >= c.maxOutstanding && c.mu.outstanding < c.maxOutstanding
+	c.mu.Unlock()
+	if reopened && c.sub != nil {
+		c.sub.signal()
 	}
 }
 

@@ -69,3 +69,43 @@ func TestActiveIndex(t *testing.T) {
 		}
 	}
 }
+
+// With maxOutstanding, what is pushed and not yet sent bounds what take
+// hands out, whatever the permits: a client that grants many permits and
+// does not read stops the dispatch; once the sender reports the bytes
+// sent, take hands out again.
+func TestConsumerMaxOutstanding(t *testing.T) {
+	c := newConsumer(&brokerpb.Subscribe{Type: brokerpb.SubscriptionType_SHARED}, 1)
+	c.maxOutstanding = 100
+	c.addPermits(1 << 20)
+	msg := func(size int) *brokerpb.Message { return &brokerpb.Message{Entry: make([]byte, size)} }
+	a, b := msg(60), msg(60)
+	for i, m := range []*brokerpb.Message{a, b} {
+		if !c.take(1) {
+			t.Fatalf("take %d refused with %d bytes outstanding", i, c.mu.outstanding)
+		}
+		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: m}})
+	}
+	if c.take(1) {
+		t.Fatalf("take handed out with %d bytes outstanding, over the bound of 100", c.mu.outstanding)
+	}
+	if _, err := c.next(); err != nil { // the sender takes the queue: still outstanding until sent
+		t.Fatal(err)
+	}
+	if c.take(1) {
+		t.Fatal("take handed out once the queue was taken but nothing was sent")
+	}
+	c.sent(a)
+	if !c.take(1) {
+		t.Fatalf("take refused with %d bytes outstanding, under the bound", c.mu.outstanding)
+	}
+	// Without the bound (the gRPC path), only permits count.
+	u := newConsumer(&brokerpb.Subscribe{}, 1)
+	u.addPermits(10)
+	for range 10 {
+		if !u.take(1) {
+			t.Fatal("take refused without a bound while permits remained")
+		}
+		u.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: msg(1000)}})
+	}
+}

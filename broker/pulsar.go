@@ -149,16 +149,18 @@ type pulsarConn struct {
 	// refreshed carries the expiry of the token of an accepted
 	// AUTH_RESPONSE, from the reader to refreshAuth (the latest only).
 	refreshed chan time.Time
+	// authRefresh: the client said it answers AUTH_CHALLENGE (set by
+	// serve at CONNECT, before any other goroutine reads it).
+	authRefresh bool
 
 	mu struct {
 		sync.Mutex
 		producers map[uint64]*pulsarProducer
 		consumers map[uint64]*pulsarConsumer
-		// opening holds, per producer and per consumer id, a channel
-		// closed when the PRODUCER or SUBSCRIBE being served for it ends:
-		// a repeat of it, or a CLOSE for the id, waits for that (see
-		// reserve).
-		openingProducers, openingConsumers map[uint64]chan struct{}
+		// producerQueue and consumerQueue hold, per id, a channel closed
+		// when the last request queued for the id has been served (see
+		// inOrder).
+		producerQueue, consumerQueue map[uint64]chan struct{}
 	}
 }
 
@@ -222,8 +224,8 @@ func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc.dying = pc.ctx.Done()
 	pc.mu.producers = map[uint64]*pulsarProducer{}
 	pc.mu.consumers = map[uint64]*pulsarConsumer{}
-	pc.mu.openingProducers = map[uint64]chan struct{}{}
-	pc.mu.openingConsumers = map[uint64]chan struct{}{}
+	pc.mu.producerQueue = map[uint64]chan struct{}{}
+	pc.mu.consumerQueue = map[uint64]chan struct{}{}
 	return pc
 }
 
@@ -245,51 +247,40 @@ func (pc *pulsarConn) goAsync(f func()) {
 	}()
 }
 
-// reserve marks a producer's (or consumer's) id as being opened, after
-// any open of it already running has ended, and returns the function
-// that ends the mark; false if the connection ended first. opening is
-// pc.mu.openingProducers or pc.mu.openingConsumers.
-func (pc *pulsarConn) reserve(opening map[uint64]chan struct{}, id uint64) (release func(), ok bool) {
-	for {
-		pc.mu.Lock()
-		ch := opening[id]
-		if ch == nil {
-			ch = make(chan struct{})
-			opening[id] = ch
-			pc.mu.Unlock()
-			return func() {
-				pc.mu.Lock()
-				delete(opening, id)
-				pc.mu.Unlock()
-				close(ch)
-			}, true
-		}
-		pc.mu.Unlock()
-		select {
-		case <-ch:
-		case <-pc.dying:
-			return nil, false
-		}
-	}
-}
-
-// afterOpen runs f on the reader if no open of id is running, else off
-// it once that open has ended (a CLOSE that overtook its PRODUCER or
-// SUBSCRIBE closes what the open made).
-func (pc *pulsarConn) afterOpen(opening map[uint64]chan struct{}, id uint64, f func()) {
+// inOrder runs f, a request for one producer's (or consumer's) id, after
+// the requests for that id read before it: off the reader when async (or
+// when an earlier one is still running), else on it. A CLOSE that follows
+// a slow PRODUCER closes what the open made; a PRODUCER retried after its
+// CLOSE opens again after it. queue is pc.mu.producerQueue or
+// pc.mu.consumerQueue. Called by the reader only.
+func (pc *pulsarConn) inOrder(queue map[uint64]chan struct{}, id uint64, async bool, f func()) {
 	pc.mu.Lock()
-	ch := opening[id]
-	pc.mu.Unlock()
-	if ch == nil {
+	prev := queue[id]
+	if prev == nil && !async {
+		pc.mu.Unlock()
 		f()
 		return
 	}
+	mine := make(chan struct{})
+	queue[id] = mine
+	pc.mu.Unlock()
 	pc.goAsync(func() {
-		select {
-		case <-ch:
-			f()
-		case <-pc.dying:
+		defer func() {
+			pc.mu.Lock()
+			if queue[id] == mine {
+				delete(queue, id)
+			}
+			pc.mu.Unlock()
+			close(mine)
+		}()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-pc.dying:
+				return
+			}
 		}
+		f()
 	})
 }
 
@@ -450,7 +441,7 @@ func (pc *pulsarConn) serve() {
 	// (AUTH_CHALLENGE); without one the connection ends.
 	if at := auth.Expiry(pc.ctx); !at.IsZero() {
 		pc.wg.Add(1)
-		go pc.refreshAuth(at)
+		go pc.refreshAuth(at, pc.authRefresh)
 	}
 	for {
 		pc.conn.SetReadDeadline(time.Now().Add(3 * pulsarKeepAlive))
@@ -461,7 +452,11 @@ func (pc *pulsarConn) serve() {
 			}
 			return
 		}
-		if !pc.handle(f) {
+		// Whatever the answers (PONG, receipts, lookups), no more than
+		// the high-water mark waits for a client that does not read: the
+		// reader stops reading it meanwhile, as Pulsar's broker stops
+		// reading an unwritable channel.
+		if !pc.waitWritable() || !pc.handle(f) {
 			return
 		}
 	}
@@ -474,6 +469,7 @@ func (pc *pulsarConn) connect(cmd *pulsarpb.BaseCommand) bool {
 		pc.log.Info("pulsar connection not started by CONNECT", zap.Stringer("type", cmd.GetType()))
 		return false
 	}
+	pc.authRefresh = c.GetFeatureFlags().GetSupportsAuthRefresh()
 	if v := pc.s.auth; v != nil {
 		if c.GetAuthMethodName() != "token" {
 			pc.fail(noRequestID, fmt.Errorf("%w: authentication method %q: this broker takes a token (AuthenticationToken)", auth.ErrUnauthenticated, c.GetAuthMethodName()))
@@ -499,39 +495,67 @@ func (pc *pulsarConn) connect(cmd *pulsarpb.BaseCommand) bool {
 const pulsarAuthRefresh = "PulsarAuthRefresh"
 
 // refreshAuth asks the client for a fresh token when the connection's
-// expires at expiry (AUTH_CHALLENGE, as Pulsar's broker does; the client
-// answers AUTH_RESPONSE with its provider's current token), and closes
-// the connection unless one is accepted within the verifier's leeway
-// (the grace the gRPC streams get too). It runs until the connection
-// ends or a token without an expiry is accepted.
-func (pc *pulsarConn) refreshAuth(expiry time.Time) {
+// expires at expiry (AUTH_CHALLENGE, as Pulsar's broker does, to a client
+// whose CONNECT says it supports refresh; the client answers
+// AUTH_RESPONSE with its provider's current token), and closes the
+// connection unless a fresh one (valid, expiring later than the old one
+// and after now) is accepted within the verifier's leeway (the grace the
+// gRPC streams get too). It runs until the connection ends or a token
+// without an expiry is accepted.
+func (pc *pulsarConn) refreshAuth(expiry time.Time, challenge bool) {
 	defer pc.wg.Done()
-	for !expiry.IsZero() {
+	for {
 		t := time.NewTimer(time.Until(expiry))
-		select {
-		case <-t.C:
-		case expiry = <-pc.refreshed: // refreshed early, unasked
-			t.Stop()
-			continue
-		case <-pc.dying:
-			t.Stop()
-			return
+	valid:
+		for {
+			select {
+			case <-t.C:
+				break valid
+			case e := <-pc.refreshed: // refreshed early, unasked
+				if e.IsZero() {
+					t.Stop()
+					return
+				}
+				if e.After(expiry) {
+					expiry = e
+					t.Reset(time.Until(expiry))
+				}
+			case <-pc.dying:
+				t.Stop()
+				return
+			}
 		}
-		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_AUTH_CHALLENGE.Enum(), AuthChallenge: &pulsarpb.CommandAuthChallenge{
-			ServerVersion: proto.String("Magnetar"), ProtocolVersion: proto.Int32(pulsarProtocolVersion),
-			Challenge: &pulsarpb.AuthData{AuthMethodName: proto.String("token"), AuthData: []byte(pulsarAuthRefresh)},
-		}}, nil)
-		t = time.NewTimer(time.Until(expiry.Add(auth.Leeway)))
-		select {
-		case expiry = <-pc.refreshed:
-			t.Stop()
-		case <-t.C:
-			pc.log.Info("pulsar connection closed: its token expired and no fresh one came", zap.Time("expired", expiry))
-			pc.close()
-			return
-		case <-pc.dying:
-			t.Stop()
-			return
+		if challenge {
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_AUTH_CHALLENGE.Enum(), AuthChallenge: &pulsarpb.CommandAuthChallenge{
+				ServerVersion: proto.String("Magnetar"), ProtocolVersion: proto.Int32(pulsarProtocolVersion),
+				Challenge: &pulsarpb.AuthData{AuthMethodName: proto.String("token"), AuthData: []byte(pulsarAuthRefresh)},
+			}}, nil)
+		}
+		deadline := time.NewTimer(time.Until(expiry.Add(auth.Leeway)))
+	fresh:
+		for {
+			select {
+			case e := <-pc.refreshed:
+				if e.IsZero() {
+					deadline.Stop()
+					return
+				}
+				// One that has expired too (accepted within the leeway)
+				// is no refresh: the deadline stands, and the client is
+				// not challenged again in a loop.
+				if e.After(expiry) && e.After(time.Now()) {
+					expiry = e
+					deadline.Stop()
+					break fresh
+				}
+			case <-deadline.C:
+				pc.log.Info("pulsar connection closed: its token expired and no fresh one came", zap.Time("expired", expiry))
+				pc.close()
+				return
+			case <-pc.dying:
+				deadline.Stop()
+				return
+			}
 		}
 	}
 }
@@ -549,7 +573,7 @@ func (pc *pulsarConn) authResponse(c *pulsarpb.CommandAuthResponse) bool {
 		pc.fail(noRequestID, fmt.Errorf("%w: authentication method %q: this broker takes a token (AuthenticationToken)", auth.ErrUnauthenticated, m))
 		return false
 	}
-	ctx, err := v.Authenticate(context.Background(), string(c.GetResponse().GetAuthData()))
+	ctx, err := v.Authenticate(pc.ctx, string(c.GetResponse().GetAuthData()))
 	if err != nil {
 		pc.fail(noRequestID, err)
 		return false
@@ -599,7 +623,7 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_PRODUCER:
 		if c := cmd.GetProducer(); c != nil {
-			pc.goAsync(func() { pc.openProducer(c) })
+			pc.inOrder(pc.mu.producerQueue, c.GetProducerId(), true, func() { pc.openProducer(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_SEND:
@@ -609,12 +633,12 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_CLOSE_PRODUCER:
 		if c := cmd.GetCloseProducer(); c != nil {
-			pc.afterOpen(pc.mu.openingProducers, c.GetProducerId(), func() { pc.closeProducer(c) })
+			pc.inOrder(pc.mu.producerQueue, c.GetProducerId(), false, func() { pc.closeProducer(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_SUBSCRIBE:
 		if c := cmd.GetSubscribe(); c != nil {
-			pc.goAsync(func() { pc.subscribe(c) })
+			pc.inOrder(pc.mu.consumerQueue, c.GetConsumerId(), true, func() { pc.subscribe(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_FLOW:
@@ -634,22 +658,22 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_SEEK:
 		if c := cmd.GetSeek(); c != nil {
-			pc.goAsync(func() { pc.seek(c) })
+			pc.inOrder(pc.mu.consumerQueue, c.GetConsumerId(), true, func() { pc.seek(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_GET_LAST_MESSAGE_ID:
 		if c := cmd.GetGetLastMessageId(); c != nil {
-			pc.goAsync(func() { pc.lastMessageID(c) })
+			pc.inOrder(pc.mu.consumerQueue, c.GetConsumerId(), true, func() { pc.lastMessageID(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_CLOSE_CONSUMER:
 		if c := cmd.GetCloseConsumer(); c != nil {
-			pc.afterOpen(pc.mu.openingConsumers, c.GetConsumerId(), func() { pc.closeConsumer(c) })
+			pc.inOrder(pc.mu.consumerQueue, c.GetConsumerId(), false, func() { pc.closeConsumer(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_UNSUBSCRIBE:
 		if c := cmd.GetUnsubscribe(); c != nil {
-			pc.unsubscribe(c)
+			pc.inOrder(pc.mu.consumerQueue, c.GetConsumerId(), true, func() { pc.unsubscribe(c) })
 			return true
 		}
 	case pulsarpb.BaseCommand_AUTH_RESPONSE:
@@ -797,11 +821,6 @@ func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace)
 // (the client looked it up).
 func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 	id := c.GetProducerId()
-	release, ok := pc.reserve(pc.mu.openingProducers, id)
-	if !ok {
-		return
-	}
-	defer release()
 	pp, err := func() (*pulsarProducer, error) {
 		n, err := parseTopic(c.GetTopic())
 		if err != nil {
@@ -1031,17 +1050,24 @@ var (
 	ErrChecksum           = fmt.Errorf("%w: checksum mismatch", ErrInvalidMessage)
 )
 
+// authorizedTopic parses a request's topic and checks that the
+// connection's role may op it.
+func (pc *pulsarConn) authorizedTopic(name string, op topicOp) (topicname.Name, error) {
+	n, err := topicname.Parse(name)
+	if err != nil {
+		return n, errorf(ErrInvalidArgument, "%v", err)
+	}
+	return n, pc.s.authz.checkTopic(pc.ctx, n, op, "")
+}
+
 // getSchema answers GET_SCHEMA: the topic's schema at the version asked
 // for (the latest without one); Pulsar's TopicNotFound "no schema" when
 // there is none.
 func (pc *pulsarConn) getSchema(c *pulsarpb.CommandGetSchema) {
 	resp := &pulsarpb.CommandGetSchemaResponse{RequestId: c.RequestId}
 	err := func() error {
-		n, err := topicname.Parse(c.GetTopic())
+		n, err := pc.authorizedTopic(c.GetTopic(), opLookup)
 		if err != nil {
-			return errorf(ErrInvalidArgument, "%v", err)
-		}
-		if err := pc.s.authz.checkTopic(pc.ctx, n, opLookup, ""); err != nil {
 			return err
 		}
 		resp.Schema, resp.SchemaVersion, err = pc.s.schemaAt(pc.ctx, n, c.GetSchemaVersion())
@@ -1062,11 +1088,8 @@ func (pc *pulsarConn) getSchema(c *pulsarpb.CommandGetSchema) {
 func (pc *pulsarConn) getOrCreateSchema(c *pulsarpb.CommandGetOrCreateSchema) {
 	resp := &pulsarpb.CommandGetOrCreateSchemaResponse{RequestId: c.RequestId}
 	err := func() error {
-		n, err := topicname.Parse(c.GetTopic())
+		n, err := pc.authorizedTopic(c.GetTopic(), opProduce)
 		if err != nil {
-			return errorf(ErrInvalidArgument, "%v", err)
-		}
-		if err := pc.s.authz.checkTopic(pc.ctx, n, opProduce, ""); err != nil {
 			return err
 		}
 		resp.SchemaVersion, err = pc.s.registerSchema(pc.ctx, n, c.GetSchema())

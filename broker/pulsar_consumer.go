@@ -96,11 +96,6 @@ func subscribeRequest(c *pulsarpb.CommandSubscribe) (*brokerpb.Subscribe, error)
 // subscribe handles SUBSCRIBE.
 func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 	id := c.GetConsumerId()
-	release, ok := pc.reserve(pc.mu.openingConsumers, id)
-	if !ok {
-		return
-	}
-	defer release()
 	pcons, err := func() (*pulsarConsumer, error) {
 		pc.mu.Lock()
 		existing := pc.mu.consumers[id]
@@ -140,9 +135,9 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		if err != nil {
 			return nil, err
 		}
-		// A consumer's schema is registered as a producer's is (Pulsar
-		// adds it to a topic that has none, and checks it otherwise).
-		if _, err := pc.s.registerSchema(pc.ctx, n, c.GetSchema()); err != nil {
+		// A consumer's schema: added to a topic that has none, checked
+		// otherwise (as Pulsar).
+		if err := pc.s.checkConsumerSchema(pc.ctx, n, c.GetSchema()); err != nil {
 			return nil, err
 		}
 		// Pulsar dispatches an entry whenever the consumer has a permit,
@@ -150,6 +145,7 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		// message and may ask for fewer than a batch): a receive queue of
 		// one lets any entry go once a permit is there.
 		cons := newConsumer(req, 1)
+		cons.maxOutstanding = pulsarConsumerMaxOutstanding
 		cons.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
 		sub, err := t.subscribe(pc.ctx, req, cons)
 		if err != nil {
@@ -177,6 +173,12 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 	go pc.consumerPump(pcons)
 }
 
+// pulsarConsumerMaxOutstanding bounds the bytes dispatched to a Pulsar
+// client's consumer and not yet handed to its connection's writer (plus
+// one entry): with the connection's high-water mark, what a client that
+// grants permits and does not read costs the broker.
+const pulsarConsumerMaxOutstanding = 1 << 20
+
 // consumerPump turns what is queued for a consumer into frames. When the
 // broker disconnects the consumer (its topic unloads, a seek), the client
 // is told to close it; it subscribes again.
@@ -190,11 +192,14 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(pcons.subscribeRequest)}}, nil)
 			case *brokerpb.ConsumeResponse_Message:
 				// Not more than the high-water mark queued behind a
-				// client that does not read (whatever permits it gave).
+				// client that does not read (whatever permits it gave);
+				// while the pump waits, the consumer's own bound
+				// (maxOutstanding) stops the dispatch to it.
 				if !pc.waitWritable() {
-					break
+					return // the connection ended: serve drops the consumer
 				}
 				pc.sendMessage(pcons.id, r.Message)
+				pcons.c.sent(r.Message)
 			case *brokerpb.ConsumeResponse_ActiveChange:
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pulsarpb.CommandActiveConsumerChange{
 					ConsumerId: proto.Uint64(pcons.id), IsActive: proto.Bool(r.ActiveChange.GetIsActive())}}, nil)

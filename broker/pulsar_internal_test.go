@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -48,6 +49,18 @@ func TestPulsarConnWriteHighWater(t *testing.T) {
 	}
 	waited := make(chan bool, 1)
 	go func() { waited <- pc.waitWritable() }()
+	// Once the waiter is parked (it made the channel the writer closes),
+	// it must not have returned: nothing was written.
+	for parked := false; !parked; runtime.Gosched() {
+		pc.out.Lock()
+		parked = pc.out.written != nil
+		pc.out.Unlock()
+	}
+	select {
+	case <-waited:
+		t.Fatal("waitWritable returned with the mark passed and nothing written")
+	default:
+	}
 	// The writer runs and the client reads: the queue drains, waitWritable
 	// returns.
 	pc.wg.Add(1)

@@ -193,17 +193,23 @@ func TestPulsarProtocolAuthentication(t *testing.T) {
 	if got := p.next(); got.GetLookupTopicResponse().GetError() != pulsarpb.ServerError_AuthorizationError {
 		t.Fatalf("a lookup by a role with no grant: %v, want AuthorizationError", got)
 	}
-	// When a connection's token expires the broker asks for a fresh one
-	// (AUTH_CHALLENGE, as Pulsar's does). Connection a answers with a
-	// valid token and lives on past the first one's expiry and leeway
-	// (it is challenged again when the second expires), then answers with
-	// another role's token and is closed; connection b does not answer and
-	// is closed once the verifier's leeway has passed.
-	connect := func(ttl time.Duration) *rawPulsar {
+	// When a connection's token expires the broker asks a client that
+	// supports it for a fresh one (AUTH_CHALLENGE, as Pulsar's does).
+	// Connection a answers with a valid token and lives on past the first
+	// one's expiry and leeway (it is challenged again when the second
+	// expires), then answers with another role's token and is closed; b
+	// does not answer and is closed once the verifier's leeway has passed;
+	// c said nothing of refresh in its CONNECT: never challenged, closed
+	// at the same time.
+	connect := func(ttl time.Duration, refresh bool) *rawPulsar {
 		t.Helper()
 		p := dialPulsar(t, e.b.Addr())
-		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECT.Enum(), Connect: &pulsarpb.CommandConnect{ClientVersion: proto.String("raw"),
-			AuthMethodName: proto.String("token"), AuthData: []byte(e.token(t, "admin", ttl))}}, nil)
+		c := &pulsarpb.CommandConnect{ClientVersion: proto.String("raw"),
+			AuthMethodName: proto.String("token"), AuthData: []byte(e.token(t, "admin", ttl))}
+		if refresh {
+			c.FeatureFlags = &pulsarpb.FeatureFlags{SupportsAuthRefresh: proto.Bool(true)}
+		}
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECT.Enum(), Connect: c}, nil)
 		if got := p.next(); got.GetType() != pulsarpb.BaseCommand_CONNECTED {
 			t.Fatalf("CONNECT with a short token: %v", got)
 		}
@@ -221,16 +227,19 @@ func TestPulsarProtocolAuthentication(t *testing.T) {
 		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_AUTH_RESPONSE.Enum(), AuthResponse: &pulsarpb.CommandAuthResponse{
 			Response: &pulsarpb.AuthData{AuthMethodName: proto.String("token"), AuthData: []byte(e.token(t, role, ttl))}}}, nil)
 	}
-	a, b := connect(time.Second), connect(time.Second)
+	start := time.Now()
+	a, b, c := connect(time.Second, true), connect(time.Second, true), connect(time.Second, false)
 	challenged(b)
-	challengedB := time.Now()
 	challenged(a)
 	respond(a, "admin", 7*time.Second) // beyond the first token's expiry plus the 5 s leeway
 	if !b.closed() {
 		t.Fatal("a connection that answered no challenge outlived its token")
 	}
-	if d := time.Since(challengedB); d < 4*time.Second {
-		t.Fatalf("closed %v after the challenge: before the verifier's leeway passed", d)
+	if f, err := c.r.Read(); err == nil {
+		t.Fatalf("a client without refresh support got %v, want the connection closed and nothing else", f.Cmd)
+	}
+	if d := time.Since(start); d < 5*time.Second {
+		t.Fatalf("closed %v after connecting with a 1 s token: before the verifier's leeway passed", d)
 	}
 	challenged(a) // the second token's expiry: the connection lived on
 	respond(a, "nobody", time.Hour)
@@ -451,7 +460,11 @@ func TestPulsarProtocolSchemas(t *testing.T) {
 		req++
 		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_SCHEMA.Enum(), GetSchema: &pulsarpb.CommandGetSchema{
 			RequestId: proto.Uint64(req), Topic: proto.String(topic), SchemaVersion: version}}, nil)
-		got := p.next().GetGetSchemaResponse()
+		f := p.next()
+		for f.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER { // the topic's deletion closes the consumer
+			f = p.next()
+		}
+		got := f.GetGetSchemaResponse()
 		if got.GetRequestId() != req {
 			t.Fatalf("GET_SCHEMA answered %v", got)
 		}
@@ -478,6 +491,10 @@ func TestPulsarProtocolSchemas(t *testing.T) {
 	const typed = "persistent://public/default/typed"
 	if got := getSchema(typed, nil); got.GetErrorCode() != pulsarpb.ServerError_TopicNotFound {
 		t.Fatalf("GET_SCHEMA of a topic without one: %v, want TopicNotFound", got)
+	}
+	// A topic that does not exist gets no schema (nothing would delete it).
+	if got := getOrCreate("persistent://public/default/nowhere", schema(pulsarpb.Schema_String, "")); got.GetErrorCode() != pulsarpb.ServerError_TopicNotFound {
+		t.Fatalf("GET_OR_CREATE_SCHEMA on a topic that does not exist: %v, want TopicNotFound", got)
 	}
 	// A String producer: version 0.
 	req++
@@ -540,6 +557,23 @@ func TestPulsarProtocolSchemas(t *testing.T) {
 			t.Fatalf("GET_SCHEMA %s %x: %v, want %s at %x", c.topic, c.version, got, c.want, c.wantVer)
 		}
 	}
+	// A consumer's schema is checked, not added: a third Avro definition
+	// subscribes (same type) without a version 2; a String consumer is
+	// refused.
+	subscribeWith := func(consumer uint64, sc *pulsarpb.Schema) *pulsarpb.BaseCommand {
+		t.Helper()
+		req++
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+			Topic: proto.String("persistent://public/default/orders-partition-0"), Subscription: proto.String(fmt.Sprint("s", consumer)),
+			SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(), ConsumerId: proto.Uint64(consumer), RequestId: proto.Uint64(req), Schema: sc}}, nil)
+		return p.next()
+	}
+	if got := subscribeWith(1, schema(pulsarpb.Schema_Avro, `{"type":"record","name":"r","fields":[]}`)); got.GetSuccess().GetRequestId() != req {
+		t.Fatalf("an Avro consumer: %v, want SUCCESS", got)
+	}
+	if got := subscribeWith(2, schema(pulsarpb.Schema_String, "")); got.GetError().GetError() != pulsarpb.ServerError_IncompatibleSchema {
+		t.Fatalf("a String consumer on an Avro topic: %v, want IncompatibleSchema", got)
+	}
 	if got := getSchema("persistent://public/default/orders", v(2)); got.GetErrorCode() != pulsarpb.ServerError_TopicNotFound {
 		t.Fatalf("GET_SCHEMA of a version not there: %v, want TopicNotFound", got)
 	}
@@ -547,7 +581,7 @@ func TestPulsarProtocolSchemas(t *testing.T) {
 		t.Fatalf("GET_SCHEMA with a 3-byte version: %v, want an error with a reason", got)
 	}
 	// Deleting the topic deletes its schemas.
-	if code, body, err := adminDo(e, "DELETE", "/admin/v2/persistent/public/default/orders/partitions", nil); err != nil || code/100 != 2 {
+	if code, body, err := adminDo(e, "DELETE", "/admin/v2/persistent/public/default/orders/partitions?force=true", nil); err != nil || code/100 != 2 {
 		t.Fatalf("delete partitioned topic: %d %s %v", code, body, err)
 	}
 	if got := getSchema("persistent://public/default/orders", nil); got.GetErrorCode() != pulsarpb.ServerError_TopicNotFound {
@@ -570,23 +604,31 @@ func TestPulsarProtocolStoresClientEntry(t *testing.T) {
 	if got := p.next(); got.GetProducerSuccess().GetProducerName() != "w" {
 		t.Fatalf("PRODUCER answered %v", got)
 	}
-	now := uint64(time.Now().UnixMilli())
+	// Each case's metadata is made just before its SEND (its stamp
+	// relative to then): name, sequence id, stamp offset in ms.
 	cases := []struct {
-		name  string
-		md    *pulsarpb.MessageMetadata
-		as    bool // stored as sent
-		stamp uint64
+		name   string
+		by     string
+		seq    uint64
+		offset int64
+		as     bool // stored as sent
 	}{
-		{"as the broker would write it", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(now)}, true, now},
-		{"another producer name", &pulsarpb.MessageMetadata{ProducerName: proto.String("v"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(now)}, false, 0},
-		{"another sequence id", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(7), PublishTime: proto.Uint64(now)}, false, 0},
-		{"an hour old", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(3), PublishTime: proto.Uint64(now - 3_600_000)}, false, 0},
-		{"an hour ahead", &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(4), PublishTime: proto.Uint64(now + 3_600_000)}, false, 0},
+		{"as the broker would write it", "w", 0, 0, true},
+		{"another producer name", "v", 1, 0, false},
+		{"another sequence id", "w", 7, 0, false},
+		{"an hour old", "w", 3, -3_600_000, false},
+		{"an hour ahead", "w", 4, 3_600_000, false},
+		// Fresh, but before the topic's last publish time (stamped by
+		// the broker for the case above): publish times never go back.
+		{"before the last publish time", "w", 5, -500, false},
 	}
 	sent := make([][]byte, len(cases))
+	stamps := make([]uint64, len(cases))
 	for i, c := range cases {
+		stamps[i] = uint64(time.Now().UnixMilli() + c.offset)
+		md := &pulsarpb.MessageMetadata{ProducerName: proto.String(c.by), SequenceId: proto.Uint64(c.seq), PublishTime: proto.Uint64(stamps[i])}
 		var err error
-		if sent[i], err = entry.Encode(c.md, []byte(c.name)); err != nil {
+		if sent[i], err = entry.Encode(md, []byte(c.name)); err != nil {
 			t.Fatal(err)
 		}
 		seq := uint64(i)
@@ -622,8 +664,8 @@ func TestPulsarProtocolStoresClientEntry(t *testing.T) {
 		if got := bytes.Equal(f.Payload, sent[i]); got != c.as {
 			t.Fatalf("%s: stored as sent %v, want %v", c.name, got, c.as)
 		}
-		if c.as && md.GetPublishTime() != c.stamp {
-			t.Fatalf("%s: publish time %d, want the client's %d", c.name, md.GetPublishTime(), c.stamp)
+		if c.as && md.GetPublishTime() != stamps[i] {
+			t.Fatalf("%s: publish time %d, want the client's %d", c.name, md.GetPublishTime(), stamps[i])
 		}
 		if md.GetPublishTime() < last || md.GetPublishTime() > uint64(time.Now().UnixMilli()) {
 			t.Fatalf("%s: publish time %d: before the previous %d, or in the future", c.name, md.GetPublishTime(), last)
@@ -634,8 +676,9 @@ func TestPulsarProtocolStoresClientEntry(t *testing.T) {
 
 // A slow request does not hold up the connection: while a PRODUCER's
 // topic load is stuck, PING is answered and another producer's SEND
-// stored; a CLOSE_PRODUCER that overtakes the stuck PRODUCER closes what
-// it opens, once it is open (answered in that order).
+// stored; the requests for the stuck producer's id that follow (a CLOSE,
+// then the same id opened again, as a client whose PRODUCER timed out
+// does) are served after it, in order.
 func TestPulsarProtocolSlowLoadDoesNotBlock(t *testing.T) {
 	e := newEnv(t, nil)
 	loading, release := make(chan struct{}), make(chan struct{})
@@ -674,17 +717,33 @@ func TestPulsarProtocolSlowLoadDoesNotBlock(t *testing.T) {
 	if got := p.next(); got.GetSendReceipt().GetProducerId() != 1 {
 		t.Fatalf("SEND while another producer's load is stuck: %v, want its receipt", got)
 	}
+	// What Pulsar's Go client does when its PRODUCER times out: CLOSE it,
+	// then the same id again. Served in that order once the load ends.
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pulsarpb.CommandCloseProducer{
 		ProducerId: proto.Uint64(2), RequestId: proto.Uint64(3)}}, nil)
+	producer(2, 4, "slow-load")
 	unblock()
 	if got := p.next(); got.GetProducerSuccess().GetRequestId() != 2 {
 		t.Fatalf("the stuck PRODUCER, released: %v, want PRODUCER_SUCCESS", got)
 	}
-	if got := p.next(); got.GetSuccess().GetRequestId() != 3 {
-		t.Fatalf("the CLOSE_PRODUCER that overtook it: %v, want SUCCESS after it", got)
+	// The CLOSE's SUCCESS comes from the closed producer's pump (after its
+	// sends), so it and the new PRODUCER_SUCCESS may come in either order.
+	closed, reopened := false, false
+	for range 2 {
+		switch got := p.next(); {
+		case got.GetSuccess().GetRequestId() == 3:
+			closed = true
+		case got.GetProducerSuccess().GetRequestId() == 4:
+			reopened = true
+		default:
+			t.Fatalf("after the stuck PRODUCER: %v, want the CLOSE's SUCCESS and the retried PRODUCER's", got)
+		}
+	}
+	if !closed || !reopened {
+		t.Fatalf("CLOSE answered %v, the retried PRODUCER %v", closed, reopened)
 	}
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(2), SequenceId: proto.Uint64(0)}}, msg)
-	if got := p.next(); got.GetSendError().GetError() != pulsarpb.ServerError_NotAllowedError {
-		t.Fatalf("SEND to the closed producer: %v, want SEND_ERROR (no such producer)", got)
+	if got := p.next(); got.GetSendReceipt().GetProducerId() != 2 {
+		t.Fatalf("SEND to the producer opened again: %v, want its receipt", got)
 	}
 }

@@ -70,11 +70,40 @@ func (s *Server) registerSchema(ctx context.Context, n topicname.Name, sc *pulsa
 	return schemaVersion(v), nil
 }
 
+// checkConsumerSchema takes a consumer's schema as Pulsar does: added to
+// a topic without one, else checked against the topic's (not added: a
+// consumer does not change what producers write).
+func (s *Server) checkConsumerSchema(ctx context.Context, n topicname.Name, sc *pulsarpb.Schema) error {
+	if sc == nil || sc.GetType() == pulsarpb.Schema_None {
+		return nil
+	}
+	all, _, err := s.schemas(ctx, n)
+	if err != nil {
+		return err
+	}
+	if len(all.Versions) == 0 {
+		_, err := s.registerSchema(ctx, n, sc)
+		return err
+	}
+	info := schemaInfo(sc)
+	if _, ok := all.find(info); ok {
+		return nil
+	}
+	return all.compatible(info)
+}
+
 // registerSchemaInfo returns info's version for topic n, adding it if no
 // version equals it.
 func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (int64, error) {
 	if _, ok := pulsarpb.Schema_Type_name[info.GetType()]; !ok || info.GetType() == int32(pulsarpb.Schema_None) {
 		return 0, errorf(ErrInvalidArgument, "schema type %s: not a schema Magnetar keeps", schemaTypeName(info.GetType()))
+	}
+	// Only an existing topic gets schemas (as Pulsar answers
+	// TopicNotFound): they go with it when it is deleted.
+	if ok, err := s.topicOrPartitionedExists(ctx, n); err != nil {
+		return 0, err
+	} else if !ok {
+		return 0, errorf(ErrTopicNotFound, "%s", n)
 	}
 	for range 10 { // compare-and-swap rounds against concurrent registrations
 		all, rev, err := s.schemas(ctx, n)
@@ -106,6 +135,16 @@ func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info 
 		}
 	}
 	return 0, errorf(ErrServiceNotReady, "the schemas of %s change too often to add one", n)
+}
+
+// topicOrPartitionedExists reports whether topic n exists, or the
+// partitioned topic it is (or is a partition of).
+func (s *Server) topicOrPartitionedExists(ctx context.Context, n topicname.Name) (bool, error) {
+	if ok, err := s.md.topicExists(ctx, n); err != nil || ok {
+		return ok, err
+	}
+	parts, err := s.md.partitions(ctx, n.Base())
+	return parts > 0, err
 }
 
 // deleteSchemas removes topic n's versions, keeping their numbers used;

@@ -248,6 +248,7 @@ func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 	)
 	var consumers sync.WaitGroup
 	for _, s := range subs {
+		got[s.name] = map[string]bool{} // before its consumers' goroutines start
 		for i := 0; i < 2; i++ {
 			name := fmt.Sprintf("%s-%d", s.name, i)
 			cons, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: s.name, Type: s.typ, Name: name,
@@ -256,7 +257,6 @@ func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 				t.Fatalf("subscribe %s: %v", name, err)
 			}
 			defer cons.Close()
-			got[s.name] = map[string]bool{}
 			consumers.Add(1)
 			go func() {
 				defer consumers.Done()

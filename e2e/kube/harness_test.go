@@ -54,7 +54,12 @@ type bookieProc struct {
 	log      string
 	exited   chan struct{}
 	restarts int32 // of this pod's container before this process
+	gaveUp   bool  // it exited after maxBookieRestarts: reported, not restarted
 }
+
+// maxBookieRestarts is how often the harness restarts a pod's bookie that
+// exited (a port taken before it bound it) before it fails the test.
+const maxBookieRestarts = 3
 
 func startHarness(t *testing.T, cp *controlPlane, ns, metastore string) *harness {
 	h := &harness{t: t, cp: cp, ns: ns, node: "harness-" + ns, scheduler: "magnetar-harness", metastore: metastore,
@@ -163,6 +168,14 @@ func (h *harness) sync(ctx context.Context, pod *corev1.Pod) {
 			out, _ := os.ReadFile(p.log)
 			if len(out) > 2000 {
 				out = out[len(out)-2000:]
+			}
+			if p.restarts >= maxBookieRestarts {
+				// A bookie that keeps dying is a failure, not a flake.
+				if !p.gaveUp {
+					p.gaveUp = true
+					h.t.Errorf("bookie of pod %s exited again (%v) after %d restarts; its log ends:\n%s", pod.Name, p.cmd.ProcessState, p.restarts, out)
+				}
+				return
 			}
 			h.t.Logf("bookie of pod %s exited (%v); restarting it. Its log ends:\n%s", pod.Name, p.cmd.ProcessState, out)
 			restarts = p.restarts + 1

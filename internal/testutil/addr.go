@@ -61,23 +61,34 @@ func StalledAddr(t testing.TB) string {
 
 // FreePortOn returns ip:port, a TCP port free on ip now, for a process a
 // test starts (which must be told its ports before it binds them). The
-// port is chosen below the kernel's ephemeral range: a port found with
+// port is chosen outside the kernel's ephemeral range: a port found with
 // ":0" and closed is one the kernel hands out next to an outgoing
 // connection, which then takes it before the process binds it ("address
-// already in use"); a port outside the range is never handed out so.
-// Only another test picking the same port at random can collide.
+// already in use"); a port outside the range is never handed out so. A
+// port is returned once per test process; only another test process
+// picking the same port at random can collide.
 func FreePortOn(ip string) (string, error) {
 	low, high := reservedRange()
-	for range 200 {
-		addr := net.JoinHostPort(ip, strconv.Itoa(low+rand.IntN(high-low)))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue // taken
+	if high-low >= 1000 {
+		for range 200 {
+			port := low + rand.IntN(high-low)
+			handedOut.Lock()
+			taken := handedOut.ports[port]
+			handedOut.ports[port] = true
+			handedOut.Unlock()
+			if taken {
+				continue
+			}
+			addr := net.JoinHostPort(ip, strconv.Itoa(port))
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				continue // in use
+			}
+			ln.Close()
+			return addr, nil
 		}
-		ln.Close()
-		return addr, nil
 	}
-	// Nothing free in the range: fall back to one the kernel picks.
+	// No room outside the ephemeral range: one the kernel picks.
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return "", err
@@ -86,21 +97,29 @@ func FreePortOn(ip string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// reservedRange is [low, high) of the ports FreePortOn picks from: from
-// 10000 up to the start of the ephemeral range (Linux's
-// ip_local_port_range; 32768 if unreadable), or 10000 to 20000 when that
-// leaves too few.
+// handedOut holds the ports FreePortOn returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// reservedRange is [low, high) of the ports FreePortOn picks from, outside
+// the ephemeral range (Linux's ip_local_port_range; 32768-60999 if
+// unreadable): below it from 10000, or above it when that leaves more.
 func reservedRange() (low, high int) {
-	high = 32768
+	first, last := 32768, 60999
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				high = v
+			a, err1 := strconv.Atoi(f[0])
+			b, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && a <= b {
+				first, last = a, b
 			}
 		}
 	}
-	if high < 11000 {
-		return 10000, 20000
+	below, above := max(first-10000, 0), max(65536-(last+1), 0)
+	if below >= above {
+		return 10000, max(first, 10000)
 	}
-	return 10000, high
+	return last + 1, 65536
 }
