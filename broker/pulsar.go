@@ -161,6 +161,10 @@ type pulsarConn struct {
 		// when the last request queued for the id has been served (see
 		// inOrder).
 		producerQueue, consumerQueue map[uint64]chan struct{}
+		// waitingExclusive holds, per producer id waiting for exclusive
+		// access, the channel a CLOSE_PRODUCER closes to give up the wait
+		// (the CLOSE is queued behind the wait, see inOrder).
+		waitingExclusive map[uint64]chan struct{}
 	}
 }
 
@@ -226,6 +230,7 @@ func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc.mu.consumers = map[uint64]*pulsarConsumer{}
 	pc.mu.producerQueue = map[uint64]chan struct{}{}
 	pc.mu.consumerQueue = map[uint64]chan struct{}{}
+	pc.mu.waitingExclusive = map[uint64]chan struct{}{}
 	return pc
 }
 
@@ -633,6 +638,12 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 		}
 	case pulsarpb.BaseCommand_CLOSE_PRODUCER:
 		if c := cmd.GetCloseProducer(); c != nil {
+			pc.mu.Lock()
+			if giveUp := pc.mu.waitingExclusive[c.GetProducerId()]; giveUp != nil {
+				delete(pc.mu.waitingExclusive, c.GetProducerId())
+				close(giveUp) // the open it follows waits for exclusive access: no longer
+			}
+			pc.mu.Unlock()
 			pc.inOrder(pc.mu.producerQueue, c.GetProducerId(), false, func() { pc.closeProducer(c) })
 			return true
 		}
@@ -842,9 +853,6 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 				return nil, err
 			}
 		}
-		if m := c.GetProducerAccessMode(); m != pulsarpb.ProducerAccessMode_Shared {
-			return nil, errorf(ErrNotAllowed, "producer access mode %s: only Shared is served", m)
-		}
 		if err := pc.s.authz.checkTopic(pc.ctx, n, opProduce, ""); err != nil {
 			return nil, err
 		}
@@ -858,8 +866,14 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		}
 		p := newProducer(c.GetProducerName())
 		p.t = t
-		if err := t.addProducer(p); err != nil {
+		wait, err := t.addProducerAccess(p, c.GetProducerAccessMode())
+		if err != nil {
 			return nil, err
+		}
+		if wait != nil {
+			if err := pc.waitExclusive(c, id, t, p, wait); err != nil {
+				return nil, err
+			}
 		}
 		return &pulsarProducer{id: id, p: p, t: t, schemaVersion: version}, nil
 	}()
@@ -880,7 +894,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pulsarpb.CommandProducerSuccess{
 		RequestId: proto.Uint64(c.GetRequestId()), ProducerName: proto.String(pp.p.name), LastSequenceId: proto.Int64(pp.p.lastSequence),
-		SchemaVersion: pp.schemaVersion, ProducerReady: proto.Bool(true),
+		SchemaVersion: pp.schemaVersion, TopicEpoch: proto.Uint64(pp.t.topicEpoch()), ProducerReady: proto.Bool(true),
 	}}, nil)
 	if !again {
 		pc.wg.Add(1)
@@ -964,6 +978,41 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 func (pc *pulsarConn) dropProducer(pp *pulsarProducer) {
 	pp.t.removeProducer(pp.p)
 	pp.p.disconnect(io.EOF)
+}
+
+// waitExclusive waits, for a WaitForExclusive PRODUCER, until the topic
+// is granted: the client is told at once that the producer is not ready
+// (PRODUCER_SUCCESS with producer_ready false, as Pulsar does; the
+// client then waits with no timeout). A CLOSE_PRODUCER for the id, or
+// the connection's end, gives up the wait.
+func (pc *pulsarConn) waitExclusive(c *pulsarpb.CommandProducer, id uint64, t *topic, p *producer, wait <-chan error) error {
+	giveUp := make(chan struct{})
+	pc.mu.Lock()
+	pc.mu.waitingExclusive[id] = giveUp
+	pc.mu.Unlock()
+	defer func() {
+		pc.mu.Lock()
+		if pc.mu.waitingExclusive[id] == giveUp {
+			delete(pc.mu.waitingExclusive, id)
+		}
+		pc.mu.Unlock()
+	}()
+	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pulsarpb.CommandProducerSuccess{
+		RequestId: proto.Uint64(c.GetRequestId()), ProducerName: proto.String(p.name), ProducerReady: proto.Bool(false),
+	}}, nil)
+	var why error
+	select {
+	case err := <-wait:
+		return err // nil: granted
+	case <-giveUp:
+		why = errorf(ErrProducerBusy, "producer %d closed while waiting for exclusive access to %s", id, t.name)
+	case <-pc.dying:
+		why = errorf(ErrServiceNotReady, "the connection ended")
+	}
+	if !t.cancelExclusiveWait(p) {
+		t.removeProducer(p) // granted meanwhile
+	}
+	return why
 }
 
 // closeProducer handles the client's CLOSE_PRODUCER: the sends it has
@@ -1118,6 +1167,8 @@ func serverError(err error) pulsarpb.ServerError {
 	switch {
 	case errors.Is(err, ErrIncompatibleSchema):
 		return pulsarpb.ServerError_IncompatibleSchema
+	case errors.Is(err, ErrProducerFenced):
+		return pulsarpb.ServerError_ProducerFenced
 	case errors.Is(err, ErrChecksum):
 		return pulsarpb.ServerError_ChecksumError
 	case errors.Is(err, ErrNotImplemented):

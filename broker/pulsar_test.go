@@ -747,3 +747,94 @@ func TestPulsarProtocolSlowLoadDoesNotBlock(t *testing.T) {
 		t.Fatalf("SEND to the producer opened again: %v, want its receipt", got)
 	}
 }
+
+// Pulsar's producer access modes: Exclusive has the topic to itself
+// (another Exclusive is fenced, a Shared busy); WaitForExclusive is told
+// it is not ready, then granted once the topic is free (a CLOSE gives up
+// its wait); ExclusiveWithFencing takes the topic, the producer there is
+// closed; the topic epoch counts the exclusive producers granted.
+func TestPulsarProtocolProducerAccessModes(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	var req uint64
+	open := func(id uint64, mode pulsarpb.ProducerAccessMode) uint64 {
+		req++
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+			Topic: proto.String("persistent://public/default/excl"), ProducerId: proto.Uint64(id), RequestId: proto.Uint64(req),
+			ProducerAccessMode: mode.Enum()}}, nil)
+		return req
+	}
+	closeProducer := func(id uint64) uint64 {
+		req++
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pulsarpb.CommandCloseProducer{
+			ProducerId: proto.Uint64(id), RequestId: proto.Uint64(req)}}, nil)
+		return req
+	}
+	// next answers, in any order, by request id.
+	next := func(n int) map[uint64]*pulsarpb.BaseCommand {
+		t.Helper()
+		out := map[uint64]*pulsarpb.BaseCommand{}
+		for range n {
+			f := p.next()
+			var id uint64
+			switch f.GetType() {
+			case pulsarpb.BaseCommand_PRODUCER_SUCCESS:
+				id = f.GetProducerSuccess().GetRequestId()
+			case pulsarpb.BaseCommand_SUCCESS:
+				id = f.GetSuccess().GetRequestId()
+			case pulsarpb.BaseCommand_ERROR:
+				id = f.GetError().GetRequestId()
+			case pulsarpb.BaseCommand_CLOSE_PRODUCER:
+				id = 1000 + f.GetCloseProducer().GetProducerId() // the broker closing producer n
+			default:
+				t.Fatalf("unexpected %v", f)
+			}
+			out[id] = f
+		}
+		return out
+	}
+	r1 := open(1, pulsarpb.ProducerAccessMode_Exclusive)
+	if got := next(1)[r1].GetProducerSuccess(); !got.GetProducerReady() || got.GetTopicEpoch() != 1 {
+		t.Fatalf("the first Exclusive producer: %v, want ready with topic epoch 1", got)
+	}
+	r2 := open(2, pulsarpb.ProducerAccessMode_Exclusive)
+	if got := next(1)[r2].GetError(); got.GetError() != pulsarpb.ServerError_ProducerFenced {
+		t.Fatalf("a second Exclusive producer: %v, want ProducerFenced", got)
+	}
+	r3 := open(3, pulsarpb.ProducerAccessMode_Shared)
+	if got := next(1)[r3].GetError(); got.GetError() != pulsarpb.ServerError_ProducerBusy {
+		t.Fatalf("a Shared producer beside an Exclusive one: %v, want ProducerBusy", got)
+	}
+	r4 := open(4, pulsarpb.ProducerAccessMode_WaitForExclusive)
+	if got := next(1)[r4].GetProducerSuccess(); got == nil || got.GetProducerReady() {
+		t.Fatalf("a WaitForExclusive producer while the topic is held: %v, want PRODUCER_SUCCESS not ready", got)
+	}
+	r5 := open(5, pulsarpb.ProducerAccessMode_WaitForExclusive)
+	if got := next(1)[r5].GetProducerSuccess(); got == nil || got.GetProducerReady() {
+		t.Fatalf("a second waiting producer: %v, want not ready", got)
+	}
+	c5 := closeProducer(5)
+	if got := next(2); got[r5].GetError() == nil || got[c5].GetSuccess() == nil {
+		t.Fatalf("CLOSE of a waiting producer: %v, want its open failed and the CLOSE answered", got)
+	}
+	// The holder closes: the first waiter has the topic.
+	c1 := closeProducer(1)
+	if got := next(2); got[c1].GetSuccess() == nil || !got[r4].GetProducerSuccess().GetProducerReady() || got[r4].GetProducerSuccess().GetTopicEpoch() != 2 {
+		t.Fatalf("after the holder closed: %v, want its CLOSE answered and producer 4 ready with epoch 2", got)
+	}
+	msg, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("mine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(4), SequenceId: proto.Uint64(0)}}, msg)
+	if got := p.next(); got.GetSendReceipt().GetProducerId() != 4 {
+		t.Fatalf("SEND by the granted producer: %v", got)
+	}
+	// Fencing: producer 6 takes the topic; producer 4 is closed.
+	r6 := open(6, pulsarpb.ProducerAccessMode_ExclusiveWithFencing)
+	got := next(2)
+	if s := got[r6].GetProducerSuccess(); !s.GetProducerReady() || s.GetTopicEpoch() != 3 || got[1004] == nil {
+		t.Fatalf("ExclusiveWithFencing: %v, want producer 6 ready with epoch 3 and producer 4 closed", got)
+	}
+}

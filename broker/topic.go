@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,7 +70,22 @@ type topic struct {
 		// (ErrBacklogQuotaHeld or ErrBacklogQuotaExceeded); nil otherwise.
 		// Set by enforceBacklogQuotas.
 		quotaBlock error
+		// exclusive is the producer that has the topic to itself (Pulsar's
+		// Exclusive access modes), nil if none; waiters wait, in order, for
+		// the topic to have no producer (WaitForExclusive); epoch counts
+		// the exclusive producers granted (Pulsar's topic epoch; kept in
+		// memory only).
+		exclusive *producer
+		waiters   []*exclusiveWaiter
+		epoch     uint64
 	}
+}
+
+// exclusiveWaiter is a WaitForExclusive producer waiting for the topic;
+// granted gets nil once it has it, or why it never will.
+type exclusiveWaiter struct {
+	p       *producer
+	granted chan error
 }
 
 // loadTopic claims ownership of a topic partition and opens it.
@@ -171,6 +187,10 @@ func (t *topic) close(ctx context.Context) error {
 	for _, p := range t.mu.producers {
 		producers = append(producers, p)
 	}
+	for _, w := range t.mu.waiters { // they look the topic up again
+		w.granted <- errorf(ErrTopicClosed, "%s is being unloaded", t.name)
+	}
+	t.mu.waiters = nil
 	t.mu.Unlock()
 	for _, p := range producers {
 		p.disconnect(errorf(ErrTopicClosed, "%s is being unloaded", t.name))
@@ -209,11 +229,27 @@ func (t *topic) messageID(p mledger.Position, batchIndex, batchSize int32) *brok
 
 // ---- producers and publishing ----
 
+// ErrProducerFenced: an Exclusive producer was refused because the topic
+// has producers, or a producer was fenced by an ExclusiveWithFencing one
+// (Pulsar's ProducerFenced). It is a kind of ErrProducerBusy.
+var ErrProducerFenced = fmt.Errorf("%w: fenced", ErrProducerBusy)
+
 func (t *topic) addProducer(p *producer) error {
+	_, err := t.addProducerAccess(p, pulsarpb.ProducerAccessMode_Shared)
+	return err
+}
+
+// addProducerAccess attaches a producer in one of Pulsar's access modes:
+// Shared (refused while a producer has the topic exclusively); Exclusive
+// (refused while the topic has any producer); ExclusiveWithFencing (the
+// producers there are disconnected, fenced); WaitForExclusive (granted
+// once the topic has no producer, in order: wait is then not nil, and
+// gets nil when granted; cancelExclusiveWait gives up).
+func (t *topic) addProducerAccess(p *producer, mode pulsarpb.ProducerAccessMode) (wait <-chan error, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.mu.closed {
-		return errorf(ErrTopicClosed, "%s", t.name)
+		return nil, errorf(ErrTopicClosed, "%s", t.name)
 	}
 	if p.name == "" {
 		var b [6]byte
@@ -221,17 +257,72 @@ func (t *topic) addProducer(p *producer) error {
 		p.name = t.s.id + "-" + hex.EncodeToString(b[:])
 	}
 	if err := t.mu.quotaBlock; err != nil {
-		return err
+		return nil, err
 	}
 	if _, busy := t.mu.producers[p.name]; busy {
-		return errorf(ErrProducerBusy, "a producer named %q is already connected to %s", p.name, t.name)
+		return nil, errorf(ErrProducerBusy, "a producer named %q is already connected to %s", p.name, t.name)
 	}
+	switch mode {
+	case pulsarpb.ProducerAccessMode_Shared:
+		if t.mu.exclusive != nil {
+			return nil, errorf(ErrProducerBusy, "%s has an exclusive producer (%s)", t.name, t.mu.exclusive.name)
+		}
+	case pulsarpb.ProducerAccessMode_Exclusive:
+		if n := len(t.mu.producers); n > 0 {
+			return nil, errorf(ErrProducerFenced, "%s has %d producers: it cannot be had exclusively", t.name, n)
+		}
+	case pulsarpb.ProducerAccessMode_ExclusiveWithFencing:
+		for name, other := range t.mu.producers {
+			delete(t.mu.producers, name)
+			t.mu.dedup.disconnect(name, t.mu.clock())
+			other.disconnect(errorf(ErrProducerFenced, "fenced by exclusive producer %s", p.name))
+		}
+		t.mu.exclusive = nil
+	case pulsarpb.ProducerAccessMode_WaitForExclusive:
+		if len(t.mu.producers) > 0 || len(t.mu.waiters) > 0 {
+			w := &exclusiveWaiter{p: p, granted: make(chan error, 1)}
+			t.mu.waiters = append(t.mu.waiters, w)
+			return w.granted, nil
+		}
+	default:
+		return nil, errorf(ErrInvalidArgument, "producer access mode %d", mode)
+	}
+	t.attachLocked(p, mode != pulsarpb.ProducerAccessMode_Shared)
+	return nil, nil
+}
+
+// attachLocked adds a producer admitted by addProducerAccess.
+func (t *topic) attachLocked(p *producer, exclusive bool) {
 	t.mu.producers[p.name] = p
+	if exclusive {
+		t.mu.exclusive = p
+		t.mu.epoch++
+	}
 	p.lastSequence = -1
 	if t.mu.set.dedup {
 		p.lastSequence = t.mu.dedup.connect(p.name, t.mu.clock()).persisted
 	}
-	return nil
+}
+
+// topicEpoch is the number of exclusive producers granted so far.
+func (t *topic) topicEpoch() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.epoch
+}
+
+// cancelExclusiveWait gives up p's wait; false if it was granted already
+// (remove it as a producer then).
+func (t *topic) cancelExclusiveWait(p *producer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, w := range t.mu.waiters {
+		if w.p == p {
+			t.mu.waiters = slices.Delete(t.mu.waiters, i, i+1)
+			return true
+		}
+	}
+	return false
 }
 
 func (t *topic) removeProducer(p *producer) {
@@ -240,6 +331,20 @@ func (t *topic) removeProducer(p *producer) {
 	if t.mu.producers[p.name] == p {
 		delete(t.mu.producers, p.name)
 		t.mu.dedup.disconnect(p.name, t.mu.clock())
+	}
+	if t.mu.exclusive == p {
+		t.mu.exclusive = nil
+	}
+	// The topic free: the first WaitForExclusive producer has it.
+	if len(t.mu.producers) == 0 && len(t.mu.waiters) > 0 && !t.mu.closed {
+		w := t.mu.waiters[0]
+		t.mu.waiters = t.mu.waiters[1:]
+		if _, busy := t.mu.producers[w.p.name]; !busy {
+			t.attachLocked(w.p, true)
+			w.granted <- nil
+		} else {
+			w.granted <- errorf(ErrProducerBusy, "a producer named %q is already connected to %s", w.p.name, t.name)
+		}
 	}
 }
 
