@@ -864,6 +864,21 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		if err != nil {
 			return nil, err
 		}
+		// The subscription the producer asks for (a dead-letter topic's
+		// producer names its consumers' one), created from the first
+		// message if missing, as Pulsar does: what it writes is kept for
+		// them.
+		if sub := c.GetInitialSubscriptionName(); sub != "" {
+			if err := checkName("subscription", sub); err != nil {
+				return nil, err
+			}
+			if err := pc.s.authz.checkTopic(pc.ctx, n, opConsume, sub); err != nil {
+				return nil, err
+			}
+			if err := t.createSubscription(pc.ctx, sub, subscriptionStart{earliest: true}); err != nil && !errors.Is(err, ErrConflict) {
+				return nil, err
+			}
+		}
 		p := newProducer(c.GetProducerName())
 		p.t = t
 		wait, err := t.addProducerAccess(p, c.GetProducerAccessMode())

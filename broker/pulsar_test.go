@@ -838,3 +838,29 @@ func TestPulsarProtocolProducerAccessModes(t *testing.T) {
 		t.Fatalf("ExclusiveWithFencing: %v, want producer 6 ready with epoch 3 and producer 4 closed", got)
 	}
 }
+
+// A producer's initial_subscription_name (the official client's
+// dead-letter producer sends its consumers' one) is created from the
+// first message if missing, so what the producer writes waits for them; a
+// name that is not a valid subscription name refuses the producer.
+func TestPulsarProtocolInitialSubscription(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String("persistent://public/default/dlq"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1),
+		InitialSubscriptionName: proto.String("dlq-readers")}}, nil)
+	if got := p.next(); got.GetProducerSuccess().GetRequestId() != 1 {
+		t.Fatalf("PRODUCER with an initial subscription: %v", got)
+	}
+	code, body, err := adminDo(e, "GET", "/admin/v2/persistent/public/default/dlq/subscriptions", nil)
+	if err != nil || code != 200 || !strings.Contains(string(body), `"dlq-readers"`) {
+		t.Fatalf("subscriptions of the topic: %d %s %v, want dlq-readers", code, body, err)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String("persistent://public/default/dlq"), ProducerId: proto.Uint64(2), RequestId: proto.Uint64(2),
+		InitialSubscriptionName: proto.String("bad/name")}}, nil)
+	if got := p.next(); got.GetError().GetRequestId() != 2 || got.GetError().GetMessage() == "" {
+		t.Fatalf("PRODUCER with an invalid initial subscription name: %v, want ERROR with a reason", got)
+	}
+}
