@@ -133,7 +133,9 @@ type pulsarConn struct {
 	inflight chan struct{}
 	// async holds a slot per request served off the reader (goAsync).
 	async chan struct{}
-	wg    sync.WaitGroup // the writer and the producers' pumps
+	// wg: the writer, the producers' and consumers' pumps, refreshAuth,
+	// and the requests served off the reader.
+	wg sync.WaitGroup
 
 	// out is what the writer sends next; signal wakes it.
 	out struct {
@@ -368,9 +370,10 @@ func (pc *pulsarConn) wroteAll() {
 }
 
 // pulsarWriteHighWater bounds what a connection queues for its writer
-// while the client does not read: a consumer's pump waits above it
-// (waitWritable), so a client granting huge FLOW permits and not reading
-// costs the broker at most about twice this, not the backlog.
+// while the client does not read: the reader and the consumers' pumps
+// wait above it (waitWritable), and with consumer.maxOutstanding a client
+// granting huge FLOW permits and not reading costs the broker a bounded
+// amount, not the backlog.
 const pulsarWriteHighWater = 4 << 20
 
 // waitWritable returns once less than pulsarWriteHighWater is queued

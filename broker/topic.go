@@ -339,12 +339,8 @@ func (t *topic) removeProducer(p *producer) {
 	if len(t.mu.producers) == 0 && len(t.mu.waiters) > 0 && !t.mu.closed {
 		w := t.mu.waiters[0]
 		t.mu.waiters = t.mu.waiters[1:]
-		if _, busy := t.mu.producers[w.p.name]; !busy {
-			t.attachLocked(w.p, true)
-			w.granted <- nil
-		} else {
-			w.granted <- errorf(ErrProducerBusy, "a producer named %q is already connected to %s", w.p.name, t.name)
-		}
+		t.attachLocked(w.p, true)
+		w.granted <- nil
 	}
 }
 
