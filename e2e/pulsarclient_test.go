@@ -38,6 +38,9 @@ func officialClient(t *testing.T, url string, opts ...func(*pulsar.ClientOptions
 	t.Cleanup(w.stop) // after the client's Close: cleanups run last first
 	l := logrus.New()
 	l.SetOutput(w)
+	// Warnings and errors only: the library logs each connection and
+	// consumer at info, which buried a failure's own line in CI's log.
+	l.SetLevel(logrus.WarnLevel)
 	o := pulsar.ClientOptions{URL: url, OperationTimeout: 30 * time.Second, ConnectionTimeout: 10 * time.Second,
 		Logger: plog.NewLoggerWithLogrus(l)}
 	for _, f := range opts {
@@ -532,7 +535,7 @@ func TestPulsarClientConsumers(t *testing.T) {
 	topic := "persistent://public/default/to-official-more"
 	produceSDK(topic)
 	c, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "more", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
-		NackRedeliveryDelay: 100 * time.Millisecond})
+		NackRedeliveryDelay: 100 * time.Millisecond, AckWithResponse: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,11 +547,19 @@ func TestPulsarClientConsumers(t *testing.T) {
 			t.Fatalf("message %d: %q (out of order)", i, m.Payload())
 		}
 		if i == 5 {
-			c.Nack(m)
 			continue
 		}
-		c.Ack(m)
+		if err := c.Ack(m); err != nil {
+			t.Fatalf("ack %q: %v", m.Payload(), err)
+		}
 	}
+	// The acknowledgements are answered before the nack: on an exclusive
+	// subscription a redelivery rewinds to the first unacknowledged entry,
+	// as Pulsar's does, and what is acknowledged by then is not sent again.
+	// (With acknowledgements grouped by the client, those still in its
+	// group when the entries come again are dropped by the client; those
+	// sent meanwhile are not: the CI failure of stop 27.)
+	c.Nack(first[5])
 	// The nacked message's entry (its batch, m-00..m-07: as Pulsar without
 	// batch index acknowledgement) comes again.
 	redelivered := false
