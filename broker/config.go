@@ -119,6 +119,14 @@ type Config struct {
 	// Key_Shared subscription indexes in memory; later ones are found
 	// again by scanning the partition when there is room. Default 100,000.
 	DelayedDeliveryMaxIndexed int `mapstructure:"delayed-delivery-max-indexed" yaml:"delayed-delivery-max-indexed"`
+	// KeySharedSelector is how a Key_Shared subscription's auto-split
+	// consumers share the key hashes: KeySharedConsistentHashing (the
+	// default, Pulsar's since 2.x: each consumer has points on a ring, so
+	// one that joins or leaves moves about 1/n of the keys), or
+	// KeySharedAutoSplit (Pulsar's subscriptionKeySharedUseConsistentHashing
+	// =false: a joining consumer takes the lower half of the largest
+	// range), which Pulsar's own client tests are run against.
+	KeySharedSelector string `mapstructure:"key-shared-selector" yaml:"key-shared-selector"`
 	// LoadBalanceInterval: how often a broker compares its load with the
 	// others' and unloads partitions if it has clearly more (0: never).
 	// Default 1m.
@@ -186,6 +194,7 @@ func DefaultConfig() Config {
 		MaxUnackedMessagesPerConsumer:     50000,
 		MaxUnackedMessagesPerSubscription: 200000,
 		DelayedDeliveryMaxIndexed:         100000,
+		KeySharedSelector:                 KeySharedConsistentHashing,
 		LoadBalanceInterval:               time.Minute,
 		ShutdownTimeout:                   10 * time.Second,
 
@@ -259,6 +268,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DelayedDeliveryMaxIndexed < 2 {
 		errs = append(errs, fmt.Errorf("delayed delivery index of %d messages: at least 2", c.DelayedDeliveryMaxIndexed))
+	}
+	if c.KeySharedSelector != KeySharedConsistentHashing && c.KeySharedSelector != KeySharedAutoSplit {
+		errs = append(errs, fmt.Errorf("--key-shared-selector %q: want %s or %s", c.KeySharedSelector, KeySharedConsistentHashing, KeySharedAutoSplit))
 	}
 	if c.ClusterName == "" || len(c.ClusterName) > maxNameLength {
 		errs = append(errs, fmt.Errorf("--cluster-name %q: 1 to %d bytes", c.ClusterName, maxNameLength))

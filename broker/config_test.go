@@ -50,6 +50,7 @@ func TestConfigValidate(t *testing.T) {
 		"dedup inactivity 0":                 {func(c *broker.Config) { c.DedupProducerInactivityTimeout = 0 }, "--dedup-producer-inactivity-timeout 0s: must be positive"},
 		"dedup max producers":                {func(c *broker.Config) { c.DedupMaxProducers = 0 }, "--dedup-max-producers 0: at least 1"},
 		"dedup snapshot every":               {func(c *broker.Config) { c.DedupSnapshotEntries = 0 }, "--dedup-snapshot-entries 0, --dedup-snapshot-interval 2m0s: must be positive"},
+		"key-shared selector mistyped":       {func(c *broker.Config) { c.KeySharedSelector = "autosplit" }, `--key-shared-selector "autosplit": want consistent-hashing or auto-split`},
 	} {
 		c := good
 		tc.mod(&c)

@@ -104,7 +104,7 @@ func (s *subscription) addMultiConsumerLocked(c *consumer) error {
 	m := s.mu.multi
 	if c.typ == brokerpb.SubscriptionType_KEY_SHARED {
 		if m.selector == nil || len(s.mu.consumers) == 0 {
-			m.selector = newKeySelector(c.keyShared.GetMode())
+			m.selector = newKeySelector(c.keyShared.GetMode(), s.t.s.cfg.KeySharedSelector)
 		}
 		if err := m.selector.add(c); err != nil {
 			return err

@@ -60,11 +60,21 @@ type keySelector interface {
 	ranges(c *consumer) []hashRange
 }
 
+// The broker's --key-shared-selector values.
+const (
+	KeySharedConsistentHashing = "consistent-hashing"
+	KeySharedAutoSplit         = "auto-split"
+)
+
 // newKeySelector returns the selector for a subscription's first
-// consumer's mode.
-func newKeySelector(mode brokerpb.KeySharedMode) keySelector {
-	if mode == brokerpb.KeySharedMode_STICKY {
+// consumer's mode; auto-split consumers share the hashes as the broker's
+// --key-shared-selector says.
+func newKeySelector(mode brokerpb.KeySharedMode, selector string) keySelector {
+	switch {
+	case mode == brokerpb.KeySharedMode_STICKY:
 		return &stickySelector{}
+	case selector == KeySharedAutoSplit:
+		return &splitSelector{}
 	}
 	return &ringSelector{}
 }
@@ -248,4 +258,98 @@ func (s *ringSelector) ranges(c *consumer) []hashRange {
 		merged = append(merged, r)
 	}
 	return merged
+}
+
+// splitSelector is Pulsar's hash range auto-split
+// (HashRangeAutoSplitStickyKeyConsumerSelector): the first consumer has
+// every hash; each one that joins takes the lower half of the largest
+// range (the first of equal ones); one that leaves gives its range to the
+// consumer of the range above it, or, if it had the top range, to the one
+// below. Which consumer gets a key depends only on the order consumers
+// joined and left, as in Pulsar, so tests written against Pulsar's
+// assignment see the same one here.
+//
+// Ranges are kept as Pulsar keeps them, by their upper keys in
+// 1..hashRangeSize: a hash h belongs to the first key >= h, so the first
+// range is 0..key and each other prev+1..key (the top one ends at
+// hashRangeSize-1). Its split arithmetic is Pulsar's, on those keys.
+type splitSelector struct {
+	bounds []splitBound // ascending keys; the last is hashRangeSize
+}
+
+type splitBound struct {
+	key int32
+	c   *consumer
+}
+
+func (s *splitSelector) add(c *consumer) error {
+	if c.keyShared.GetMode() != brokerpb.KeySharedMode_AUTO_SPLIT {
+		return errorf(ErrConsumerBusy, "the subscription's key_shared consumers split the hash range; this one is sticky")
+	}
+	if len(s.bounds) == 0 {
+		s.bounds = []splitBound{{hashRangeSize, c}}
+		return nil
+	}
+	// The largest range, as Pulsar measures it (key minus the key below,
+	// or minus 0); the first of equal ones.
+	best, size := 0, int32(0)
+	for i, b := range s.bounds {
+		if n := b.key - s.lower(i); n > size {
+			best, size = i, n
+		}
+	}
+	if size <= 1 {
+		return errorf(ErrConsumerBusy, "no hash range left to split for another consumer (%d consumers)", len(s.bounds))
+	}
+	// The new consumer takes the lower half.
+	split := s.bounds[best].key - size>>1
+	s.bounds = slices.Insert(s.bounds, best, splitBound{split, c})
+	return nil
+}
+
+// lower is the key below the i-th (0 for the first).
+func (s *splitSelector) lower(i int) int32 {
+	if i == 0 {
+		return 0
+	}
+	return s.bounds[i-1].key
+}
+
+func (s *splitSelector) remove(c *consumer) {
+	i := slices.IndexFunc(s.bounds, func(b splitBound) bool { return b.c == c })
+	switch {
+	case i < 0:
+	case i == len(s.bounds)-1 && i > 0:
+		// The top range goes to the consumer below, whose own range
+		// joins it.
+		s.bounds[i].c = s.bounds[i-1].c
+		s.bounds = slices.Delete(s.bounds, i-1, i)
+	default:
+		// The range goes to the consumer above.
+		s.bounds = slices.Delete(s.bounds, i, i+1)
+	}
+}
+
+func (s *splitSelector) pick(h int32) *consumer {
+	i := sort.Search(len(s.bounds), func(i int) bool { return s.bounds[i].key >= h })
+	if i == len(s.bounds) {
+		return nil
+	}
+	return s.bounds[i].c
+}
+
+func (s *splitSelector) ranges(c *consumer) []hashRange {
+	for i, b := range s.bounds {
+		if b.c == c {
+			start := s.lower(i) + 1
+			if i == 0 {
+				start = 0
+			}
+			if end := min(b.key, hashRangeSize-1); start <= end {
+				return []hashRange{{start, end}}
+			}
+			return nil // the top key, split down to past the last hash
+		}
+	}
+	return nil
 }

@@ -1194,3 +1194,64 @@ func TestSharedRedeliversNackedAndLeftMessages(t *testing.T) {
 		}
 	}
 }
+
+// With --key-shared-selector auto-split, keys go where Pulsar's hash
+// range auto-split sends them: the first consumer has every hash, the
+// second takes 0..32768, so each key's consumer follows from its hash.
+func TestKeySharedAutoSplitAssignsAsPulsar(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.KeySharedSelector = broker.KeySharedAutoSplit })
+	cl := e.client()
+	sub := func(name string) client.Consumer {
+		c, err := cl.Subscribe(client.ConsumerOptions{Topic: "split", SubscriptionName: "ks", Type: client.KeyShared,
+			Name: name, SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	first, second := sub("first"), sub("second")
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "split", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 100
+	if err := produceKeyedFrom(ctxT(t), p, 0, keys, keys); err != nil {
+		t.Fatal(err)
+	}
+	type got struct{ consumer, key string }
+	out := make(chan got, keys)
+	for name, c := range map[string]client.Consumer{"first": first, "second": second} {
+		go func() {
+			for {
+				m, err := c.Receive(ctxT(t))
+				if err != nil {
+					return
+				}
+				c.Ack(m)
+				out <- got{name, m.Key()}
+			}
+		}()
+	}
+	perConsumer := map[string]int{}
+	for range keys {
+		var g got
+		select {
+		case g = <-out:
+		case <-ctxT(t).Done():
+			t.Fatalf("received %v of %d", perConsumer, keys)
+		}
+		hash := (murmur3.Sum32([]byte(g.key)) & 0x7fffffff) % 65536
+		want := "first"
+		if hash <= 32768 {
+			want = "second"
+		}
+		if g.consumer != want {
+			t.Errorf("key %s (hash %d) went to %s, want %s", g.key, hash, g.consumer, want)
+		}
+		perConsumer[g.consumer]++
+	}
+	if perConsumer["first"] == 0 || perConsumer["second"] == 0 {
+		t.Fatalf("one consumer got every key: %v", perConsumer)
+	}
+}

@@ -3,7 +3,7 @@
 # reader_test.go of the version pinned in go.mod) against a `magnetar
 # standalone` on the ports they expect (127.0.0.1:6650 and 8080), each
 # test on its own (one failing test's panic would end a shared run), with
-# 35 s for each. Prints one line per test, "NAME pass|fail SECONDS", and
+# 35 s for each, with the settings their own standalone has. Prints one line per test, "NAME pass|fail SECONDS", and
 # the counts; docs/pulsar-compatibility.md records a run.
 #
 #   scripts/pulsar-client-go-tests.sh [REGEXP]   # only the tests matching it
@@ -21,7 +21,14 @@ done
 go build -o "$work/magnetar" ./cmd/magnetar
 go test -c -o "$work/pulsar.test" github.com/apache/pulsar-client-go/pulsar
 dir=$(go list -m -f '{{.Dir}}' github.com/apache/pulsar-client-go)/pulsar
-"$work/magnetar" standalone --data-dir "$work/data" --log-level warn > "$work/standalone.log" 2>&1 &
+# The settings of the standalone those tests are written for
+# (integration-tests/conf/standalone.conf in pulsar-client-go): messages of
+# 1 MiB at most, Key_Shared by hash range auto-split
+# (subscriptionKeySharedUseConsistentHashing=false), backlog quotas checked
+# every 5 s.
+"$work/magnetar" standalone --data-dir "$work/data" --log-level warn \
+  --max-entry-size 1048576 --key-shared-selector auto-split --retention-check-interval 5s \
+  > "$work/standalone.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do
   grep -q '^Press Ctrl-C' "$work/standalone.log" && break

@@ -99,6 +99,8 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Duration("lost-bookie-recovery-delay", def.LostBookieRecoveryDelay, "with several bookies: how long one must be gone before its copies are re-replicated to the others")
 	f.String("cluster-name", def.ClusterName, "the cluster's name: the label of the metrics, and the one cluster the admin API (Pulsar's /admin/v2/clusters) knows")
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
+	f.Duration("retention-check-interval", def.RetentionCheckInterval, "how often the broker applies TTL, retention and backlog quotas")
+	f.String("key-shared-selector", def.KeySharedSelector, "how key_shared consumers share the keys: consistent-hashing or auto-split (Pulsar's subscriptionKeySharedUseConsistentHashing=false)")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	sizeFlag(f, "memory-budget", def.MemoryBudget, "memory of the whole process, shared out among the broker's cache and the bookies' memtables, block caches and in-flight adds, and the Go runtime's soft limit (unless GOMEMLIMIT is set), e.g. 512MiB or 2GiB")
 	addAuthServerFlags(f)

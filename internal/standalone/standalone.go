@@ -63,6 +63,12 @@ type Config struct {
 	ClusterName string `mapstructure:"cluster-name"`
 	// StatsInterval is the window of the metrics' rates. Default 1m.
 	StatsInterval time.Duration `mapstructure:"stats-interval"`
+	// RetentionCheckInterval is the broker's: how often TTL, retention and
+	// backlog quotas are applied. Default 1m.
+	RetentionCheckInterval time.Duration `mapstructure:"retention-check-interval"`
+	// KeySharedSelector is the broker's --key-shared-selector. Default
+	// consistent-hashing.
+	KeySharedSelector string `mapstructure:"key-shared-selector"`
 	// Pprof serves /debug/pprof/ on the admin port.
 	Pprof bool `mapstructure:"pprof"`
 	// MemoryBudget is the memory the whole process may use: it is shared
@@ -93,6 +99,8 @@ func DefaultConfig() Config {
 		LostBookieRecoveryDelay: bookie.DefaultConfig().LostBookieRecoveryDelay,
 		ClusterName:             "standalone",
 		StatsInterval:           broker.DefaultConfig().StatsInterval,
+		RetentionCheckInterval:  broker.DefaultConfig().RetentionCheckInterval,
+		KeySharedSelector:       broker.DefaultConfig().KeySharedSelector,
 		MemoryBudget:            512 << 20,
 	}
 }
@@ -183,6 +191,7 @@ func (c *Config) Validate() error {
 	bc := broker.DefaultConfig()
 	bc.Security = c.Security
 	bc.ClusterName, bc.StatsInterval = c.ClusterName, c.StatsInterval
+	bc.RetentionCheckInterval, bc.KeySharedSelector = c.RetentionCheckInterval, c.KeySharedSelector
 	bc.Metastore = []string{"127.0.0.1:2379"}
 	if err := bc.Validate(); err != nil {
 		errs = append(errs, err)
@@ -325,6 +334,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.MaxMessageSize = min(bc.MaxMessageSize, cfg.MaxEntrySize)
 	bc.CacheSize = budget.BrokerCache
 	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
+	bc.RetentionCheckInterval, bc.KeySharedSelector = cfg.RetentionCheckInterval, cfg.KeySharedSelector
 	bc.Security = cfg.Security
 	bc.ClientAuthTokenFile = internalToken
 	// The process is live and ready only with all its bookies.
