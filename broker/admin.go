@@ -463,8 +463,15 @@ func (t *topic) stats() topicStats {
 		st.Entries += ref.Entries
 	}
 	t.mu.Lock()
-	for name := range t.mu.producers {
-		st.Publishers = append(st.Publishers, map[string]any{"producerName": name})
+	for name, p := range t.mu.producers {
+		pub := map[string]any{"producerName": name, "metadata": p.client.metadataJSON()}
+		if p.client.version != "" {
+			pub["clientVersion"] = p.client.version
+		}
+		if p.client.address != "" {
+			pub["address"] = p.client.address
+		}
+		st.Publishers = append(st.Publishers, pub)
 	}
 	t.mu.Unlock()
 	for _, s := range t.subscriptions() {

@@ -30,6 +30,9 @@ type consumer struct {
 	// permits and does not read does not pull the backlog into memory.
 	// Set before the consumer joins its subscription.
 	maxOutstanding int
+	// client describes the consumer's client (Pulsar's protocol); set
+	// before the consumer joins its subscription.
+	client clientInfo
 
 	mu struct {
 		sync.Mutex
@@ -187,10 +190,16 @@ type consumerStats struct {
 	// would go to it but wait for their key to drain from another consumer.
 	KeyHashRanges           []string `json:"keyHashRanges,omitempty"`
 	HeldBackForDrainingKeys int      `json:"heldBackForDrainingKeys,omitempty"`
+	// What the client told about itself (Pulsar's protocol): the
+	// consumer's metadata, the client's version, its address.
+	Metadata      map[string]string `json:"metadata"`
+	ClientVersion string            `json:"clientVersion,omitempty"`
+	Address       string            `json:"address,omitempty"`
 }
 
 func (c *consumer) stats() consumerStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return consumerStats{Name: c.name, AvailablePermits: c.mu.permits, MsgDelivered: c.mu.delivered, PriorityLevel: c.priority}
+	return consumerStats{Name: c.name, AvailablePermits: c.mu.permits, MsgDelivered: c.mu.delivered, PriorityLevel: c.priority,
+		Metadata: c.client.metadataJSON(), ClientVersion: c.client.version, Address: c.client.address}
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
 
 // producer is one producer connection (a Produce stream). Its responses
@@ -14,6 +15,9 @@ type producer struct {
 	name         string
 	t            *topic
 	lastSequence int64
+	// client describes the producer's client, as its topic's stats show
+	// it (set before the producer is attached; not changed after).
+	client clientInfo
 
 	signal chan struct{}
 	gone   chan struct{}
@@ -91,4 +95,53 @@ func (p *producer) disconnect(err error) {
 	}
 	p.mu.err = err
 	close(p.gone)
+}
+
+// clientInfo is what a producer's or consumer's client told about itself:
+// Pulsar's clients send their version at CONNECT and metadata (string
+// pairs an application sets) with PRODUCER and SUBSCRIBE; topic stats
+// show them, as Pulsar's do.
+type clientInfo struct {
+	metadata map[string]string
+	version  string
+	address  string
+}
+
+// Caps of what a client may have kept about itself.
+const (
+	maxClientMetadataEntries = 256
+	maxClientMetadataBytes   = 64 << 10
+	maxClientVersionLength   = 256
+)
+
+// newClientInfo checks and copies a client's metadata (its keys and
+// values summed) and version.
+func newClientInfo(kvs []*pulsarpb.KeyValue, version, address string) (clientInfo, error) {
+	if len(kvs) > maxClientMetadataEntries {
+		return clientInfo{}, errorf(ErrInvalidArgument, "%d metadata entries, at most %d", len(kvs), maxClientMetadataEntries)
+	}
+	info := clientInfo{version: version, address: address}
+	if len(info.version) > maxClientVersionLength {
+		info.version = info.version[:maxClientVersionLength]
+	}
+	size := 0
+	for _, kv := range kvs {
+		size += len(kv.GetKey()) + len(kv.GetValue())
+		if size > maxClientMetadataBytes {
+			return clientInfo{}, errorf(ErrInvalidArgument, "metadata of more than %d bytes", maxClientMetadataBytes)
+		}
+		if info.metadata == nil {
+			info.metadata = make(map[string]string, len(kvs))
+		}
+		info.metadata[kv.GetKey()] = kv.GetValue()
+	}
+	return info, nil
+}
+
+// metadataJSON is the metadata as stats show it: {} when there is none.
+func (ci clientInfo) metadataJSON() map[string]string {
+	if ci.metadata == nil {
+		return map[string]string{}
+	}
+	return ci.metadata
 }

@@ -154,6 +154,8 @@ type pulsarConn struct {
 	// authRefresh: the client said it answers AUTH_CHALLENGE (set by
 	// serve at CONNECT, before any other goroutine reads it).
 	authRefresh bool
+	// clientVersion is the client's, from CONNECT (set likewise).
+	clientVersion string
 
 	mu struct {
 		sync.Mutex
@@ -478,6 +480,7 @@ func (pc *pulsarConn) connect(cmd *pulsarpb.BaseCommand) bool {
 		return false
 	}
 	pc.authRefresh = c.GetFeatureFlags().GetSupportsAuthRefresh()
+	pc.clientVersion = c.GetClientVersion()
 	if v := pc.s.auth; v != nil {
 		if c.GetAuthMethodName() != "token" {
 			pc.fail(noRequestID, fmt.Errorf("%w: authentication method %q: this broker takes a token (AuthenticationToken)", auth.ErrUnauthenticated, c.GetAuthMethodName()))
@@ -884,6 +887,9 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		}
 		p := newProducer(c.GetProducerName())
 		p.t = t
+		if p.client, err = newClientInfo(c.GetMetadata(), pc.clientVersion, pc.conn.RemoteAddr().String()); err != nil {
+			return nil, err
+		}
 		wait, err := t.addProducerAccess(p, c.GetProducerAccessMode())
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -31,6 +32,50 @@ type pulsarConsumer struct {
 	// comes out of its queue; seeks are answered, in order, by SeekDone.
 	subscribeRequest uint64
 	seeks            chan uint64
+
+	// active holds back ACTIVE_CONSUMER_CHANGE until the consumer's first
+	// FLOW: pulsar-client-go registers a consumer on its connection only
+	// after SUBSCRIBE's SUCCESS, and drops a notification that comes
+	// before, so the one sent at subscribe time would be lost (Pulsar's
+	// broker sends it a second after, activeConsumerFailoverDelayTimeMillis).
+	// The client's first FLOW comes once it is registered. Only the
+	// latest state is held.
+	active struct {
+		sync.Mutex
+		flowed bool
+		held   *bool
+	}
+}
+
+// notifyActive sends ACTIVE_CONSUMER_CHANGE, or holds it until the first
+// FLOW.
+func (pcons *pulsarConsumer) notifyActive(pc *pulsarConn, isActive bool) {
+	pcons.active.Lock()
+	defer pcons.active.Unlock() // held while sending: notifications stay in order
+	if !pcons.active.flowed {
+		pcons.active.held = &isActive
+		return
+	}
+	pc.send(activeConsumerChange(pcons.id, isActive), nil)
+}
+
+// flowed notes a FLOW: the first one sends the notification held back.
+func (pcons *pulsarConsumer) flowed(pc *pulsarConn) {
+	pcons.active.Lock()
+	defer pcons.active.Unlock()
+	if pcons.active.flowed {
+		return
+	}
+	pcons.active.flowed = true
+	if held := pcons.active.held; held != nil {
+		pcons.active.held = nil
+		pc.send(activeConsumerChange(pcons.id, *held), nil)
+	}
+}
+
+func activeConsumerChange(id uint64, isActive bool) *pulsarpb.BaseCommand {
+	return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pulsarpb.CommandActiveConsumerChange{
+		ConsumerId: proto.Uint64(id), IsActive: proto.Bool(isActive)}}
 }
 
 // maxPendingSeeks bounds a consumer's seeks in flight.
@@ -146,6 +191,9 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		// one lets any entry go once a permit is there.
 		cons := newConsumer(req, 1)
 		cons.maxOutstanding = pulsarConsumerMaxOutstanding
+		if cons.client, err = newClientInfo(c.GetMetadata(), pc.clientVersion, pc.conn.RemoteAddr().String()); err != nil {
+			return nil, err
+		}
 		cons.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
 		sub, err := t.subscribe(pc.ctx, req, cons)
 		if err != nil {
@@ -201,8 +249,7 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 				pc.sendMessage(pcons.id, r.Message)
 				pcons.c.sent(r.Message)
 			case *brokerpb.ConsumeResponse_ActiveChange:
-				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pulsarpb.CommandActiveConsumerChange{
-					ConsumerId: proto.Uint64(pcons.id), IsActive: proto.Bool(r.ActiveChange.GetIsActive())}}, nil)
+				pcons.notifyActive(pc, r.ActiveChange.GetIsActive())
 			case *brokerpb.ConsumeResponse_SeekDone:
 				// As Pulsar: the seek is answered, then the consumer is
 				// closed; the client subscribes again from the new position.
@@ -324,6 +371,7 @@ func (pc *pulsarConn) consumerOf(id uint64) *pulsarConsumer {
 
 func (pc *pulsarConn) flow(c *pulsarpb.CommandFlow) {
 	if pcons := pc.consumerOf(c.GetConsumerId()); pcons != nil {
+		pcons.flowed(pc)
 		pcons.c.addPermits(int(min(c.GetMessagePermits(), maxReceiverQueue)))
 	}
 }

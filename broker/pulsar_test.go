@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"strings"
@@ -863,4 +865,127 @@ func TestPulsarProtocolInitialSubscription(t *testing.T) {
 	if got := p.next(); got.GetError().GetRequestId() != 2 || got.GetError().GetMessage() == "" {
 		t.Fatalf("PRODUCER with an invalid initial subscription name: %v, want ERROR with a reason", got)
 	}
+}
+
+// A producer's and a consumer's metadata and their client's version, as
+// Pulsar's clients send them, are in the topic's stats (Pulsar's
+// PublisherStats and ConsumerStats); metadata past its caps is refused.
+func TestPulsarProtocolClientMetadataInStats(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect() // client version "raw"
+	const topic = "persistent://public/default/described"
+	kv := func(k, v string) *pulsarpb.KeyValue {
+		return &pulsarpb.KeyValue{Key: proto.String(k), Value: proto.String(v)}
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String(topic), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1), ProducerName: proto.String("writer"),
+		Metadata: []*pulsarpb.KeyValue{kv("team", "billing"), kv("host", "h1")}}}, nil)
+	if got := p.next(); got.GetProducerSuccess().GetRequestId() != 1 {
+		t.Fatalf("PRODUCER: %v", got)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Shared.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(2), ConsumerName: proto.String("reader"),
+		Metadata: []*pulsarpb.KeyValue{kv("app", "invoices")}}}, nil)
+	if got := p.next(); got.GetSuccess().GetRequestId() != 2 {
+		t.Fatalf("SUBSCRIBE: %v", got)
+	}
+	code, body, err := adminDo(e, "GET", "/admin/v2/persistent/public/default/described/stats", nil)
+	if err != nil || code != 200 {
+		t.Fatalf("stats: %d %s %v", code, body, err)
+	}
+	var st struct {
+		Publishers []struct {
+			Name          string            `json:"producerName"`
+			Metadata      map[string]string `json:"metadata"`
+			ClientVersion string            `json:"clientVersion"`
+			Address       string            `json:"address"`
+		} `json:"publishers"`
+		Subscriptions map[string]struct {
+			Consumers []struct {
+				Name          string            `json:"consumerName"`
+				Metadata      map[string]string `json:"metadata"`
+				ClientVersion string            `json:"clientVersion"`
+				Address       string            `json:"address"`
+			} `json:"consumers"`
+		} `json:"subscriptions"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	local := p.conn.LocalAddr().String()
+	if len(st.Publishers) != 1 || st.Publishers[0].Name != "writer" || st.Publishers[0].ClientVersion != "raw" ||
+		st.Publishers[0].Address != local || !maps.Equal(st.Publishers[0].Metadata, map[string]string{"team": "billing", "host": "h1"}) {
+		t.Errorf("publishers: %s", body)
+	}
+	cs := st.Subscriptions["s"].Consumers
+	if len(cs) != 1 || cs[0].Name != "reader" || cs[0].ClientVersion != "raw" || cs[0].Address != local ||
+		!maps.Equal(cs[0].Metadata, map[string]string{"app": "invoices"}) {
+		t.Errorf("consumers: %s", body)
+	}
+	// Past the caps: refused with a reason.
+	big := []*pulsarpb.KeyValue{kv("k", strings.Repeat("v", 70<<10))}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String(topic), ProducerId: proto.Uint64(2), RequestId: proto.Uint64(3), Metadata: big}}, nil)
+	if got := p.next(); got.GetError().GetRequestId() != 3 || !strings.Contains(got.GetError().GetMessage(), "metadata of more than") {
+		t.Fatalf("PRODUCER with 70 KiB of metadata: %v, want an ERROR about its metadata", got)
+	}
+}
+
+// ACTIVE_CONSUMER_CHANGE waits for the consumer's first FLOW: Pulsar's Go
+// client registers a consumer only once SUBSCRIBE is answered and drops a
+// notification that comes before. A consumer that has sent FLOW is told
+// at once.
+func TestPulsarProtocolActiveChangeAfterFirstFlow(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	const topic = "persistent://public/default/failover-notice"
+	subscribe := func(id uint64, name string) {
+		t.Helper()
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+			Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Failover.Enum(),
+			ConsumerId: proto.Uint64(id), RequestId: proto.Uint64(100 + id), ConsumerName: proto.String(name)}}, nil)
+		if got := p.next(); got.GetSuccess().GetRequestId() != 100+id {
+			t.Fatalf("SUBSCRIBE %s: %v", name, got)
+		}
+	}
+	ping := func(step string) {
+		t.Helper()
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
+		if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PONG {
+			t.Fatalf("%s: %v before the PONG, want nothing before FLOW", step, got)
+		}
+	}
+	flow := func(id uint64) {
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{
+			ConsumerId: proto.Uint64(id), MessagePermits: proto.Uint32(10)}}, nil)
+	}
+	expect := func(step string, want map[uint64]bool) {
+		t.Helper()
+		for len(want) > 0 {
+			got := p.next()
+			c := got.GetActiveConsumerChange()
+			active, ok := want[c.GetConsumerId()]
+			if got.GetType() != pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE || !ok || c.GetIsActive() != active {
+				t.Fatalf("%s: %v, want ACTIVE_CONSUMER_CHANGE %v", step, got, want)
+			}
+			delete(want, c.GetConsumerId())
+		}
+	}
+	subscribe(1, "b")
+	ping("b subscribed")
+	flow(1)
+	expect("b's first FLOW", map[uint64]bool{1: true})
+	// "a" sorts first: it becomes the active one. b, which has sent FLOW,
+	// is told at once; a at its first FLOW.
+	subscribe(2, "a")
+	expect("a subscribed", map[uint64]bool{1: false})
+	ping("a subscribed")
+	flow(2)
+	expect("a's first FLOW", map[uint64]bool{2: true})
+	// Later FLOWs send nothing more.
+	flow(2)
+	ping("a's second FLOW")
 }
