@@ -221,3 +221,11 @@ var (
 	UnackedSet   = unackedSet
 	AckedIndexes = ackedIndexes
 )
+
+// SetSeekReattachGrace sets how long a reader's subscription is kept for
+// the consumer a seek closed; tests restore it with the returned func.
+func SetSeekReattachGrace(d time.Duration) (restore func()) {
+	old := seekReattachGrace
+	seekReattachGrace = d
+	return func() { seekReattachGrace = old }
+}

@@ -429,7 +429,7 @@ func (pc *pulsarConn) serve() {
 			pc.dropProducer(pp)
 		}
 		for _, pcons := range consumers {
-			pc.dropConsumer(pcons)
+			pc.dropConsumer(pcons, false)
 		}
 		pc.wg.Wait()
 	}()

@@ -212,7 +212,7 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 	pc.mu.Lock()
 	if pc.ctx.Err() != nil { // the connection ended meanwhile
 		pc.mu.Unlock()
-		pc.dropConsumer(pcons)
+		pc.dropConsumer(pcons, false)
 		return
 	}
 	pc.mu.consumers[id] = pcons
@@ -275,7 +275,7 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 		if !mine {
 			return // closed by the client, or the connection: already dropped
 		}
-		pc.dropConsumer(pcons)
+		pc.dropConsumer(pcons, errors.Is(err, errSeeked))
 		if pc.ctx.Err() == nil {
 			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pulsarpb.CommandCloseConsumer{
 				ConsumerId: proto.Uint64(pcons.id), RequestId: proto.Uint64(noRequestID)}}, nil)
@@ -356,9 +356,13 @@ func ackedIndexes(set []int64, size int) []int32 {
 }
 
 // dropConsumer removes a consumer from its subscription (a reader's
-// subscription goes with it) and ends its pump.
-func (pc *pulsarConn) dropConsumer(pcons *pulsarConsumer) {
+// subscription goes with it, unless a seek closed the consumer: it is kept
+// for the consumer to come back) and ends its pump.
+func (pc *pulsarConn) dropConsumer(pcons *pulsarConsumer, seeked bool) {
 	pcons.sub.removeConsumer(pcons.c)
+	if seeked {
+		pcons.t.keepNonDurable(pcons.sub)
+	}
 	pcons.t.dropNonDurable(pcons.sub)
 	pcons.c.disconnect(io.EOF)
 }
@@ -522,7 +526,7 @@ func (pc *pulsarConn) closeConsumer(c *pulsarpb.CommandCloseConsumer) {
 	delete(pc.mu.consumers, c.GetConsumerId())
 	pc.mu.Unlock()
 	if pcons != nil {
-		pc.dropConsumer(pcons)
+		pc.dropConsumer(pcons, false)
 	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
 }

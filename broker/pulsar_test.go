@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -988,4 +989,88 @@ func TestPulsarProtocolActiveChangeAfterFirstFlow(t *testing.T) {
 	// Later FLOWs send nothing more.
 	flow(2)
 	ping("a's second FLOW")
+}
+
+// A reader (a non-durable subscription) that seeks is closed, as Pulsar
+// closes it, and subscribes again with the start it was created with: it
+// finds its subscription where the seek put it, not back at that start
+// (pulsar-client-go's reader SeekByTime).
+func TestPulsarProtocolReaderSeekKeepsPosition(t *testing.T) {
+	t.Cleanup(broker.SetSeekReattachGrace(2 * time.Second))
+	e := newEnv(t, func(c *broker.Config) { c.RetentionCheckInterval = 100 * time.Millisecond })
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "raw-reader-seek", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 0, 3)
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	subscribe := func(requestID uint64) {
+		t.Helper()
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+			Topic: proto.String("persistent://public/default/raw-reader-seek"), Subscription: proto.String("reader-x"),
+			SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(), Durable: proto.Bool(false),
+			ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(requestID),
+			StartMessageId: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(math.MaxUint64), EntryId: proto.Uint64(math.MaxUint64)}}}, nil)
+		if got := r.next(); got.GetSuccess().GetRequestId() != requestID {
+			t.Fatalf("SUBSCRIBE answered %v", got)
+		}
+	}
+	subscribe(1) // from the earliest message (-1:-1)
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(2),
+		MessagePublishTime: proto.Uint64(uint64(time.Now().Add(time.Hour).UnixMilli()))}}, nil)
+	for closed := false; !closed; {
+		got := r.next()
+		closed = got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 1
+	}
+	subscribe(3) // again from the earliest, as the client does
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
+	produce(t, p, 3, 1) // after the seek's time
+	for {
+		f, err := r.r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Cmd.GetType() != pulsarpb.BaseCommand_MESSAGE {
+			continue // PINGs, the exclusive consumer's notice
+		}
+		// The first message after subscribing again is the one sent after
+		// the seek, not the earliest.
+		if _, payload, err := entry.Decode(f.Payload); err != nil || string(payload) != "m-00003" {
+			t.Fatalf("first message after the seek and a new SUBSCRIBE: %q %v, want m-00003", payload, err)
+		}
+		break
+	}
+	// A reader closed by a seek that does not come back: its subscription
+	// goes once the grace is over (the retention check drops it).
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(4),
+		MessagePublishTime: proto.Uint64(0)}}, nil)
+	for closed := false; !closed; {
+		got := r.next()
+		closed = got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 1
+	}
+	subs := func() map[string]json.RawMessage {
+		st, err := adminGetJSON[struct {
+			Subscriptions map[string]json.RawMessage `json:"subscriptions"`
+		}](e, "/admin/v2/persistent/public/default/raw-reader-seek/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Subscriptions
+	}
+	if _, ok := subs()["reader-x"]; !ok {
+		t.Fatal("the reader's subscription went at once after the seek; it should wait for the reader")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, ok := subs()["reader-x"]; !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader's subscription is still there 30 s after a seek the reader never came back from")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -53,6 +53,10 @@ type subscription struct {
 		// multi is the delivery state of Shared and Key_Shared; nil for the
 		// other types.
 		multi *multiState
+		// keepUntil: a non-durable subscription whose consumer a seek
+		// closed (Pulsar's protocol) is kept until then for it to
+		// subscribe again, at the position sought (zero: not kept).
+		keepUntil time.Time
 	}
 }
 
@@ -104,6 +108,7 @@ func (s *subscription) addConsumer(c *consumer) error {
 		}
 	}
 	s.mu.consumers = append(s.mu.consumers, c)
+	s.mu.keepUntil = time.Time{}
 	slices.SortStableFunc(s.mu.consumers, func(a, b *consumer) int {
 		if a.priority != b.priority {
 			return int(a.priority - b.priority)

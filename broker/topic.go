@@ -683,9 +683,15 @@ func (t *topic) readerStart(req *brokerpb.Subscribe) mledger.Position {
 // dropNonDurable removes a non-durable subscription once its last
 // consumer has gone: its in-memory cursor keeps nothing worth keeping (a
 // consumer joining meanwhile finds it closing and subscribes again).
+//
+// A subscription kept for a consumer a seek closed (keepNonDurable) stays
+// until its time is up; retain drops it then if nobody came back.
 func (t *topic) dropNonDurable(sub *subscription) {
 	t.mu.Lock()
-	if sub.durable || t.mu.subs[sub.name] != sub || sub.consumerCount() > 0 {
+	sub.mu.Lock()
+	kept := time.Now().Before(sub.mu.keepUntil)
+	sub.mu.Unlock()
+	if sub.durable || t.mu.subs[sub.name] != sub || sub.consumerCount() > 0 || kept {
 		t.mu.Unlock()
 		return
 	}
@@ -693,6 +699,24 @@ func (t *topic) dropNonDurable(sub *subscription) {
 	t.mu.Unlock()
 	sub.close(context.Background())
 	sub.cur.Delete(context.Background())
+}
+
+// seekReattachGrace is how long a non-durable subscription waits for the
+// consumer a seek closed to subscribe again (a variable for tests).
+var seekReattachGrace = time.Minute
+
+// keepNonDurable keeps a non-durable subscription whose consumer a seek
+// closed, so that the consumer, subscribing again, finds its cursor where
+// the seek put it: Pulsar's clients subscribe again with the start
+// position they were created with, and Pulsar's broker, like this one,
+// reuses the subscription that still exists.
+func (t *topic) keepNonDurable(sub *subscription) {
+	if sub.durable {
+		return
+	}
+	sub.mu.Lock()
+	sub.mu.keepUntil = time.Now().Add(seekReattachGrace)
+	sub.mu.Unlock()
 }
 
 func (t *topic) removeSubscription(ctx context.Context, name string, force bool) error {
@@ -759,6 +783,11 @@ func (t *topic) retain(ctx context.Context) {
 	keepDedup = keepDedup && t.mu.set.dedup
 	t.mu.Unlock()
 	subs := t.subscriptions()
+	for _, s := range subs {
+		if !s.durable {
+			t.dropNonDurable(s) // one kept after a seek whose consumer did not come back
+		}
+	}
 	if ttl > 0 {
 		cutoff := time.Now().Add(-ttl).UnixMilli()
 		for _, s := range subs {
