@@ -89,8 +89,6 @@ var (
 	ErrBrokerNotFound        = errs.ErrBrokerNotFound
 	ErrTopicPoliciesDisabled = errs.ErrTopicPoliciesDisabled
 	ErrPartitionedTopic      = errs.ErrPartitionedTopic
-	ErrNotImplemented        = errs.ErrNotImplemented
-	ErrNoSchema              = errs.ErrNoSchema
 
 	// ErrBacklogQuotaHeld and ErrBacklogQuotaExceeded refuse new messages
 	// and producers while a topic's backlog is over its namespace's
@@ -101,6 +99,10 @@ var (
 	// namespace with topics (Pulsar's 409).
 	ErrNotEmpty = errors.New("not empty")
 )
+
+// ErrNotImplemented answers a call Pulsar has and Magnetar does not
+// (errs.ErrNotImplemented).
+var ErrNotImplemented = errs.ErrNotImplemented
 
 // The REST-only table: sentinel, the JSON "errorCode", HTTP status. These codes
 // are not brokerpb.ErrorReason values (the SDK never sees them), so they

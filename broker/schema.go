@@ -11,11 +11,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/broker/admin"
+	"github.com/magnetar-io/magnetar/broker/internal/errs"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
+
+// ErrNoSchema: the topic has no schema (or not the version asked for).
+var ErrNoSchema = errs.ErrNoSchema
 
 // Schemas, as Pulsar's clients register them. A topic's versions are kept
 // at metastore.SchemaKey(base name), so a partitioned topic's partitions
