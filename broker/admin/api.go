@@ -62,6 +62,7 @@ type Backend interface {
 // Location.
 type Redirect interface {
 	error
+	// Location is the owner's URL for the request.
 	Location() string
 }
 

@@ -11,11 +11,22 @@ import (
 // states and the autorecovery requests kept in etcd (bookie/autorecovery
 // on the broker's store).
 type Bookies interface {
+	// Bookies lists every bookie that ever registered or is registered,
+	// with its state.
 	Bookies(ctx context.Context) ([]autorecovery.BookieStatus, error)
+	// UnderReplicated lists the under-replicated ledgers' marks (a
+	// bounded number of them) and counts them all.
 	UnderReplicated(ctx context.Context) (marks []autorecovery.Mark, count int, err error)
+	// Rebalance is the current rebalance request (Active false once
+	// done).
 	Rebalance(ctx context.Context) (autorecovery.RebalanceStatus, error)
+	// RequestRebalance asks the auditor to rebalance until the spread
+	// is within targetSpread (<= 0: the default).
 	RequestRebalance(ctx context.Context, targetSpread float64) error
+	// Decommission starts draining a bookie: its ledgers' copies move
+	// elsewhere.
 	Decommission(ctx context.Context, bookie string) error
+	// Recommission stops a drain: the bookie turns writable again.
 	Recommission(ctx context.Context, bookie string) error
 }
 

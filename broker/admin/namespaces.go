@@ -19,11 +19,14 @@ import (
 // namespaces and their policies kept in etcd, and the calls that reach
 // their topics.
 type Namespaces interface {
+	// ClusterName is the deployment's cluster (Clusters).
 	ClusterName() string
 	// Namespaces lists a tenant's namespaces (an error if the tenant
 	// does not exist).
 	Namespaces(ctx context.Context, tenant string) ([]string, error)
+	// CreateNamespace creates namespace ns with policies p.
 	CreateNamespace(ctx context.Context, ns string, p *metapb.NamespacePolicies) error
+	// DeleteNamespace deletes an empty namespace.
 	DeleteNamespace(ctx context.Context, ns string) error
 	// Policies are a namespace's stored policies (errs.ErrNotFound if it
 	// does not exist).

@@ -15,6 +15,7 @@ import (
 // Permissions is what the grants of namespaces and topics ask of the
 // broker: they are kept in the namespace's policies.
 type Permissions interface {
+	// Policies are a namespace's stored policies (Namespaces).
 	Policies(ctx context.Context, ns string) (*metapb.NamespacePolicies, error)
 	// UpdatePolicies changes a namespace's stored policies with fn.
 	UpdatePolicies(ctx context.Context, ns string, fn func(*metapb.NamespacePolicies) error) error

@@ -29,6 +29,8 @@ type Subscriptions interface {
 	// every partition of a partitioned topic (errs.ErrConflict if it
 	// existed on all of them).
 	CreateSubscription(r *http.Request, n topicname.Name, sub string, start SubscriptionStart) error
+	// DeleteSubscription deletes a subscription; with connected
+	// consumers only if force.
 	DeleteSubscription(r *http.Request, n topicname.Name, sub string, force bool) error
 	// ResetCursorToTime moves the subscription to the first message
 	// published at or after ts (milliseconds since the epoch).
@@ -87,6 +89,8 @@ type SubscriptionStart struct {
 	At               mledger.Position // else: the first entry delivered
 }
 
+// String names the start as Magnetar's ?messageId= does, or the
+// position.
 func (st SubscriptionStart) String() string {
 	switch {
 	case st.Earliest:

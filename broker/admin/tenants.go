@@ -13,11 +13,17 @@ import (
 // Tenants is what the tenants resource asks of the broker: the tenants
 // kept in etcd.
 type Tenants interface {
+	// ClusterName is the deployment's cluster (Clusters).
 	ClusterName() string
+	// Tenants lists the tenants.
 	Tenants(ctx context.Context) ([]string, error)
+	// CreateTenant creates a tenant (errs.ErrConflict if it exists).
 	CreateTenant(ctx context.Context, tenant string, info *metapb.TenantInfo) error
+	// UpdateTenant replaces an existing tenant's details.
 	UpdateTenant(ctx context.Context, tenant string, info *metapb.TenantInfo) error
+	// Tenant is a tenant's details.
 	Tenant(ctx context.Context, tenant string) (*metapb.TenantInfo, error)
+	// DeleteTenant deletes a tenant without namespaces.
 	DeleteTenant(ctx context.Context, tenant string) error
 }
 

@@ -23,7 +23,9 @@ import (
 // owns is answered by a Redirect to it, or (a partitioned topic's
 // partitions) asked of their owners.
 type Topics interface {
+	// Policies are a namespace's stored policies (Namespaces).
 	Policies(ctx context.Context, ns string) (*metapb.NamespacePolicies, error)
+	// TopicList is Pulsar's topic list of a namespace (Namespaces).
 	TopicList(ctx context.Context, ns string) ([]string, error)
 	// PartitionedTopics lists a namespace's partitioned topics.
 	PartitionedTopics(ctx context.Context, ns string) ([]string, error)
@@ -32,6 +34,7 @@ type Topics interface {
 	// CreateTopic creates non-partitioned topic n (errs.ErrConflict if
 	// it exists).
 	CreateTopic(ctx context.Context, n topicname.Name) error
+	// CreatePartitioned creates a partitioned topic.
 	CreatePartitioned(ctx context.Context, n topicname.Name, partitions int) error
 	// UpdatePartitions raises a partitioned topic's partition count.
 	UpdatePartitions(ctx context.Context, n topicname.Name, partitions int) error
