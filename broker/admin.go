@@ -69,6 +69,8 @@ func (s *Server) adminHandler() http.Handler {
 // It is a type of its own so that Server's methods stay the broker's.
 type adminBackend struct{ s *Server }
 
+// setPolicies changes a namespace's policies with fn and applies the
+// settings they make to its loaded topics.
 func (s *Server) setPolicies(ctx context.Context, ns string, fn func(*metapb.NamespacePolicies) error) error {
 	if err := s.md.updatePolicies(ctx, ns, fn); err != nil {
 		return err
