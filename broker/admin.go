@@ -4,71 +4,29 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/magnetar-io/magnetar/broker/admin"
 	"github.com/magnetar-io/magnetar/broker/console"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/internal/ops"
 	"github.com/magnetar-io/magnetar/metastore"
-	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/metapb"
-	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
-// maxAdminBody caps a request body.
-const maxAdminBody = 1 << 20
-
-// route registers an admin handler under its authorization rule.
-type route func(pattern string, allow rule, fn func(w http.ResponseWriter, r *http.Request) (any, error))
-
-// adminHandler serves the admin REST API under Pulsar's paths
-// (/admin/v2/...). Errors are 4xx/5xx with a JSON body {"reason": ...,
-// "errorCode": ...} (restCodeOf), unknown paths and methods included:
-// Pulsar's {"reason"} plus a machine-readable code. (Not "code": the
-// official Go admin library decodes "code" as a number.)
+// adminHandler serves the admin REST API (broker/admin, over
+// adminBackend), the console and the ops endpoints, behind
+// authentication. Every answer of the API is JSON, errors included
+// (restCodeOf).
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
-	// Every route names its authorization rule (authz.go), checked
-	// before the handler runs.
-	var h route = func(pattern string, allow rule, fn func(w http.ResponseWriter, r *http.Request) (any, error)) {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
-			ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
-			defer cancel()
-			r = r.WithContext(ctx)
-			if err := allow(r); err != nil {
-				writeResult(w, nil, err)
-				return
-			}
-			out, err := fn(w, r)
-			writeResult(w, out, err)
-		})
-	}
-	s.tenantRoutes(h)
-	s.namespaceRoutes(h)
-	s.subscriptionRoutes(h)
-	h("GET /admin/v2/owners", s.superuserOnly, func(w http.ResponseWriter, r *http.Request) (any, error) {
-		owners := map[string]string{}
-		err := s.store.ListAll(r.Context(), metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
-			owner, _, _ := strings.Cut(string(kv.Value), "\n")
-			owners["persistent://"+strings.TrimPrefix(kv.Key, metastore.OwnersPrefix)] = owner
-			return nil
-		})
-		return owners, err
-	})
-	s.topicRoutes(h)
-	s.schemaRoutes(h)
-	s.clusterRoutes(h)
-	s.brokerRoutes(h)
-	s.bookieRoutes(h)
-	s.permissionRoutes(h)
+	api := admin.New(adminBackend{s}, s.adminRules(), restCodeOf)
+	api.Register(mux)
 	mux.Handle("GET "+console.Prefix, console.Handler())
 	mux.Handle("GET /console", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
 	// With authorization on, profiles are for superusers (the command line
@@ -77,7 +35,7 @@ func (s *Server) adminHandler() http.Handler {
 	superuser := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := s.superuserOnly(r); err != nil {
-				writeResult(w, nil, err)
+				api.WriteError(w, err)
 				return
 			}
 			h.ServeHTTP(w, r)
@@ -101,153 +59,18 @@ func (s *Server) adminHandler() http.Handler {
 		// user's token.
 		return r.URL.Path == "/console" || strings.HasPrefix(r.URL.Path, console.Prefix)
 	}
-	return s.auth.HTTP(jsonRoutingErrors(mux), open, func(w http.ResponseWriter, _ *http.Request, err error) {
-		writeResult(w, nil, err)
+	return s.auth.HTTP(api.RoutingErrors(mux), open, func(w http.ResponseWriter, _ *http.Request, err error) {
+		api.WriteError(w, err)
 	})
 }
 
-// jsonRoutingErrors serves requests with mux, answering those it has no
-// handler for in the API's JSON shape: 404 UNKNOWN_PATH for a path no
-// pattern matches, 405 METHOD_NOT_ALLOWED (with mux's Allow header) for a
-// path some pattern matches with another method. ServeMux decides which
-// (a path matched with another method is its 405); it is asked, and its
-// own plain-text answer is replaced.
-func jsonRoutingErrors(mux *http.ServeMux) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h, pattern := mux.Handler(r)
-		if pattern != "" { // a handler, or mux's redirect to a clean path
-			mux.ServeHTTP(w, r)
-			return
-		}
-		rec := &headerRecorder{header: http.Header{}}
-		h.ServeHTTP(rec, r)
-		if rec.status == http.StatusMethodNotAllowed {
-			w.Header().Set("Allow", rec.header.Get("Allow"))
-			writeResult(w, nil, fmt.Errorf("%w: %s %s (allowed: %s)", ErrMethodNotAllowed, r.Method, r.URL.Path, rec.header.Get("Allow")))
-			return
-		}
-		writeResult(w, nil, fmt.Errorf("%w: %s %s", ErrUnknownPath, r.Method, r.URL.Path))
-	})
-}
+// adminBackend implements admin.Backend: what the admin API asks of the
+// broker, resource by resource (admin_clusters.go, admin_tenants.go, ...).
+// It is a type of its own so that Server's methods stay the broker's.
+type adminBackend struct{ s *Server }
 
-// headerRecorder keeps the status and headers a handler writes and drops
-// its body.
-type headerRecorder struct {
-	header http.Header
-	status int
-}
-
-func (h *headerRecorder) Header() http.Header { return h.header }
-
-func (h *headerRecorder) WriteHeader(status int) {
-	if h.status == 0 {
-		h.status = status
-	}
-}
-
-func (h *headerRecorder) Write(b []byte) (int, error) {
-	h.WriteHeader(http.StatusOK)
-	return len(b), nil
-}
-
-type retentionJSON struct {
-	Minutes int64 `json:"retentionTimeInMinutes"`
-	SizeMB  int64 `json:"retentionSizeInMB"`
-}
-
-type persistenceJSON struct {
-	Ensemble    int `json:"bookkeeperEnsemble"`
-	WriteQuorum int `json:"bookkeeperWriteQuorum"`
-	AckQuorum   int `json:"bookkeeperAckQuorum"`
-}
-
-// check refuses an ensemble and quorums that cannot be.
-func (p persistenceJSON) check() error {
-	if !(p.Ensemble >= p.WriteQuorum && p.WriteQuorum >= p.AckQuorum && p.AckQuorum >= 1) || p.Ensemble > 64 {
-		return errorf(ErrInvalidArgument, "persistence %d/%d/%d: need 64 >= ensemble >= write quorum >= ack quorum >= 1", p.Ensemble, p.WriteQuorum, p.AckQuorum)
-	}
-	return nil
-}
-
-func durationMinutes(d time.Duration) int64 {
-	if d < 0 {
-		return -1
-	}
-	return int64(d / time.Minute)
-}
-
-func sizeMB(b int64) int64 {
-	if b < 0 {
-		return -1
-	}
-	return b >> 20
-}
-
-func nsOf(r *http.Request) string { return r.PathValue("tenant") + "/" + r.PathValue("ns") }
-
-func topicOf(r *http.Request) (topicname.Name, error) {
-	return topicname.Parse("persistent://" + nsOf(r) + "/" + r.PathValue("topic"))
-}
-
-func nonNil(v []string, err error) (any, error) {
-	if v == nil {
-		v = []string{}
-	}
-	return v, err
-}
-
-// readJSON decodes the request body; an empty body is an error unless
-// optional.
-func readJSON(r *http.Request, v any, optional bool) error {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return errorf(ErrInvalidArgument, "request body: %v", err)
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		if optional {
-			return nil
-		}
-		return errorf(ErrInvalidArgument, "request body is empty")
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return errorf(ErrInvalidArgument, "request body: %v", err)
-	}
-	return nil
-}
-
-// writeResult writes a JSON result, 204 for none, or the error.
-func writeResult(w http.ResponseWriter, out any, err error) {
-	w.Header().Set("Content-Type", "application/json")
-	var redirect *redirectError
-	if errors.As(err, &redirect) {
-		// 307 keeps the method and body: the owner answers.
-		w.Header().Set("Location", redirect.url)
-		w.WriteHeader(http.StatusTemporaryRedirect)
-		json.NewEncoder(w).Encode(map[string]string{"reason": redirect.Error(), "errorCode": "REDIRECT"})
-		return
-	}
-	if err != nil {
-		code, status := restCodeOf(err)
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(map[string]string{"reason": err.Error(), "errorCode": code})
-		return
-	}
-	if out == nil {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if m, ok := out.(rawMessage); ok {
-		writeRaw(w, m)
-		return
-	}
-	if text, ok := out.(plainText); ok {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, string(text))
-		return
-	}
-	json.NewEncoder(w).Encode(out)
-}
-
+// setPolicies changes a namespace's policies with fn and applies the
+// settings they make to its loaded topics.
 func (s *Server) setPolicies(ctx context.Context, ns string, fn func(*metapb.NamespacePolicies) error) error {
 	if err := s.md.updatePolicies(ctx, ns, fn); err != nil {
 		return err
@@ -265,41 +88,24 @@ func (s *Server) setPolicies(ctx context.Context, ns string, fn func(*metapb.Nam
 	return nil
 }
 
-// adminTopic loads the topic of an admin request (it must exist); a
-// topic another broker owns is answered by a redirect to it.
-func (s *Server) adminTopic(r *http.Request) (*topic, error) {
-	n, err := topicOf(r)
-	if err != nil {
-		return nil, err
-	}
+// adminTopic loads topic n of admin request r (it must exist); a topic
+// another broker owns is answered by a redirect to it.
+func (s *Server) adminTopic(r *http.Request, n topicname.Name) (*topic, error) {
 	if err := s.ownedElsewhere(r.Context(), topicPath(n), r); err != nil {
 		return nil, err
 	}
 	return s.getTopic(r.Context(), n, false)
 }
 
-func (s *Server) adminSubscription(r *http.Request) (*topic, *subscription, error) {
-	t, err := s.adminTopic(r)
-	if err != nil {
-		return nil, nil, err
-	}
-	sub, err := t.subscription(r.PathValue("sub"))
-	return t, sub, err
-}
-
 // forPartitions runs fn on a topic, or on each partition of a partitioned
 // topic (the result then maps partition names to results).
-func (s *Server) forPartitions(r *http.Request, what string, fn func(*topic) (any, error)) (any, error) {
-	n, err := topicOf(r)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) forPartitions(r *http.Request, n topicname.Name, what string, fn func(*topic) (any, error)) (any, error) {
 	parts, err := s.md.partitions(r.Context(), n)
 	if err != nil {
 		return nil, err
 	}
 	if parts == 0 {
-		t, err := s.adminTopic(r)
+		t, err := s.adminTopic(r, n)
 		if err != nil {
 			return nil, err
 		}
@@ -510,7 +316,7 @@ func (t *topic) internalStats() map[string]any {
 		"numberOfEntries": entries, "totalSize": size, "state": "LedgerOpened"}
 	if current != nil {
 		out["currentLedgerEntries"], out["currentLedgerSize"] = current.Entries, current.Size
-		out["lastLedgerCreatedTimestamp"] = pulsarTime(uint64(current.CreatedAtUnixMs))
+		out["lastLedgerCreatedTimestamp"] = admin.PulsarTime(uint64(current.CreatedAtUnixMs))
 	}
 	return out
 }
@@ -558,9 +364,8 @@ func (s *subscription) expireAll(ctx context.Context, cutoff int64) error {
 	}
 }
 
-// peek returns the n-th unacknowledged entry, as Pulsar's admin API
-// returns a message (rawEntry).
-func (s *subscription) peek(ctx context.Context, t *topic, n int) (rawMessage, error) {
+// peek returns the n-th unacknowledged entry.
+func (s *subscription) peek(ctx context.Context, t *topic, n int) (mledger.Entry, error) {
 	p := t.ml.Next(s.cur.MarkDelete())
 	last := t.ml.LastConfirmed()
 	for ; !last.Before(p); p = t.ml.Next(p) {
@@ -572,54 +377,7 @@ func (s *subscription) peek(ctx context.Context, t *topic, n int) (rawMessage, e
 		}
 	}
 	if last.Before(p) || n > 0 {
-		return rawMessage{}, errorf(ErrNotFound, "the subscription has fewer unacknowledged messages")
+		return mledger.Entry{}, errorf(ErrNotFound, "the subscription has fewer unacknowledged messages")
 	}
 	return t.rawEntry(ctx, p)
-}
-
-// encodeRawMessage turns a stored entry into Pulsar's answer for a
-// message: the payload, uncompressed (for a batch, the batch as stored:
-// each message's metadata and payload), and the entry's metadata in
-// X-Pulsar-* headers.
-func encodeRawMessage(data []byte, p mledger.Position) (rawMessage, error) {
-	md, payload, err := entry.Decode(data)
-	if err != nil {
-		return rawMessage{}, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
-	}
-	raw := payload
-	if md.GetCompression() != pulsarpb.CompressionType_NONE {
-		if raw, err = entry.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize())); err != nil {
-			return rawMessage{}, errorf(ErrInvalidMessage, "entry %v: %v", p, err)
-		}
-	}
-	h := http.Header{}
-	h.Set("X-Pulsar-Message-ID", p.String())
-	if md.PublishTime != nil {
-		h.Set("X-Pulsar-publish-time", pulsarTime(md.GetPublishTime()))
-	}
-	if md.GetEventTime() != 0 {
-		h.Set("X-Pulsar-event-time", pulsarTime(md.GetEventTime()))
-	}
-	if md.ProducerName != nil {
-		h.Set("X-Pulsar-producer-name", md.GetProducerName())
-	}
-	if md.SequenceId != nil {
-		h.Set("X-Pulsar-sequence-id", strconv.FormatUint(md.GetSequenceId(), 10))
-	}
-	if md.PartitionKey != nil {
-		h.Set("X-Pulsar-partition-key", md.GetPartitionKey())
-	}
-	if len(md.Properties) > 0 {
-		props := map[string]string{}
-		for _, kv := range md.Properties {
-			props[kv.GetKey()] = kv.GetValue()
-		}
-		b, _ := json.Marshal(props)
-		h.Set("X-Pulsar-PROPERTY", string(b))
-	}
-	if md.NumMessagesInBatch != nil {
-		h.Set("X-Pulsar-num-batch-message", strconv.Itoa(int(md.GetNumMessagesInBatch())))
-		h.Set("X-Pulsar-batch-size", strconv.Itoa(len(raw)))
-	}
-	return rawMessage{header: h, body: raw}, nil
 }

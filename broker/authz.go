@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/magnetar-io/magnetar/broker/admin"
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -55,11 +56,6 @@ const (
 func (op topicOp) String() string {
 	return [...]string{"look up", "produce to", "consume from", "administer"}[op]
 }
-
-// The actions a grant may hold: Pulsar's AuthAction. Only produce and
-// consume mean something to Magnetar; the others are stored for tools that
-// set them.
-var grantActions = []string{"produce", "consume", "functions", "sources", "sinks", "packages"}
 
 // access is what decide needs to know about the resource.
 type access struct {
@@ -164,9 +160,18 @@ func (z *authorizer) checkTopic(ctx context.Context, n topicname.Name, op topicO
 	return z.check(ctx, n.Tenant, n.NamespaceName(), n, op, subscription)
 }
 
-// rule is an admin route's authorization: it returns nil to let the
-// request through. Every route names one (admin.go).
-type rule func(r *http.Request) error
+// adminRules are the admin API's authorization rules: every route names
+// one (broker/admin).
+func (s *Server) adminRules() admin.Rules {
+	return admin.Rules{
+		Superuser:       s.superuserOnly,
+		TenantAdmin:     s.tenantAdmin,
+		NamespaceLookup: s.onNamespace(opLookup),
+		TopicLookup:     s.onTopic(opLookup),
+		TopicConsume:    s.onTopic(opConsume),
+		TopicAdmin:      s.onTopic(opAdmin),
+	}
+}
 
 // superuserOnly is the rule of cluster-wide calls.
 func (s *Server) superuserOnly(r *http.Request) error {
@@ -185,7 +190,7 @@ func (s *Server) tenantAdmin(r *http.Request) error {
 
 // onNamespace is the rule of a non-admin call on a namespace ({tenant}/{ns}):
 // listing its topics needs a grant on the namespace.
-func (s *Server) onNamespace(op topicOp) rule {
+func (s *Server) onNamespace(op topicOp) admin.Rule {
 	return func(r *http.Request) error {
 		return s.authz.check(r.Context(), r.PathValue("tenant"), r.PathValue("tenant")+"/"+r.PathValue("ns"), topicname.Name{}, op, "")
 	}
@@ -193,12 +198,12 @@ func (s *Server) onNamespace(op topicOp) rule {
 
 // onTopic is the rule of a call on the topic of the path (and its
 // subscription {sub}, if the route has one).
-func (s *Server) onTopic(op topicOp) rule {
+func (s *Server) onTopic(op topicOp) admin.Rule {
 	return func(r *http.Request) error {
 		if !s.authz.on {
 			return nil
 		}
-		n, err := topicOf(r)
+		n, err := admin.TopicOf(r)
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,17 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/magnetar-io/magnetar/broker/admin"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+)
+
+// Backlog quota types and policies, Pulsar's names, as the admin API
+// takes them.
+const (
+	quotaStorage   = admin.QuotaStorage
+	quotaAge       = admin.QuotaAge
+	quotaException = admin.QuotaException
+	quotaEviction  = admin.QuotaEviction
 )
 
 // Backlog quotas (Pulsar's): a namespace limits the backlog of every
@@ -70,7 +80,7 @@ func (t *topic) enforceBacklogQuotas(ctx context.Context, subs []*subscription) 
 				}
 			case quotaException:
 				block = errorf(ErrBacklogQuotaExceeded, "subscription %s of %s is over the %s quota (%d): consume or clear its backlog", s.name, t.name, typ, q.limit)
-			default: // quotaHold
+			default: // admin.QuotaHold
 				if block == nil {
 					block = errorf(ErrBacklogQuotaHeld, "subscription %s of %s is over the %s quota (%d): consume or clear its backlog", s.name, t.name, typ, q.limit)
 				}

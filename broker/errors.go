@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -13,6 +12,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/autorecovery"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker/internal/cursor"
+	"github.com/magnetar-io/magnetar/broker/internal/errs"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -22,20 +22,22 @@ import (
 // ErrorDomain of the ErrorInfo details brokers send.
 const ErrorDomain = "broker.magnetar.io"
 
+// The sentinels the admin API shares are defined in broker/internal/errs
+// (broker/admin cannot import this package); these are the same values.
 var (
-	ErrTopicNotFound        = errors.New("topic not found")
-	ErrSubscriptionNotFound = errors.New("subscription not found")
+	ErrTopicNotFound        = errs.ErrTopicNotFound
+	ErrSubscriptionNotFound = errs.ErrSubscriptionNotFound
 	ErrConsumerBusy         = errors.New("consumer busy")
 	ErrProducerBusy         = errors.New("producer busy")
 	ErrMessageTooLarge      = errors.New("message too large")
-	ErrInvalidMessage       = errors.New("invalid message")
-	ErrInvalidArgument      = errors.New("invalid argument")
-	ErrNotAllowed           = errors.New("not allowed")
+	ErrInvalidMessage       = errs.ErrInvalidMessage
+	ErrInvalidArgument      = errs.ErrInvalidArgument
+	ErrNotAllowed           = errs.ErrNotAllowed
 	ErrNotOwner             = errors.New("topic not owned by this broker")
-	ErrServiceNotReady      = errors.New("service not ready")
+	ErrServiceNotReady      = errs.ErrServiceNotReady
 	ErrTopicClosed          = errors.New("topic closed")
-	ErrNotFound             = errors.New("not found")
-	ErrConflict             = errors.New("already exists")
+	ErrNotFound             = errs.ErrNotFound
+	ErrConflict             = errs.ErrConflict
 )
 
 // The wire table: sentinel, reason, gRPC code, HTTP status.
@@ -77,30 +79,30 @@ var errorTable = []struct {
 }
 
 // Errors of the admin REST API alone; they never reach the client
-// protocol.
+// protocol. Those broker/admin returns are defined in broker/internal/errs
+// (see there); these are the same values.
 var (
-	ErrUnknownPath      = errors.New("no such admin path")
-	ErrMethodNotAllowed = errors.New("method not allowed")
+	ErrUnknownPath           = errs.ErrUnknownPath
+	ErrMethodNotAllowed      = errs.ErrMethodNotAllowed
+	ErrClusterNotFound       = errs.ErrClusterNotFound
+	ErrFailureDomainNotFound = errs.ErrFailureDomainNotFound
+	ErrBrokerNotFound        = errs.ErrBrokerNotFound
+	ErrTopicPoliciesDisabled = errs.ErrTopicPoliciesDisabled
+	ErrPartitionedTopic      = errs.ErrPartitionedTopic
 
-	ErrClusterNotFound       = errors.New("cluster not found")
-	ErrFailureDomainNotFound = errors.New("failure domain not found")
-	ErrBrokerNotFound        = errors.New("broker not found")
 	// ErrBacklogQuotaHeld and ErrBacklogQuotaExceeded refuse new messages
 	// and producers while a topic's backlog is over its namespace's
 	// backlog quota (policies producer_request_hold, producer_exception).
 	ErrBacklogQuotaHeld     = errors.New("producer held: the backlog is over its quota")
 	ErrBacklogQuotaExceeded = errors.New("producer blocked: the backlog is over its quota")
-	// ErrTopicPoliciesDisabled answers topic-level policies: Magnetar has
-	// namespace policies only, as Pulsar with topicLevelPoliciesEnabled
-	// off (and Pulsar's 405).
-	ErrTopicPoliciesDisabled = errors.New("topic level policies are disabled")
-	// ErrPartitionedTopic refuses, as Pulsar does (405), an operation that
-	// works on one partition at a time when given a partitioned topic.
-	ErrPartitionedTopic = errors.New("not allowed on a partitioned topic")
 	// ErrNotEmpty refuses to delete a tenant with namespaces or a
 	// namespace with topics (Pulsar's 409).
 	ErrNotEmpty = errors.New("not empty")
 )
+
+// ErrNotImplemented answers a call Pulsar has and Magnetar does not
+// (errs.ErrNotImplemented).
+var ErrNotImplemented = errs.ErrNotImplemented
 
 // The REST-only table: sentinel, the JSON "errorCode", HTTP status. These codes
 // are not brokerpb.ErrorReason values (the SDK never sees them), so they
@@ -176,6 +178,7 @@ func toStatus(err error) error {
 	return st.Err()
 }
 
+// errorf wraps sentinel with a message (errs.Errorf).
 func errorf(sentinel error, format string, args ...any) error {
-	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+	return errs.Errorf(sentinel, format, args...)
 }

@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/magnetar-io/magnetar/broker/admin"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/internal/netaddr"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -260,6 +261,12 @@ type redirectError struct {
 }
 
 func (e *redirectError) Error() string { return "owned by broker " + e.owner + ": see " + e.url }
+
+// Location is the owner's URL for the request: the admin API answers 307
+// with it (admin.Redirect).
+func (e *redirectError) Location() string { return e.url }
+
+var _ admin.Redirect = (*redirectError)(nil)
 
 // ownedElsewhere reports, for an admin request about partition path,
 // where to send it if another live broker owns the partition (nil if this

@@ -16,7 +16,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/magnetar-io/magnetar/broker/admin"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/broker/internal/naming"
 	"github.com/magnetar-io/magnetar/broker/internal/pulsarwire"
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/metastore"
@@ -855,7 +857,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 			return nil, errorf(ErrProducerBusy, "producer id %d is in use on this connection for %s", id, existing.t.name)
 		}
 		if name := c.GetProducerName(); name != "" {
-			if err := checkName("producer", name); err != nil {
+			if err := naming.Check("producer", name); err != nil {
 				return nil, err
 			}
 		}
@@ -875,13 +877,13 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 		// message if missing, as Pulsar does: what it writes is kept for
 		// them.
 		if sub := c.GetInitialSubscriptionName(); sub != "" {
-			if err := checkName("subscription", sub); err != nil {
+			if err := naming.Check("subscription", sub); err != nil {
 				return nil, err
 			}
 			if err := pc.s.authz.checkTopic(pc.ctx, n, opConsume, sub); err != nil {
 				return nil, err
 			}
-			if err := t.createSubscription(pc.ctx, sub, subscriptionStart{earliest: true}); err != nil && !errors.Is(err, ErrConflict) {
+			if err := t.createSubscription(pc.ctx, sub, admin.SubscriptionStart{Earliest: true}); err != nil && !errors.Is(err, ErrConflict) {
 				return nil, err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/broker/internal/cursor"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/broker/internal/naming"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
@@ -161,7 +162,7 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		if err != nil {
 			return nil, err
 		}
-		if err := checkName("subscription", req.Subscription); err != nil {
+		if err := naming.Check("subscription", req.Subscription); err != nil {
 			return nil, err
 		}
 		if req.Type == brokerpb.SubscriptionType_KEY_SHARED && req.KeyShared.GetMode() == brokerpb.KeySharedMode_STICKY {

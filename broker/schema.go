@@ -4,18 +4,22 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/magnetar-io/magnetar/broker/admin"
+	"github.com/magnetar-io/magnetar/broker/internal/errs"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 	"github.com/magnetar-io/magnetar/proto/topicname"
 )
+
+// ErrNoSchema: the topic has no schema (or not the version asked for).
+var ErrNoSchema = errs.ErrNoSchema
 
 // Schemas, as Pulsar's clients register them. A topic's versions are kept
 // at metastore.SchemaKey(base name), so a partitioned topic's partitions
@@ -36,9 +40,6 @@ const (
 	// maxSchemasSize caps a topic's versions marshalled (one etcd value).
 	maxSchemasSize = 1 << 20
 )
-
-// ErrNoSchema: the topic has no schema (or not the version asked for).
-var ErrNoSchema = errors.New("no schema")
 
 func schemaVersion(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
 
@@ -96,7 +97,7 @@ func (s *Server) checkConsumerSchema(ctx context.Context, n topicname.Name, sc *
 // version equals it.
 func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (int64, error) {
 	if _, ok := pulsarpb.Schema_Type_name[info.GetType()]; !ok || info.GetType() == int32(pulsarpb.Schema_None) {
-		return 0, errorf(ErrInvalidArgument, "schema type %s: not a schema Magnetar keeps", schemaTypeName(info.GetType()))
+		return 0, errorf(ErrInvalidArgument, "schema type %s: not a schema Magnetar keeps", admin.SchemaTypeName(info.GetType()))
 	}
 	// Only an existing topic gets schemas (as Pulsar answers
 	// TopicNotFound): they go with it when it is deleted.
@@ -212,35 +213,9 @@ func (t topicSchemas) at(v int64) (*metapb.SchemaInfo, bool) {
 func (t topicSchemas) compatible(info *metapb.SchemaInfo) error {
 	if n := len(t.Versions); n > 0 && t.Versions[n-1].GetType() != info.GetType() {
 		return errorf(ErrIncompatibleSchema, "schema %s: the topic's schema is %s",
-			schemaTypeName(info.GetType()), schemaTypeName(t.Versions[n-1].GetType()))
+			admin.SchemaTypeName(info.GetType()), admin.SchemaTypeName(t.Versions[n-1].GetType()))
 	}
 	return nil
-}
-
-// schemaTypeNames are Pulsar's names of the schema types, as its admin
-// REST spells them, by the protocol's numbers.
-var schemaTypeNames = map[int32]string{
-	0: "NONE", 1: "STRING", 2: "JSON", 3: "PROTOBUF", 4: "AVRO", 5: "BOOLEAN", 6: "INT8", 7: "INT16", 8: "INT32",
-	9: "INT64", 10: "FLOAT", 11: "DOUBLE", 12: "DATE", 13: "TIME", 14: "TIMESTAMP", 15: "KEY_VALUE", 16: "INSTANT",
-	17: "LOCAL_DATE", 18: "LOCAL_TIME", 19: "LOCAL_DATE_TIME", 20: "PROTOBUF_NATIVE",
-}
-
-func schemaTypeName(t int32) string {
-	if name, ok := schemaTypeNames[t]; ok {
-		return name
-	}
-	return fmt.Sprintf("TYPE_%d", t)
-}
-
-// schemaTypeOf is the protocol's number of a type named as Pulsar's admin
-// REST names it.
-func schemaTypeOf(name string) (int32, error) {
-	for t, n := range schemaTypeNames {
-		if n == name {
-			return t, nil
-		}
-	}
-	return 0, errorf(ErrInvalidArgument, "schema type %q is not one of Pulsar's", name)
 }
 
 // schemaAt returns topic n's schema at version (the latest if version is

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
+	"github.com/magnetar-io/magnetar/broker/internal/naming"
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/wirecodec"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -33,7 +32,7 @@ type service struct {
 const (
 	defaultReceiverQueue = 1000
 	maxReceiverQueue     = 100000
-	maxNameLength        = 256
+	maxNameLength        = naming.MaxLength
 	// maxPendingSends bounds a producer's sends being stored; past it the
 	// broker stops reading its stream (flow control holds the client).
 	maxPendingSends = 10000
@@ -41,28 +40,6 @@ const (
 
 func parseTopic(s string) (topicname.Name, error) {
 	return topicname.Parse(s)
-}
-
-// checkName checks a subscription's or producer's name. A producer's may
-// hold '/' (Pulsar's clients name their dead-letter producers after
-// topics); a subscription's may not (it is a segment of admin paths).
-func checkName(what, s string) error {
-	bad := "/\x00\n"
-	if what == "producer" {
-		bad = "\x00\n"
-	}
-	switch {
-	case s == "":
-		return errorf(ErrInvalidArgument, "empty %s name", what)
-	case len(s) > maxNameLength:
-		return errorf(ErrInvalidArgument, "%s name of %d bytes (at most %d)", what, len(s), maxNameLength)
-	case strings.ContainsAny(s, bad):
-		return errorf(ErrInvalidArgument, "%s name %q contains one of %q", what, s, bad)
-	case !utf8.ValidString(s):
-		// Names are metric label values too, which must be UTF-8.
-		return errorf(ErrInvalidArgument, "%s name %q is not valid UTF-8", what, s)
-	}
-	return nil
 }
 
 func (v *service) Lookup(ctx context.Context, req *brokerpb.LookupRequest) (*brokerpb.LookupResponse, error) {
@@ -132,7 +109,7 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		return err
 	}
 	if open.ProducerName != "" {
-		if err := checkName("producer", open.ProducerName); err != nil {
+		if err := naming.Check("producer", open.ProducerName); err != nil {
 			return err
 		}
 	}
@@ -301,7 +278,7 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 	if err != nil {
 		return err
 	}
-	if err := checkName("subscription", req.Subscription); err != nil {
+	if err := naming.Check("subscription", req.Subscription); err != nil {
 		return err
 	}
 	switch req.Type {

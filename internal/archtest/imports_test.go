@@ -103,6 +103,10 @@ func TestImportDirection(t *testing.T) {
 		{"bookie/ledger", func(d string) bool {
 			return under(d, "proto") || under(d, "metastore") || under(d, "bookie/wire") || under(d, "bookie/ledger") || under(d, "internal/tlsutil")
 		}, "the ledger client does not reach into the bookie server"},
+		{"broker/admin", func(d string) bool { return d != "broker" },
+			"the admin API's HTTP layer asks the broker through its own interfaces (the broker imports it)"},
+		{"broker/internal/errs", func(d string) bool { return false }, "the shared sentinels are a leaf, usable by the broker and its admin API"},
+		{"broker/internal/naming", func(d string) bool { return d == "broker/internal/errs" }, "the name rules know only the shared sentinels"},
 		{"bookie/internal", func(d string) bool {
 			return under(d, "bookie/wire") || under(d, "bookie/internal")
 		}, "storage knows only the wire errors"},
