@@ -197,3 +197,23 @@ func TestBacklogQuotaEviction(t *testing.T) {
 		return subscriptionStats(t, e, "quota-e", "slow").MsgBacklog == 0
 	})
 }
+
+// A quota's limit may come as a string holding an integer, as Pulsar's
+// broker takes it (pulsar-client-go's own tests post {"limit": "10240"});
+// a string that is not an integer is refused.
+func TestBacklogQuotaLimitAsString(t *testing.T) {
+	e := newEnv(t, nil)
+	setQuota(t, e, "destination_storage", map[string]any{"limit": "10240", "policy": "producer_request_hold"})
+	setQuota(t, e, "message_age", map[string]any{"limitTime": "60", "policy": "producer_request_hold"})
+	code, out, err := adminDo(e, "GET", "/admin/v2/namespaces/public/default/backlogQuotaMap", nil)
+	want := `{"destination_storage":{"limitSize":10240,"limitTime":-1,"policy":"producer_request_hold"},"message_age":{"limitSize":-1,"limitTime":60,"policy":"producer_request_hold"}}`
+	if err != nil || code != 200 || string(bytes.TrimSpace(out)) != want {
+		t.Fatalf("quota map: %d %s %v, want %s", code, out, err, want)
+	}
+	for _, limit := range []any{"ten", "10.5", true} {
+		code, out, err := adminDo(e, "POST", quotaPath, map[string]any{"limit": limit, "policy": "producer_request_hold"})
+		if err != nil || code != 400 || !bytes.Contains(out, []byte("want an integer")) {
+			t.Errorf("limit %v: %d %s %v, want 400 with the reason", limit, code, out, err)
+		}
+	}
+}

@@ -221,10 +221,10 @@ func namespaceRoutes(h route, z Rules, b Namespaces) {
 			return nil, err
 		}
 		var body struct {
-			LimitSize *int64 `json:"limitSize"`
-			LimitTime *int64 `json:"limitTime"`
-			Limit     *int64 `json:"limit"` // Pulsar's older name of limitSize
-			Policy    string `json:"policy"`
+			LimitSize *lenientInt `json:"limitSize"`
+			LimitTime *lenientInt `json:"limitTime"`
+			Limit     *lenientInt `json:"limit"` // Pulsar's older name of limitSize
+			Policy    string      `json:"policy"`
 		}
 		if err := readJSON(r, &body, false); err != nil {
 			return nil, err
@@ -232,11 +232,11 @@ func namespaceRoutes(h route, z Rules, b Namespaces) {
 		q := &metapb.BacklogQuota{Policy: body.Policy}
 		switch {
 		case typ == QuotaStorage && body.LimitSize != nil:
-			q.Limit = *body.LimitSize
+			q.Limit = int64(*body.LimitSize)
 		case typ == QuotaStorage && body.Limit != nil:
-			q.Limit = *body.Limit
+			q.Limit = int64(*body.Limit)
 		case typ == QuotaAge && body.LimitTime != nil:
-			q.Limit = *body.LimitTime
+			q.Limit = int64(*body.LimitTime)
 		}
 		if q.Limit <= 0 {
 			what := map[string]string{QuotaStorage: "limitSize (bytes)", QuotaAge: "limitTime (seconds)"}[typ]
@@ -522,19 +522,19 @@ func readNamespacePolicies(b Namespaces, r *http.Request) (*metapb.NamespacePoli
 		}
 	}
 	var quotas map[string]struct {
-		LimitSize int64  `json:"limitSize"`
-		LimitTime int64  `json:"limitTime"`
-		Policy    string `json:"policy"`
+		LimitSize lenientInt `json:"limitSize"`
+		LimitTime lenientInt `json:"limitTime"`
+		Policy    string     `json:"policy"`
 	}
 	if _, err := decode("backlog_quota_map", &quotas); err != nil {
 		return nil, err
 	}
 	for typ, q := range quotas {
-		limit := q.LimitSize
+		limit := int64(q.LimitSize)
 		switch typ {
 		case QuotaStorage:
 		case QuotaAge:
-			limit = q.LimitTime
+			limit = int64(q.LimitTime)
 		default:
 			return nil, errorf(errs.ErrInvalidArgument, "backlog quota type %q: want %s or %s", typ, QuotaStorage, QuotaAge)
 		}
@@ -612,4 +612,27 @@ func sizeMB(b int64) int64 {
 		return -1
 	}
 	return b >> 20
+}
+
+// lenientInt is an integer of a request body given as a JSON number or as
+// a string holding one: Pulsar's broker (Jackson) takes both, and clients
+// send both (pulsar-client-go's own tests post {"limit": "10240"}).
+type lenientInt int64
+
+func (v *lenientInt) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("want an integer: %s", b)
+		}
+		*v = lenientInt(n)
+		return nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return fmt.Errorf("want an integer: %q", s)
+	}
+	*v = lenientInt(n)
+	return nil
 }
