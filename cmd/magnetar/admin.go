@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -574,6 +575,88 @@ func newAdminCmd(g *globals) *cobra.Command {
 	sub(brokers, "list", "List live brokers", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/brokers", nil) })
 	sub(brokers, "owners", "Show which broker owns each loaded topic partition", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/owners", nil) })
 	sub(brokers, "load", "Show each live broker's partitions, message rates and CPU", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/brokers/load", nil) })
+	sub(brokers, "healthcheck", "Check that the broker answering is ready (prints ok)", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "GET", "/admin/v2/brokers/health", nil)
+	})
+	sub(brokers, "get-runtime-config", "Show the settings of the broker answering (secrets left out)", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "GET", "/admin/v2/brokers/configuration/runtime", nil)
+	})
+	sub(brokers, "get-internal-config", "Show the metadata store the brokers use", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "GET", "/admin/v2/brokers/internal-configuration", nil)
+	})
+	sub(brokers, "list-dynamic-config", "List the settings that can change at run time (none: settings are flags, read at start)", 0, func(ctx context.Context, _ []string) error {
+		return a.call(ctx, "GET", "/admin/v2/brokers/configuration", nil)
+	})
+	var brokerURL string
+	bn := sub(brokers, "namespaces CLUSTER", "List the namespaces a broker (--url HOST:PORT, as brokers list names it) owns topics of", 1, func(ctx context.Context, as []string) error {
+		if brokerURL == "" {
+			return errors.New("a broker is required: --url HOST:PORT (see brokers list)")
+		}
+		return a.call(ctx, "GET", "/admin/v2/brokers/"+url.PathEscape(as[0])+"/"+url.PathEscape(brokerURL)+"/ownedNamespaces", nil)
+	})
+	bn.Flags().StringVar(&brokerURL, "url", "", "the broker, HOST:PORT as brokers list shows it")
+
+	// Clusters: a deployment is one cluster (--cluster-name).
+	clusters := &cobra.Command{Use: "clusters", Short: "Clusters (a Magnetar deployment is one)"}
+	sub(clusters, "list", "List clusters", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/clusters", nil) })
+	sub(clusters, "get CLUSTER", "Show a cluster's service URLs", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "GET", "/admin/v2/clusters/"+url.PathEscape(as[0]), nil)
+	})
+	sub(clusters, "get-peer-clusters CLUSTER", "List a cluster's peers (none)", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "GET", "/admin/v2/clusters/"+url.PathEscape(as[0])+"/peers", nil)
+	})
+	sub(clusters, "list-failure-domains CLUSTER", "List a cluster's failure domains (none: bookies are placed by --rack)", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "GET", "/admin/v2/clusters/"+url.PathEscape(as[0])+"/failureDomains", nil)
+	})
+
+	// Schemas, by topic.
+	schemas := &cobra.Command{Use: "schemas", Short: "Topics' schemas"}
+	schemaPath := func(topic string) (string, error) {
+		p, err := topicPath(topic)
+		if err != nil {
+			return "", err
+		}
+		return strings.Replace(p, "/admin/v2/persistent/", "/admin/v2/schemas/", 1), nil
+	}
+	var schemaVersion int64
+	sg := sub(schemas, "get TOPIC", "Show a topic's latest schema, or --version N", 1, func(ctx context.Context, as []string) error {
+		p, err := schemaPath(as[0])
+		if err != nil {
+			return err
+		}
+		if schemaVersion >= 0 {
+			return a.call(ctx, "GET", p+"/schema/"+strconv.FormatInt(schemaVersion, 10), nil)
+		}
+		return a.call(ctx, "GET", p+"/schema", nil)
+	})
+	sg.Flags().Int64Var(&schemaVersion, "version", -1, "the version to show (default: the latest)")
+	var schemaFile string
+	su := sub(schemas, "upload TOPIC", "Add a schema version from a file holding Pulsar's payload: {\"type\": \"AVRO\", \"schema\": \"...\", \"properties\": {}}", 1, func(ctx context.Context, as []string) error {
+		p, err := schemaPath(as[0])
+		if err != nil {
+			return err
+		}
+		if schemaFile == "" {
+			return errors.New("a schema file is required: -f FILE")
+		}
+		data, err := readCapped(schemaFile, 1<<20)
+		if err != nil {
+			return err
+		}
+		var payload map[string]any
+		if err := json.Unmarshal(data, &payload); err != nil {
+			return fmt.Errorf("%s: want Pulsar's schema payload (JSON): %w", schemaFile, err)
+		}
+		return a.call(ctx, "POST", p+"/schema", payload)
+	})
+	su.Flags().StringVarP(&schemaFile, "filename", "f", "", "file holding the schema payload (JSON)")
+	sub(schemas, "delete TOPIC", "Delete every schema version of a topic", 1, func(ctx context.Context, as []string) error {
+		p, err := schemaPath(as[0])
+		if err != nil {
+			return err
+		}
+		return a.call(ctx, "DELETE", p+"/schema", nil)
+	})
 	bookies := &cobra.Command{Use: "bookies", Short: "Bookies"}
 	sub(bookies, "list", "List every bookie: state (writable, read-only, draining, decommissioned, down, lost), disk, ledgers, under-replicated ledgers", 0, func(ctx context.Context, _ []string) error {
 		return a.call(ctx, "GET", "/admin/v2/bookies/all", nil)
@@ -599,7 +682,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 		return a.call(ctx, "POST", "/admin/v2/bookies/"+url.PathEscape(args[0])+"/recommission", nil)
 	})
 
-	cmd.AddCommand(tenants, namespaces, topics, brokers, bookies)
+	cmd.AddCommand(clusters, tenants, namespaces, topics, schemas, brokers, bookies)
 	return cmd
 }
 
@@ -770,4 +853,21 @@ func (a *adminClient) printPeeked(m peeked) {
 	}
 	fmt.Fprint(a.out, hex.Dump(m.payload))
 	fmt.Fprintln(a.out)
+}
+
+// readCapped reads a file of at most max bytes.
+func readCapped(name string, max int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, max)
+	}
+	return data, nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +163,49 @@ func TestStandaloneCommand(t *testing.T) {
 	}
 	if err := run(ctx, io.Discard, "admin", "namespaces", "unsubscribe", "public/default", "-s", "peeker", "--admin-url", admin); err != nil {
 		t.Fatalf("admin namespaces unsubscribe: %v", err)
+	}
+	// pulsar-admin's clusters, brokers and schemas verbs.
+	for _, tc := range []struct {
+		args []string
+		want string // in the output
+	}{
+		{[]string{"clusters", "list"}, `"standalone"`},
+		{[]string{"clusters", "get", "standalone"}, `"brokerServiceUrl": "pulsar://127.0.0.1:`},
+		{[]string{"clusters", "get-peer-clusters", "standalone"}, `[]`},
+		{[]string{"clusters", "list-failure-domains", "standalone"}, `{}`},
+		{[]string{"brokers", "healthcheck"}, "ok"},
+		{[]string{"brokers", "get-runtime-config"}, `"cluster-name": "standalone"`},
+		{[]string{"brokers", "get-internal-config"}, `"metadataStoreUrl": "etcd:127.0.0.1:`},
+		{[]string{"brokers", "list-dynamic-config"}, `[]`},
+	} {
+		buf.Reset()
+		if err := run(ctx, &buf, append(append([]string{"admin"}, tc.args...), "--admin-url", admin)...); err != nil || !strings.Contains(buf.String(), tc.want) {
+			t.Fatalf("admin %v: %v\n%s\nwant %s", tc.args, err, buf.String(), tc.want)
+		}
+	}
+	if err := run(ctx, io.Discard, "admin", "clusters", "get", "elsewhere", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "cluster not found") {
+		t.Fatalf("admin clusters get of another cluster: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "brokers", "namespaces", "standalone", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "--url") {
+		t.Fatalf("admin brokers namespaces without --url: %v", err)
+	}
+	schemaFile := filepath.Join(t.TempDir(), "schema.json")
+	if err := os.WriteFile(schemaFile, []byte(`{"type": "JSON", "schema": "{\"type\":\"record\",\"name\":\"R\",\"fields\":[]}", "properties": {"team": "a"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "admin", "schemas", "upload", "first", "-f", schemaFile, "--admin-url", admin); err != nil || !strings.Contains(buf.String(), `"version": 0`) {
+		t.Fatalf("admin schemas upload: %v\n%s", err, buf.String())
+	}
+	buf.Reset()
+	if err := run(ctx, &buf, "admin", "schemas", "get", "first", "--version", "0", "--admin-url", admin); err != nil || !strings.Contains(buf.String(), `"type": "JSON"`) || !strings.Contains(buf.String(), `"team": "a"`) {
+		t.Fatalf("admin schemas get: %v\n%s", err, buf.String())
+	}
+	if err := run(ctx, io.Discard, "admin", "schemas", "delete", "first", "--admin-url", admin); err != nil {
+		t.Fatalf("admin schemas delete: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "schemas", "get", "first", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "has no schema") {
+		t.Fatalf("admin schemas get after delete: %v", err)
 	}
 	buf.Reset()
 	if err := run(ctx, &buf, "perf", "produce", "perf", "-n", "2000", "--rate", "0", "--url", url); err != nil {
