@@ -24,12 +24,13 @@ func (b adminBackend) FindSchema(ctx context.Context, n topicname.Name, info *me
 	return v, ok, nil
 }
 
-func (b adminBackend) SchemaCompatible(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (bool, error) {
+func (b adminBackend) SchemaCompatible(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (bool, string, error) {
 	all, _, err := b.s.schemas(ctx, n)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	return all.compatible(info) == nil, nil
+	strategy := b.s.cfg.SchemaCompatibilityStrategy
+	return all.compatible(info, strategy) == nil, strategy, nil
 }
 
 func (b adminBackend) RegisterSchema(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (int64, error) {

@@ -210,6 +210,12 @@ func TestBacklogQuotaLimitAsString(t *testing.T) {
 	if err != nil || code != 200 || string(bytes.TrimSpace(out)) != want {
 		t.Fatalf("quota map: %d %s %v, want %s", code, out, err, want)
 	}
+	// null stays as before: no limit of that kind.
+	code, out, err = adminDo(e, "PUT", "/admin/v2/namespaces/public/quota-null", map[string]any{
+		"backlog_quota_map": map[string]any{"destination_storage": map[string]any{"limitSize": "4096", "limitTime": nil, "policy": "producer_exception"}}})
+	if err != nil || code != 204 {
+		t.Fatalf("a namespace whose quota has limitTime null: %d %s %v", code, out, err)
+	}
 	for _, limit := range []any{"ten", "10.5", true} {
 		code, out, err := adminDo(e, "POST", quotaPath, map[string]any{"limit": limit, "policy": "producer_request_hold"})
 		if err != nil || code != 400 || !bytes.Contains(out, []byte("want an integer")) {

@@ -7,6 +7,7 @@ import (
 	"github.com/magnetar-io/magnetar/metastore"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/magnetar-io/magnetar/internal/netaddr"
@@ -127,6 +128,10 @@ type Config struct {
 	// =false: a joining consumer takes the lower half of the largest
 	// range), which Pulsar's own client tests are run against.
 	KeySharedSelector string `mapstructure:"key-shared-selector" yaml:"key-shared-selector"`
+	// SchemaCompatibilityStrategy is how a new version of a topic's Avro
+	// or JSON schema must relate to the versions kept (schema.go): one of
+	// SchemaStrategies. Default FULL, Pulsar's broker default.
+	SchemaCompatibilityStrategy string `mapstructure:"schema-compatibility-strategy" yaml:"schema-compatibility-strategy"`
 	// LoadBalanceInterval: how often a broker compares its load with the
 	// others' and unloads partitions if it has clearly more (0: never).
 	// Default 1m.
@@ -195,6 +200,7 @@ func DefaultConfig() Config {
 		MaxUnackedMessagesPerSubscription: 200000,
 		DelayedDeliveryMaxIndexed:         100000,
 		KeySharedSelector:                 KeySharedConsistentHashing,
+		SchemaCompatibilityStrategy:       SchemaFull,
 		LoadBalanceInterval:               time.Minute,
 		ShutdownTimeout:                   10 * time.Second,
 
@@ -271,6 +277,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KeySharedSelector != KeySharedConsistentHashing && c.KeySharedSelector != KeySharedAutoSplit {
 		errs = append(errs, fmt.Errorf("--key-shared-selector %q: want %s or %s", c.KeySharedSelector, KeySharedConsistentHashing, KeySharedAutoSplit))
+	}
+	if !slices.Contains(SchemaStrategies, c.SchemaCompatibilityStrategy) {
+		errs = append(errs, fmt.Errorf("--schema-compatibility-strategy %q: want one of %s", c.SchemaCompatibilityStrategy, strings.Join(SchemaStrategies, ", ")))
 	}
 	if c.ClusterName == "" || len(c.ClusterName) > maxNameLength {
 		errs = append(errs, fmt.Errorf("--cluster-name %q: 1 to %d bytes", c.ClusterName, maxNameLength))

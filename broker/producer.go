@@ -2,6 +2,7 @@ package broker
 
 import (
 	"sync"
+	"unicode/utf8"
 
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
@@ -122,7 +123,12 @@ func newClientInfo(kvs []*pulsarpb.KeyValue, version, address string) (clientInf
 	}
 	info := clientInfo{version: version, address: address}
 	if len(info.version) > maxClientVersionLength {
-		info.version = info.version[:maxClientVersionLength]
+		// Shown, not used: cut (at a character's start), not refused.
+		cut := maxClientVersionLength
+		for cut > 0 && !utf8.RuneStart(info.version[cut]) {
+			cut--
+		}
+		info.version = info.version[:cut]
 	}
 	size := 0
 	for _, kv := range kvs {

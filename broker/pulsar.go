@@ -861,6 +861,11 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 				return nil, err
 			}
 		}
+		// Checked before anything is created for the producer.
+		client, err := newClientInfo(c.GetMetadata(), pc.clientVersion, pc.conn.RemoteAddr().String())
+		if err != nil {
+			return nil, err
+		}
 		if err := pc.s.authz.checkTopic(pc.ctx, n, opProduce, ""); err != nil {
 			return nil, err
 		}
@@ -888,10 +893,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 			}
 		}
 		p := newProducer(c.GetProducerName())
-		p.t = t
-		if p.client, err = newClientInfo(c.GetMetadata(), pc.clientVersion, pc.conn.RemoteAddr().String()); err != nil {
-			return nil, err
-		}
+		p.t, p.client = t, client
 		wait, err := t.addProducerAccess(p, c.GetProducerAccessMode())
 		if err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -35,42 +36,70 @@ type pulsarConsumer struct {
 	seeks            chan uint64
 
 	// active holds back ACTIVE_CONSUMER_CHANGE until the consumer's first
-	// FLOW: pulsar-client-go registers a consumer on its connection only
-	// after SUBSCRIBE's SUCCESS, and drops a notification that comes
-	// before, so the one sent at subscribe time would be lost (Pulsar's
-	// broker sends it a second after, activeConsumerFailoverDelayTimeMillis).
-	// The client's first FLOW comes once it is registered. Only the
-	// latest state is held.
+	// FLOW, or activeNoticeDelay after the first notice held, whichever
+	// comes first: pulsar-client-go registers a consumer on its connection
+	// only after SUBSCRIBE's SUCCESS, and drops a notification that comes
+	// before, so one sent at subscribe time would be lost (Pulsar's broker
+	// sends it a second later, activeConsumerFailoverDelayTimeMillis). The
+	// client's first FLOW comes once it is registered; the delay covers a
+	// consumer that sends no FLOW before it receives (Java's zero receiver
+	// queue). Only the latest state is held.
 	active struct {
 		sync.Mutex
-		flowed bool
-		held   *bool
+		released bool        // notices go out at once
+		gone     bool        // the consumer went: nothing more is sent
+		held     *bool       // the one held back
+		timer    *time.Timer // releases after activeNoticeDelay; stopped when the consumer goes
 	}
 }
 
-// notifyActive sends ACTIVE_CONSUMER_CHANGE, or holds it until the first
-// FLOW.
+// activeNoticeDelay is Pulsar's activeConsumerFailoverDelayTimeMillis
+// default.
+const activeNoticeDelay = time.Second
+
+// notifyActive sends ACTIVE_CONSUMER_CHANGE, or holds it until release.
 func (pcons *pulsarConsumer) notifyActive(pc *pulsarConn, isActive bool) {
 	pcons.active.Lock()
 	defer pcons.active.Unlock() // held while sending: notifications stay in order
-	if !pcons.active.flowed {
+	if pcons.active.gone {
+		return
+	}
+	if !pcons.active.released {
 		pcons.active.held = &isActive
+		if pcons.active.timer == nil {
+			pcons.active.timer = time.AfterFunc(activeNoticeDelay, func() { pcons.releaseActive(pc) })
+		}
 		return
 	}
 	pc.send(activeConsumerChange(pcons.id, isActive), nil)
 }
 
-// flowed notes a FLOW: the first one sends the notification held back.
-func (pcons *pulsarConsumer) flowed(pc *pulsarConn) {
+// releaseActive lets notices go out at once from now on, and sends the one
+// held back (at the consumer's first FLOW, or after activeNoticeDelay).
+func (pcons *pulsarConsumer) releaseActive(pc *pulsarConn) {
 	pcons.active.Lock()
 	defer pcons.active.Unlock()
-	if pcons.active.flowed {
+	if pcons.active.released || pcons.active.gone {
 		return
 	}
-	pcons.active.flowed = true
+	pcons.active.released = true
+	if pcons.active.timer != nil {
+		pcons.active.timer.Stop()
+	}
 	if held := pcons.active.held; held != nil {
 		pcons.active.held = nil
 		pc.send(activeConsumerChange(pcons.id, *held), nil)
+	}
+}
+
+// stopActive stops the release timer of a consumer that goes.
+func (pcons *pulsarConsumer) stopActive() {
+	pcons.active.Lock()
+	defer pcons.active.Unlock()
+	pcons.active.gone = true
+	pcons.active.held = nil
+	if pcons.active.timer != nil {
+		pcons.active.timer.Stop()
 	}
 }
 
@@ -165,6 +194,11 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		if err := naming.Check("subscription", req.Subscription); err != nil {
 			return nil, err
 		}
+		// Checked before anything is created for the consumer.
+		client, err := newClientInfo(c.GetMetadata(), pc.clientVersion, pc.conn.RemoteAddr().String())
+		if err != nil {
+			return nil, err
+		}
 		if req.Type == brokerpb.SubscriptionType_KEY_SHARED && req.KeyShared.GetMode() == brokerpb.KeySharedMode_STICKY {
 			if _, err := checkHashRanges(req.KeyShared); err != nil {
 				return nil, err
@@ -192,9 +226,7 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		// one lets any entry go once a permit is there.
 		cons := newConsumer(req, 1)
 		cons.maxOutstanding = pulsarConsumerMaxOutstanding
-		if cons.client, err = newClientInfo(c.GetMetadata(), pc.clientVersion, pc.conn.RemoteAddr().String()); err != nil {
-			return nil, err
-		}
+		cons.client = client
 		cons.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Subscribed{Subscribed: &brokerpb.Subscribed{}}})
 		sub, err := t.subscribe(pc.ctx, req, cons)
 		if err != nil {
@@ -360,10 +392,11 @@ func ackedIndexes(set []int64, size int) []int32 {
 // subscription goes with it, unless a seek closed the consumer: it is kept
 // for the consumer to come back) and ends its pump.
 func (pc *pulsarConn) dropConsumer(pcons *pulsarConsumer, seeked bool) {
-	pcons.sub.removeConsumer(pcons.c)
 	if seeked {
-		pcons.t.keepNonDurable(pcons.sub)
+		pcons.t.keepNonDurable(pcons.sub) // before the consumer goes: never found without both
 	}
+	pcons.stopActive()
+	pcons.sub.removeConsumer(pcons.c)
 	pcons.t.dropNonDurable(pcons.sub)
 	pcons.c.disconnect(io.EOF)
 }
@@ -376,7 +409,7 @@ func (pc *pulsarConn) consumerOf(id uint64) *pulsarConsumer {
 
 func (pc *pulsarConn) flow(c *pulsarpb.CommandFlow) {
 	if pcons := pc.consumerOf(c.GetConsumerId()); pcons != nil {
-		pcons.flowed(pc)
+		pcons.releaseActive(pc)
 		pcons.c.addPermits(int(min(c.GetMessagePermits(), maxReceiverQueue)))
 	}
 }

@@ -943,13 +943,25 @@ func TestPulsarProtocolActiveChangeAfterFirstFlow(t *testing.T) {
 	p := dialPulsar(t, e.b.Addr())
 	p.connect()
 	const topic = "persistent://public/default/failover-notice"
+	// notices holds the ACTIVE_CONSUMER_CHANGEs read while waiting for
+	// something else: another consumer's notice and a SUBSCRIBE's SUCCESS
+	// come from different goroutines, in either order.
+	var notices []*pulsarpb.CommandActiveConsumerChange
 	subscribe := func(id uint64, name string) {
 		t.Helper()
 		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
 			Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Failover.Enum(),
 			ConsumerId: proto.Uint64(id), RequestId: proto.Uint64(100 + id), ConsumerName: proto.String(name)}}, nil)
-		if got := p.next(); got.GetSuccess().GetRequestId() != 100+id {
-			t.Fatalf("SUBSCRIBE %s: %v", name, got)
+		for {
+			got := p.next()
+			if c := got.GetActiveConsumerChange(); c != nil && c.GetConsumerId() != id {
+				notices = append(notices, c)
+				continue
+			}
+			if got.GetSuccess().GetRequestId() != 100+id {
+				t.Fatalf("SUBSCRIBE %s: %v", name, got)
+			}
+			return
 		}
 	}
 	ping := func(step string) {
@@ -966,11 +978,17 @@ func TestPulsarProtocolActiveChangeAfterFirstFlow(t *testing.T) {
 	expect := func(step string, want map[uint64]bool) {
 		t.Helper()
 		for len(want) > 0 {
-			got := p.next()
-			c := got.GetActiveConsumerChange()
-			active, ok := want[c.GetConsumerId()]
-			if got.GetType() != pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE || !ok || c.GetIsActive() != active {
-				t.Fatalf("%s: %v, want ACTIVE_CONSUMER_CHANGE %v", step, got, want)
+			var c *pulsarpb.CommandActiveConsumerChange
+			if len(notices) > 0 {
+				c, notices = notices[0], notices[1:]
+			} else {
+				got := p.next()
+				if c = got.GetActiveConsumerChange(); c == nil {
+					t.Fatalf("%s: %v, want ACTIVE_CONSUMER_CHANGE %v", step, got, want)
+				}
+			}
+			if active, ok := want[c.GetConsumerId()]; !ok || c.GetIsActive() != active {
+				t.Fatalf("%s: %v, want ACTIVE_CONSUMER_CHANGE %v", step, c, want)
 			}
 			delete(want, c.GetConsumerId())
 		}
@@ -989,6 +1007,19 @@ func TestPulsarProtocolActiveChangeAfterFirstFlow(t *testing.T) {
 	// Later FLOWs send nothing more.
 	flow(2)
 	ping("a's second FLOW")
+	// A consumer that sends no FLOW (Java's zero receiver queue) is told
+	// a second later all the same, as Pulsar tells every consumer.
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String(topic + "-2"), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Failover.Enum(),
+		ConsumerId: proto.Uint64(3), RequestId: proto.Uint64(103), ConsumerName: proto.String("c")}}, nil)
+	if got := p.next(); got.GetSuccess().GetRequestId() != 103 {
+		t.Fatalf("SUBSCRIBE c: %v", got)
+	}
+	start := time.Now()
+	expect("c, without FLOW", map[uint64]bool{3: true})
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Fatalf("c was told after %v, before any FLOW: want it held about a second", waited)
+	}
 }
 
 // A reader (a non-durable subscription) that seeks is closed, as Pulsar

@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"strings"
+
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/hamba/avro/v2"
 	"maps"
 	"slices"
 	"time"
@@ -25,9 +28,10 @@ var ErrNoSchema = errs.ErrNoSchema
 // at metastore.SchemaKey(base name), so a partitioned topic's partitions
 // share them. A producer's or consumer's schema (or GET_OR_CREATE_SCHEMA,
 // or the admin REST) gets the version equal to it, or becomes a new
-// version when its type is the latest version's (a struct schema that
-// changed: its compatibility is not checked, as with Pulsar's
-// ALWAYS_COMPATIBLE strategy); another type is refused
+// version when its type is the latest version's and, for a struct schema
+// (Avro, JSON), its definition is compatible with the versions kept as
+// --schema-compatibility-strategy says (FULL by default, as Pulsar's
+// broker); another type is refused
 // (IncompatibleSchema), as Pulsar refuses it. The bytes schema (None) is
 // no schema. Versions count from 0 and are never reused while the topic
 // lives (a deletion through the admin REST moves the first one past the
@@ -90,7 +94,7 @@ func (s *Server) checkConsumerSchema(ctx context.Context, n topicname.Name, sc *
 	if _, ok := all.find(info); ok {
 		return nil
 	}
-	return all.compatible(info)
+	return all.compatible(info, s.cfg.SchemaCompatibilityStrategy)
 }
 
 // registerSchemaInfo returns info's version for topic n, adding it if no
@@ -114,7 +118,7 @@ func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info 
 		if v, ok := all.find(info); ok {
 			return v, nil
 		}
-		if err := all.compatible(info); err != nil {
+		if err := all.compatible(info, s.cfg.SchemaCompatibilityStrategy); err != nil {
 			return 0, err
 		}
 		if len(all.Versions) >= maxSchemaVersions {
@@ -208,12 +212,77 @@ func (t topicSchemas) at(v int64) (*metapb.SchemaInfo, bool) {
 	return t.Versions[v-t.First], true
 }
 
-// compatible reports whether info may follow the versions: any definition
-// of the latest version's type (no evolution check), no other type.
-func (t topicSchemas) compatible(info *metapb.SchemaInfo) error {
-	if n := len(t.Versions); n > 0 && t.Versions[n-1].GetType() != info.GetType() {
+// Schema compatibility strategies, Pulsar's names (--schema-compatibility
+// -strategy): how a new version of a topic's struct schema (Avro, or JSON
+// defined in Avro) must relate to the versions kept. BACKWARD: readers of
+// the new version can read what the latest was written with; FORWARD:
+// readers of the latest can read what the new one writes; FULL: both;
+// _TRANSITIVE: against every version kept, not only the latest.
+// ALWAYS_COMPATIBLE checks nothing, ALWAYS_INCOMPATIBLE takes no new
+// version. Schemas of other types (STRING, INT64, ...) carry no
+// definition: a new version of the same type is always taken.
+const (
+	SchemaAlwaysCompatible   = "ALWAYS_COMPATIBLE"
+	SchemaAlwaysIncompatible = "ALWAYS_INCOMPATIBLE"
+	SchemaBackward           = "BACKWARD"
+	SchemaForward            = "FORWARD"
+	SchemaFull               = "FULL"
+	transitive               = "_TRANSITIVE"
+)
+
+// SchemaStrategies lists the strategies --schema-compatibility-strategy
+// takes.
+var SchemaStrategies = []string{SchemaAlwaysCompatible, SchemaAlwaysIncompatible, SchemaBackward, SchemaForward, SchemaFull,
+	SchemaBackward + transitive, SchemaForward + transitive, SchemaFull + transitive}
+
+// compatible reports whether info may follow the versions under strategy:
+// never another type than the latest version's; for Avro and JSON, the
+// definitions as strategy says.
+func (t topicSchemas) compatible(info *metapb.SchemaInfo, strategy string) error {
+	n := len(t.Versions)
+	if n == 0 {
+		return nil
+	}
+	if t.Versions[n-1].GetType() != info.GetType() {
 		return errorf(ErrIncompatibleSchema, "schema %s: the topic's schema is %s",
 			admin.SchemaTypeName(info.GetType()), admin.SchemaTypeName(t.Versions[n-1].GetType()))
+	}
+	typ := pulsarpb.Schema_Type(info.GetType())
+	if strategy == SchemaAlwaysCompatible || (typ != pulsarpb.Schema_Avro && typ != pulsarpb.Schema_Json) {
+		return nil
+	}
+	if strategy == SchemaAlwaysIncompatible {
+		return errorf(ErrIncompatibleSchema, "the schema compatibility strategy is %s: no new version is taken", strategy)
+	}
+	next, err := avro.ParseBytes(info.GetData())
+	if err != nil {
+		if typ == pulsarpb.Schema_Json {
+			return nil // a JSON schema not defined in Avro: nothing to compare
+		}
+		return errorf(ErrIncompatibleSchema, "not an Avro schema: %v", err)
+	}
+	base, all := strings.CutSuffix(strategy, transitive)
+	against := t.Versions[n-1:]
+	if all {
+		against = t.Versions
+	}
+	check := avro.NewSchemaCompatibility()
+	for i := len(against) - 1; i >= 0; i-- {
+		v := t.First + int64(n-len(against)+i)
+		prev, err := avro.ParseBytes(against[i].GetData())
+		if err != nil {
+			continue // a version that is not Avro: nothing to compare
+		}
+		if base == SchemaBackward || base == SchemaFull {
+			if err := check.Compatible(next, prev); err != nil {
+				return errorf(ErrIncompatibleSchema, "%s: readers of the new schema cannot read data of version %d: %v", strategy, v, err)
+			}
+		}
+		if base == SchemaForward || base == SchemaFull {
+			if err := check.Compatible(prev, next); err != nil {
+				return errorf(ErrIncompatibleSchema, "%s: readers of version %d cannot read data of the new schema: %v", strategy, v, err)
+			}
+		}
 	}
 	return nil
 }

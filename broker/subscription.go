@@ -57,6 +57,9 @@ type subscription struct {
 		// closed (Pulsar's protocol) is kept until then for it to
 		// subscribe again, at the position sought (zero: not kept).
 		keepUntil time.Time
+		// dropping: a non-durable subscription being dropped (no consumer
+		// may join; close follows).
+		dropping bool
 	}
 }
 
@@ -85,7 +88,7 @@ func (s *subscription) consumerCount() int {
 func (s *subscription) addConsumer(c *consumer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mu.closed {
+	if s.mu.closed || s.mu.dropping {
 		return errorf(ErrTopicClosed, "subscription %s is closing", s.name)
 	}
 	if len(s.mu.consumers) > 0 && s.mu.typ != c.typ {

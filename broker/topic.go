@@ -685,24 +685,31 @@ func (t *topic) readerStart(req *brokerpb.Subscribe) mledger.Position {
 // consumer joining meanwhile finds it closing and subscribes again).
 //
 // A subscription kept for a consumer a seek closed (keepNonDurable) stays
-// until its time is up; retain drops it then if nobody came back.
+// until its time is up; the first retention check after that drops it if
+// nobody came back.
 func (t *topic) dropNonDurable(sub *subscription) {
 	t.mu.Lock()
 	sub.mu.Lock()
-	kept := time.Now().Before(sub.mu.keepUntil)
+	// Decided and marked under the subscription's lock: a consumer cannot
+	// join between the check and the close (it finds it closing).
+	drop := !sub.durable && t.mu.subs[sub.name] == sub && len(sub.mu.consumers) == 0 && !time.Now().Before(sub.mu.keepUntil)
+	if drop {
+		sub.mu.dropping = true
+		delete(t.mu.subs, sub.name)
+	}
 	sub.mu.Unlock()
-	if sub.durable || t.mu.subs[sub.name] != sub || sub.consumerCount() > 0 || kept {
-		t.mu.Unlock()
+	t.mu.Unlock()
+	if !drop {
 		return
 	}
-	delete(t.mu.subs, sub.name)
-	t.mu.Unlock()
 	sub.close(context.Background())
 	sub.cur.Delete(context.Background())
 }
 
-// seekReattachGrace is how long a non-durable subscription waits for the
-// consumer a seek closed to subscribe again (a variable for tests).
+// seekReattachGrace is how long a non-durable subscription waits at least
+// for the consumer a seek closed to subscribe again; it is dropped at the
+// first retention check after (--retention-check-interval). A variable
+// for tests.
 var seekReattachGrace = time.Minute
 
 // keepNonDurable keeps a non-durable subscription whose consumer a seek
@@ -784,8 +791,11 @@ func (t *topic) retain(ctx context.Context) {
 	t.mu.Unlock()
 	subs := t.subscriptions()
 	for _, s := range subs {
-		if !s.durable {
-			t.dropNonDurable(s) // one kept after a seek whose consumer did not come back
+		s.mu.Lock()
+		expired := !s.durable && !s.mu.keepUntil.IsZero() && !time.Now().Before(s.mu.keepUntil)
+		s.mu.Unlock()
+		if expired {
+			t.dropNonDurable(s) // kept after a seek; its consumer did not come back
 		}
 	}
 	if ttl > 0 {

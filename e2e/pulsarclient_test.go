@@ -1012,6 +1012,17 @@ func TestPulsarClientSchemas(t *testing.T) {
 	if err := sch.CreateSchemaByPayload(strTopic, utils.PostSchemaPayload{SchemaType: "JSON", Schema: jsonDef}); err == nil || !strings.Contains(err.Error(), "409") {
 		t.Fatalf("a JSON schema on a String topic: %v, want 409", err)
 	}
+	// Evolution under the default strategy, FULL (Pulsar's): a field added
+	// without a default cannot be read from old data: refused.
+	const orderAvro3 = `{"type":"record","name":"order","fields":[{"name":"id","type":"int"},{"name":"item","type":"string"},{"name":"qty","type":"int"}]}`
+	evolved, err := sch.TestCompatibilityWithPostSchemaPayload(avroTopic, utils.PostSchemaPayload{SchemaType: "AVRO", Schema: orderAvro3})
+	must("TestCompatibilityWithPostSchemaPayload", err)
+	if evolved.IsCompatibility || evolved.SchemaCompatibilityStrategy != "FULL" {
+		t.Fatalf("an Avro field added without a default: %+v, want incompatible under FULL", evolved)
+	}
+	if err := sch.CreateSchemaByPayload(avroTopic, utils.PostSchemaPayload{SchemaType: "AVRO", Schema: orderAvro3}); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Fatalf("an incompatible Avro version: %v, want 409", err)
+	}
 	// Delete: gone (404), a message written with a deleted version cannot
 	// be decoded (an error, not a panic), and the next schema of any type
 	// gets a new number, never a deleted one.

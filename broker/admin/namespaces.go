@@ -620,6 +620,9 @@ func sizeMB(b int64) int64 {
 type lenientInt int64
 
 func (v *lenientInt) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil // as for an int64: left as it is
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		var n int64

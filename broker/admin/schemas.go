@@ -22,8 +22,9 @@ type Schemas interface {
 	// FindSchema returns the version equal to info; false if there is
 	// none.
 	FindSchema(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (int64, bool, error)
-	// SchemaCompatible reports whether info may follow the versions.
-	SchemaCompatible(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (bool, error)
+	// SchemaCompatible reports whether info may follow the versions, and
+	// under which strategy (Pulsar's name).
+	SchemaCompatible(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (bool, string, error)
 	// RegisterSchema returns the version equal to info, adding it if
 	// there is none.
 	RegisterSchema(ctx context.Context, n topicname.Name, info *metapb.SchemaInfo) (int64, error)
@@ -188,11 +189,11 @@ func schemaRoutes(h route, z Rules, b Schemas) {
 		if err != nil {
 			return nil, err
 		}
-		ok, err := b.SchemaCompatible(r.Context(), n, info)
+		ok, strategy, err := b.SchemaCompatible(r.Context(), n, info)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"compatibility": ok, "schemaCompatibilityStrategy": "ALWAYS_COMPATIBLE"}, nil
+		return map[string]any{"compatibility": ok, "schemaCompatibilityStrategy": strategy}, nil
 	})
 }
 

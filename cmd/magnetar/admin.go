@@ -624,6 +624,9 @@ func newAdminCmd(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if schemaVersion < -1 {
+			return fmt.Errorf("--version %d: want a version, 0 or more", schemaVersion)
+		}
 		if schemaVersion >= 0 {
 			return a.call(ctx, "GET", p+"/schema/"+strconv.FormatInt(schemaVersion, 10), nil)
 		}

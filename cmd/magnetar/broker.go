@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -76,6 +78,7 @@ set with a MAGNETAR_* environment variable (--http: MAGNETAR_HTTP) or in the
 	f.Duration("load-balance-interval", def.LoadBalanceInterval, "how often a broker unloads partitions if it owns clearly more than the others (0: never)")
 	f.Int("delayed-delivery-max-indexed", def.DelayedDeliveryMaxIndexed, "delayed messages a shared or key_shared subscription indexes in memory (more are found again by scanning)")
 	f.String("key-shared-selector", def.KeySharedSelector, "how key_shared consumers share the keys: consistent-hashing (a joining consumer moves about 1/n of them) or auto-split (it takes half of the largest range, as Pulsar with subscriptionKeySharedUseConsistentHashing=false)")
+	f.String("schema-compatibility-strategy", def.SchemaCompatibilityStrategy, "how a new version of a topic's Avro or JSON schema must relate to the versions kept: "+strings.Join(broker.SchemaStrategies, ", ")+" (Pulsar's)")
 	f.Duration("shutdown-timeout", def.ShutdownTimeout, "a clean stop (SIGTERM) ends within this, whatever is unreachable; what is not done by then the next owners recover")
 	f.Int("max-unacked-messages-per-subscription", def.MaxUnackedMessagesPerSubscription, "shared and key_shared: unacknowledged messages a subscription may have out (0: no limit)")
 	f.String("cluster-name", def.ClusterName, "the cluster's name: the label of the metrics, and the one cluster the admin API (Pulsar's /admin/v2/clusters) knows")

@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/config"
 	"github.com/magnetar-io/magnetar/internal/standalone"
@@ -101,6 +103,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Duration("stats-interval", def.StatsInterval, "window of the rates and latency buckets in /metrics")
 	f.Duration("retention-check-interval", def.RetentionCheckInterval, "how often the broker applies TTL, retention and backlog quotas")
 	f.String("key-shared-selector", def.KeySharedSelector, "how key_shared consumers share the keys: consistent-hashing or auto-split (Pulsar's subscriptionKeySharedUseConsistentHashing=false)")
+	f.String("schema-compatibility-strategy", def.SchemaCompatibilityStrategy, "how a new version of a topic's Avro or JSON schema must relate to the versions kept: "+strings.Join(broker.SchemaStrategies, ", "))
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	sizeFlag(f, "memory-budget", def.MemoryBudget, "memory of the whole process, shared out among the broker's cache and the bookies' memtables, block caches and in-flight adds, and the Go runtime's soft limit (unless GOMEMLIMIT is set), e.g. 512MiB or 2GiB")
 	addAuthServerFlags(f)

@@ -69,6 +69,9 @@ type Config struct {
 	// KeySharedSelector is the broker's --key-shared-selector. Default
 	// consistent-hashing.
 	KeySharedSelector string `mapstructure:"key-shared-selector"`
+	// SchemaCompatibilityStrategy is the broker's
+	// --schema-compatibility-strategy. Default FULL.
+	SchemaCompatibilityStrategy string `mapstructure:"schema-compatibility-strategy"`
 	// Pprof serves /debug/pprof/ on the admin port.
 	Pprof bool `mapstructure:"pprof"`
 	// MemoryBudget is the memory the whole process may use: it is shared
@@ -96,12 +99,13 @@ func DefaultConfig() Config {
 		BrokerListen:     "127.0.0.1:6650",
 		HTTPListen:       "127.0.0.1:8080",
 
-		LostBookieRecoveryDelay: bookie.DefaultConfig().LostBookieRecoveryDelay,
-		ClusterName:             "standalone",
-		StatsInterval:           broker.DefaultConfig().StatsInterval,
-		RetentionCheckInterval:  broker.DefaultConfig().RetentionCheckInterval,
-		KeySharedSelector:       broker.DefaultConfig().KeySharedSelector,
-		MemoryBudget:            512 << 20,
+		LostBookieRecoveryDelay:     bookie.DefaultConfig().LostBookieRecoveryDelay,
+		ClusterName:                 "standalone",
+		StatsInterval:               broker.DefaultConfig().StatsInterval,
+		RetentionCheckInterval:      broker.DefaultConfig().RetentionCheckInterval,
+		KeySharedSelector:           broker.DefaultConfig().KeySharedSelector,
+		SchemaCompatibilityStrategy: broker.DefaultConfig().SchemaCompatibilityStrategy,
+		MemoryBudget:                512 << 20,
 	}
 }
 
@@ -192,6 +196,7 @@ func (c *Config) Validate() error {
 	bc.Security = c.Security
 	bc.ClusterName, bc.StatsInterval = c.ClusterName, c.StatsInterval
 	bc.RetentionCheckInterval, bc.KeySharedSelector = c.RetentionCheckInterval, c.KeySharedSelector
+	bc.SchemaCompatibilityStrategy = c.SchemaCompatibilityStrategy
 	bc.Metastore = []string{"127.0.0.1:2379"}
 	if err := bc.Validate(); err != nil {
 		errs = append(errs, err)
@@ -335,6 +340,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bc.CacheSize = budget.BrokerCache
 	bc.ClusterName, bc.StatsInterval, bc.Pprof = cfg.ClusterName, cfg.StatsInterval, cfg.Pprof
 	bc.RetentionCheckInterval, bc.KeySharedSelector = cfg.RetentionCheckInterval, cfg.KeySharedSelector
+	bc.SchemaCompatibilityStrategy = cfg.SchemaCompatibilityStrategy
 	bc.Security = cfg.Security
 	bc.ClientAuthTokenFile = internalToken
 	// The process is live and ready only with all its bookies.
