@@ -535,7 +535,7 @@ func TestPulsarProtocolSchemas(t *testing.T) {
 	// A struct schema that changes: versions 0 and 1, on a partitioned
 	// topic's partitions (they share them).
 	const avro = `{"type":"record","name":"r","fields":[{"name":"a","type":"int"}]}`
-	const avro2 = `{"type":"record","name":"r","fields":[{"name":"a","type":"int"},{"name":"b","type":["null","int"]}]}`
+	const avro2 = `{"type":"record","name":"r","fields":[{"name":"a","type":"int"},{"name":"b","type":["null","int"],"default":null}]}`
 	if code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/orders/partitions", 2); err != nil || code/100 != 2 {
 		t.Fatalf("create partitioned topic: %d %s %v", code, body, err)
 	}

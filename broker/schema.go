@@ -94,7 +94,19 @@ func (s *Server) checkConsumerSchema(ctx context.Context, n topicname.Name, sc *
 	if _, ok := all.find(info); ok {
 		return nil
 	}
-	return all.compatible(info, s.cfg.SchemaCompatibilityStrategy)
+	return all.compatible(info, consumerStrategy(s.cfg.SchemaCompatibilityStrategy))
+}
+
+// consumerStrategy is how a consumer's schema is checked, as Pulsar checks
+// it: the consumer must read what the latest version writes (BACKWARD)
+// under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL; the others apply
+// as they are.
+func consumerStrategy(strategy string) string {
+	switch strategy {
+	case SchemaBackward, SchemaForward, SchemaForward + transitive, SchemaFull:
+		return SchemaBackward
+	}
+	return strategy
 }
 
 // registerSchemaInfo returns info's version for topic n, adding it if no

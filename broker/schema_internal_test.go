@@ -67,6 +67,19 @@ func TestSchemaCompatibilityStrategies(t *testing.T) {
 			t.Errorf("%s: %v: want ErrIncompatibleSchema", tc.strategy, err)
 		}
 	}
+	// A consumer's schema, as Pulsar checks it: it must read the latest
+	// version's data (BACKWARD) under FULL; the transitive strategies
+	// apply as they are.
+	one := topicSchemas{&metapb.TopicSchemas{Versions: []*metapb.SchemaInfo{avro(v1)}}}
+	if err := one.compatible(avro(removed), consumerStrategy(SchemaFull)); err != nil {
+		t.Errorf("a consumer reading v1 with fewer fields under FULL: %v", err)
+	}
+	if err := one.compatible(avro(required), consumerStrategy(SchemaFull)); !errors.Is(err, ErrIncompatibleSchema) {
+		t.Errorf("a consumer needing a field v1 lacks under FULL: %v, want ErrIncompatibleSchema", err)
+	}
+	if got := consumerStrategy(SchemaFull + transitive); got != SchemaFull+transitive {
+		t.Errorf("consumer strategy for FULL_TRANSITIVE: %s", got)
+	}
 	// Other types carry no definition: a same-type version is taken, another
 	// type never (whatever the strategy).
 	str := topicSchemas{&metapb.TopicSchemas{Versions: []*metapb.SchemaInfo{{Type: int32(pulsarpb.Schema_String)}}}}
