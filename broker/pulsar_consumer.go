@@ -265,6 +265,11 @@ const pulsarConsumerMaxOutstanding = 1 << 20
 // is told to close it; it subscribes again.
 func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 	defer pc.wg.Done()
+	// seeked: the seek's SUCCESS is sent and the consumer closed; what was
+	// dispatched to it since (from the new position, before it was
+	// closed) is not sent: the client would take it for messages of the
+	// consumer it subscribes again, which gets them itself.
+	seeked := false
 	for {
 		q, err := pcons.c.next()
 		for _, r := range q {
@@ -272,6 +277,10 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 			case *brokerpb.ConsumeResponse_Subscribed:
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(pcons.subscribeRequest)}}, nil)
 			case *brokerpb.ConsumeResponse_Message:
+				if seeked {
+					pcons.c.sent(r.Message) // not sent: its bytes are no longer outstanding
+					continue
+				}
 				// Not more than the high-water mark queued behind a
 				// client that does not read (whatever permits it gave);
 				// while the pump waits, the consumer's own bound
@@ -292,6 +301,7 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 				default:
 				}
 				pcons.c.disconnect(errSeeked)
+				seeked = true
 			case *brokerpb.ConsumeResponse_Error:
 				pc.log.Debug("consumer error (Pulsar's protocol has no frame for it)")
 			}

@@ -323,12 +323,20 @@ func TestPulsarProtocolConsumer(t *testing.T) {
 	if got := r.next().GetError(); got.GetRequestId() != 15 || got.GetError() != pulsarpb.ServerError_ConsumerBusy {
 		t.Fatalf("UNSUBSCRIBE with another consumer on: %v, want ConsumerBusy", got)
 	}
+	// Permits: consumer 1 has messages dispatched before the seek, and
+	// would have some after it, before it is closed.
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(100)}}, nil)
 	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(16),
 		MessagePublishTime: proto.Uint64(0)}}, nil)
 	var success, closed bool
 	for !success || !closed {
 		got := r.next()
 		switch {
+		case got.GetType() == pulsarpb.BaseCommand_MESSAGE && got.GetMessage().GetConsumerId() == 1 && success:
+			// What was dispatched between the reset and the close is the
+			// next consumer's to get (the client takes a MESSAGE after the
+			// seek's answer for one of the consumer it subscribes again).
+			t.Fatalf("MESSAGE for consumer 1 after the seek's SUCCESS: %v", got)
 		case got.GetSuccess().GetRequestId() == 16:
 			success = true
 		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 1:
