@@ -314,6 +314,9 @@ func (t *topic) internalStats() map[string]any {
 	}
 	out := map[string]any{"lastConfirmedEntry": t.ml.LastConfirmed().String(), "ledgers": ledgers, "cursors": cursors,
 		"numberOfEntries": entries, "totalSize": size, "state": "LedgerOpened"}
+	if t.ml.Terminated() {
+		out["state"] = "Terminated" // Pulsar's managed ledger state
+	}
 	if current != nil {
 		out["currentLedgerEntries"], out["currentLedgerSize"] = current.Entries, current.Size
 		out["lastLedgerCreatedTimestamp"] = admin.PulsarTime(uint64(current.CreatedAtUnixMs))

@@ -206,6 +206,12 @@ func (s *Server) putJSON(ctx context.Context, u string, body any) error {
 // peerSend sends a request (with a JSON body, if any) to another broker's
 // admin API and turns its error answer back into our sentinel.
 func (s *Server) peerSend(ctx context.Context, method, u string, body []byte) error {
+	_, err := s.peerCall(ctx, method, u, body)
+	return err
+}
+
+// peerCall is peerSend returning the answer's body (up to 1 MiB).
+func (s *Server) peerCall(ctx context.Context, method, u string, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var rd io.Reader
@@ -214,18 +220,22 @@ func (s *Server) peerSend(ctx context.Context, method, u string, body []byte) er
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := s.peerDo(req)
 	if err != nil {
-		return errorf(ErrServiceNotReady, "ask the owner: %v", err)
+		return nil, errorf(ErrServiceNotReady, "ask the owner: %v", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 2 {
-		return nil
+		out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			return nil, errorf(ErrServiceNotReady, "ask the owner: %v", err)
+		}
+		return out, nil
 	}
 	var answer struct {
 		Reason string `json:"reason"`
@@ -235,7 +245,7 @@ func (s *Server) peerSend(ctx context.Context, method, u string, body []byte) er
 	if json.Unmarshal(out, &answer) != nil || answer.Reason == "" {
 		answer.Reason = strings.TrimSpace(string(out))
 	}
-	return fmt.Errorf("%w: the owner answered %s", remoteSentinel(resp.StatusCode, answer.Code), answer.Reason)
+	return nil, fmt.Errorf("%w: the owner answered %s", remoteSentinel(resp.StatusCode, answer.Code), answer.Reason)
 }
 
 // remoteSentinel maps another broker's admin answer back to the sentinel

@@ -89,6 +89,63 @@ func (b adminBackend) LastMessageID(r *http.Request, n topicname.Name) (mledger.
 	return t.ml.LastConfirmed(), nil
 }
 
+func (b adminBackend) Terminate(r *http.Request, n topicname.Name) (mledger.Position, error) {
+	t, err := b.s.adminPartition(r, n)
+	if err != nil {
+		return mledger.Position{}, err
+	}
+	return t.terminate(r.Context())
+}
+
+func (b adminBackend) TerminatePartitions(r *http.Request, n topicname.Name) (map[int]mledger.Position, error) {
+	return b.s.terminatePartitions(r, n)
+}
+
+// terminatePartitions terminates every partition of a partitioned topic,
+// here or on its owner, and returns the last message of each.
+func (s *Server) terminatePartitions(r *http.Request, n topicname.Name) (map[int]mledger.Position, error) {
+	ctx := r.Context()
+	parts, err := s.md.partitions(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	if parts == 0 {
+		return nil, fmt.Errorf("%w: %s is not a partitioned topic: terminate it with /terminate", ErrMethodNotAllowed, n)
+	}
+	out := make(map[int]mledger.Position, parts)
+	for i := 0; i < parts; i++ {
+		pn := n.Partition(i)
+		err := s.ownedElsewhere(ctx, topicPath(pn), r)
+		var redirect *redirectError
+		switch {
+		case errors.As(err, &redirect):
+			body, err := s.peerCall(ctx, http.MethodPost, redirect.withPath("/admin/v2/persistent/"+pn.NamespaceName()+"/"+pn.Local+"/terminate"), nil)
+			if err != nil {
+				return nil, fmt.Errorf("partition %d: %w", i, err)
+			}
+			var id struct {
+				LedgerID int64 `json:"ledgerId"`
+				EntryID  int64 `json:"entryId"`
+			}
+			if err := json.Unmarshal(body, &id); err != nil {
+				return nil, errorf(ErrServiceNotReady, "partition %d: the owner answered %q: %v", i, body, err)
+			}
+			out[i] = mledger.Position{Ledger: id.LedgerID, Entry: id.EntryID}
+		case err != nil:
+			return nil, err
+		default:
+			t, err := s.getTopic(ctx, pn, true)
+			if err != nil {
+				return nil, err
+			}
+			if out[i], err = t.terminate(ctx); err != nil {
+				return nil, fmt.Errorf("partition %d: %w", i, err)
+			}
+		}
+	}
+	return out, nil
+}
+
 func (b adminBackend) MessageIDAt(r *http.Request, n topicname.Name, ts int64) (mledger.Position, error) {
 	t, err := b.s.adminPartition(r, n)
 	if err != nil {

@@ -41,6 +41,7 @@ type consumer struct {
 		delivered   int64
 		queue       []*brokerpb.ConsumeResponse
 		err         error // why it was disconnected
+		endSent     bool  // ReachedEndOfTopic queued
 	}
 }
 
@@ -122,6 +123,18 @@ func (c *consumer) push(r *brokerpb.ConsumeResponse) {
 	select {
 	case c.signal <- struct{}{}:
 	default:
+	}
+}
+
+// reachedEnd queues ReachedEndOfTopic, once: the topic is terminated and
+// every message of the subscription is acknowledged.
+func (c *consumer) reachedEnd() {
+	c.mu.Lock()
+	sent := c.mu.endSent
+	c.mu.endSent = true
+	c.mu.Unlock()
+	if !sent {
+		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_ReachedEndOfTopic{ReachedEndOfTopic: &brokerpb.ReachedEndOfTopic{}}})
 	}
 }
 

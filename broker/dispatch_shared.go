@@ -363,6 +363,7 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 		return progressed, wait, err
 	}
 	if len(es) == 0 {
+		s.checkEnd()
 		wait.moved = moved
 		return progressed, wait, nil
 	}

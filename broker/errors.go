@@ -36,8 +36,11 @@ var (
 	ErrNotOwner             = errors.New("topic not owned by this broker")
 	ErrServiceNotReady      = errs.ErrServiceNotReady
 	ErrTopicClosed          = errors.New("topic closed")
-	ErrNotFound             = errs.ErrNotFound
-	ErrConflict             = errs.ErrConflict
+	// ErrTopicTerminated: the topic was terminated; it takes no more
+	// messages nor producers (Pulsar's TopicTerminatedError).
+	ErrTopicTerminated = errors.New("topic terminated")
+	ErrNotFound        = errs.ErrNotFound
+	ErrConflict        = errs.ErrConflict
 )
 
 // The wire table: sentinel, reason, gRPC code, HTTP status.
@@ -63,6 +66,8 @@ var errorTable = []struct {
 	{cursor.ErrFenced, brokerpb.ErrorReason_NOT_OWNER, codes.Unavailable, http.StatusServiceUnavailable},
 	{ErrTopicClosed, brokerpb.ErrorReason_TOPIC_CLOSED, codes.Unavailable, http.StatusServiceUnavailable},
 	{mledger.ErrClosed, brokerpb.ErrorReason_TOPIC_CLOSED, codes.Unavailable, http.StatusServiceUnavailable},
+	{ErrTopicTerminated, brokerpb.ErrorReason_TOPIC_TERMINATED, codes.FailedPrecondition, http.StatusPreconditionFailed},
+	{mledger.ErrTerminated, brokerpb.ErrorReason_TOPIC_TERMINATED, codes.FailedPrecondition, http.StatusPreconditionFailed},
 	{ErrServiceNotReady, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
 	{mledger.ErrUnavailable, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
 	// Too few writable bookies: mledger.ErrNotEnoughBookies (appends

@@ -1230,6 +1230,8 @@ func reasonServerError(r brokerpb.ErrorReason) pulsarpb.ServerError {
 		return pulsarpb.ServerError_ProducerBlockedQuotaExceededError
 	case brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION:
 		return pulsarpb.ServerError_ProducerBlockedQuotaExceededException
+	case brokerpb.ErrorReason_TOPIC_TERMINATED:
+		return pulsarpb.ServerError_TopicTerminatedError
 	case brokerpb.ErrorReason_INVALID_MESSAGE: // a SEND whose payload does not decode
 		return pulsarpb.ServerError_ChecksumError
 	case brokerpb.ErrorReason_NOT_ALLOWED, brokerpb.ErrorReason_MESSAGE_TOO_LARGE, brokerpb.ErrorReason_INVALID_ARGUMENT:

@@ -302,6 +302,9 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 				}
 				pcons.c.disconnect(errSeeked)
 				seeked = true
+			case *brokerpb.ConsumeResponse_ReachedEndOfTopic:
+				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_REACHED_END_OF_TOPIC.Enum(), ReachedEndOfTopic: &pulsarpb.CommandReachedEndOfTopic{
+					ConsumerId: proto.Uint64(pcons.id)}}, nil)
 			case *brokerpb.ConsumeResponse_Error:
 				pc.log.Debug("consumer error (Pulsar's protocol has no frame for it)")
 			}

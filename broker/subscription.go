@@ -260,7 +260,27 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 		}
 		s.mu.Unlock()
 	}
+	if len(acked) > 0 {
+		s.checkEnd()
+	}
 	return firstErr
+}
+
+// checkEnd tells every consumer that it reached the end of the topic
+// (Pulsar's REACHED_END_OF_TOPIC) once the topic is terminated and every
+// message of the subscription is acknowledged, as Pulsar does. Called
+// after acknowledgements, and by the dispatcher when it finds nothing
+// more to read.
+func (s *subscription) checkEnd() {
+	if !s.t.ml.Terminated() || s.backlog() > 0 {
+		return
+	}
+	s.mu.Lock()
+	cs := slices.Clone(s.mu.consumers)
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.reachedEnd()
+	}
 }
 
 // seek resets the cursor so that delivery restarts at p. On Shared and
@@ -420,6 +440,7 @@ func (s *subscription) dispatch() {
 		}
 		backoff = 10 * time.Millisecond
 		if len(es) == 0 {
+			s.checkEnd()
 			select {
 			case <-moved:
 			case <-s.wake:

@@ -259,6 +259,9 @@ func (t *topic) addProducerAccess(p *producer, mode pulsarpb.ProducerAccessMode)
 	if err := t.mu.quotaBlock; err != nil {
 		return nil, err
 	}
+	if t.ml.Terminated() {
+		return nil, errorf(ErrTopicTerminated, "%s was terminated: it takes no more producers", t.name)
+	}
 	if _, busy := t.mu.producers[p.name]; busy {
 		return nil, errorf(ErrProducerBusy, "a producer named %q is already connected to %s", p.name, t.name)
 	}
@@ -302,6 +305,44 @@ func (t *topic) attachLocked(p *producer, exclusive bool) {
 	if t.mu.set.dedup {
 		p.lastSequence = t.mu.dedup.connect(p.name, t.mu.clock()).persisted
 	}
+}
+
+// terminate terminates the topic (Pulsar's terminate): no message is
+// stored after the returned position, ever. The producers are
+// disconnected (a Pulsar client is told with CLOSE_PRODUCER, and its
+// PRODUCER is then refused with TopicTerminatedError; the SDK's stream
+// ends with TOPIC_TERMINATED), and so are WaitForExclusive producers
+// waiting; new producers are refused. Consumers are told they reached the
+// end once they acknowledged everything (subscription.checkEnd). The
+// termination is stored with the ledger list, so it survives restarts
+// and moves.
+func (t *topic) terminate(ctx context.Context) (mledger.Position, error) {
+	last, err := t.ml.Terminate(ctx)
+	if err != nil {
+		return last, err
+	}
+	t.mu.Lock()
+	producers := make([]*producer, 0, len(t.mu.producers))
+	for _, p := range t.mu.producers {
+		producers = append(producers, p)
+	}
+	for _, w := range t.mu.waiters {
+		w.granted <- errorf(ErrTopicTerminated, "%s was terminated", t.name)
+	}
+	t.mu.waiters = nil
+	subs := make([]*subscription, 0, len(t.mu.subs))
+	for _, s := range t.mu.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	for _, p := range producers {
+		p.disconnect(errorf(ErrTopicTerminated, "%s was terminated at %v", t.name, last))
+	}
+	for _, s := range subs {
+		s.checkEnd()
+	}
+	t.log.Info("topic terminated", zap.Stringer("last", last))
+	return last, nil
 }
 
 // topicEpoch is the number of exclusive producers granted so far.

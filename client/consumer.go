@@ -287,6 +287,10 @@ type Consumer interface {
 	ReconsumeLater(msg Message, delay time.Duration) error
 	// Unsubscribe deletes the subscription.
 	Unsubscribe() error
+	// HasReachedEndOfTopic reports whether the topic (every partition) was
+	// terminated and every message of it acknowledged by the
+	// subscription: nothing more will come.
+	HasReachedEndOfTopic() bool
 	Close()
 }
 
@@ -516,6 +520,16 @@ func (cons *consumer) seek(s *brokerpb.Seek) error {
 	// Messages from before the seek that still wait in the channel are
 	// skipped by Receive (Chan users may see them).
 	return errors.Join(errs...)
+}
+
+// HasReachedEndOfTopic implements Consumer.
+func (cons *consumer) HasReachedEndOfTopic() bool {
+	for _, pc := range cons.parts {
+		if !pc.reachedEnd.Load() {
+			return false
+		}
+	}
+	return len(cons.parts) > 0
 }
 
 func (cons *consumer) Unsubscribe() error {

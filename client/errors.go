@@ -42,6 +42,12 @@ var (
 	// producer keeps resending within its SendTimeout, and a send that
 	// times out meanwhile fails with an ErrSendTimeout that wraps it.
 	ErrNotEnoughBookies error = retriableError("client: not enough bookies to store messages")
+	// ErrTopicTerminated: the topic was terminated (an administrator's
+	// terminate): it takes no more messages, ever. A producer whose topic
+	// is terminated fails what it has pending with it, and every later
+	// send; creating a producer on such a topic fails with it. Consumers
+	// read on to the end (Consumer.HasReachedEndOfTopic).
+	ErrTopicTerminated = errors.New("client: topic terminated")
 	// ErrUnauthenticated: the broker refused the credentials (none, a bad
 	// signature, another algorithm, expired). Not retried.
 	ErrUnauthenticated = errors.New("client: authentication failed")
@@ -89,6 +95,7 @@ var reasonErrors = map[brokerpb.ErrorReason]error{
 	brokerpb.ErrorReason_TOPIC_CLOSED:       ErrUnavailable,
 	brokerpb.ErrorReason_PERSISTENCE_ERROR:  ErrUnavailable,
 	brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES: ErrNotEnoughBookies,
+	brokerpb.ErrorReason_TOPIC_TERMINATED:   ErrTopicTerminated,
 
 	brokerpb.ErrorReason_AUTHENTICATION_ERROR: ErrUnauthenticated,
 	brokerpb.ErrorReason_AUTHORIZATION_ERROR:  ErrUnauthorized,

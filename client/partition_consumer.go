@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -50,6 +51,9 @@ type partitionConsumer struct {
 	signal chan struct{} // wakes pump
 	stop   chan struct{}
 	done   chan struct{}
+	// reachedEnd: the broker said the topic is terminated and every
+	// message of the subscription is acknowledged.
+	reachedEnd atomic.Bool
 
 	sendMu sync.Mutex // serializes stream.Send
 
@@ -306,6 +310,8 @@ func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack 
 				pc.reset(reasonError(resp.Error.Reason, resp.Error.Message))
 			case *brokerpb.ConsumeResponse_ActiveChange:
 				// Failover: the broker decides what to send; nothing to do.
+			case *brokerpb.ConsumeResponse_ReachedEndOfTopic:
+				pc.reachedEnd.Store(true)
 			}
 		}
 	}

@@ -65,6 +65,10 @@ type partitionProducer struct {
 		// stream, a failed reconnection), nil since a receipt came: a
 		// send that times out is told it.
 		cause error
+		// terminated, once the broker said the topic was terminated
+		// (ErrTopicTerminated): every send fails with it, nothing is
+		// resent, no reconnection is tried.
+		terminated error
 	}
 }
 
@@ -233,6 +237,11 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 	if pp.mu.closed {
 		<-pp.sem
 		go cb(nil, msg, ErrClosed)
+		return
+	}
+	if err := pp.mu.terminated; err != nil {
+		<-pp.sem
+		go cb(nil, msg, err)
 		return
 	}
 	seq := pp.mu.nextSeq
@@ -453,6 +462,10 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			pp.failAll(ErrClosed)
 			return
 		}
+		if errors.Is(err, ErrTopicTerminated) {
+			pp.terminated(err)
+			return
+		}
 		for {
 			pp.expire()
 			select {
@@ -465,6 +478,10 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			s, a, opened, err := pp.connect(ctx)
 			cancel()
 			if err != nil {
+				if errors.Is(err, ErrTopicTerminated) {
+					pp.terminated(err)
+					return
+				}
 				if retriable(err) {
 					pp.mu.Lock()
 					pp.mu.cause = err
@@ -501,6 +518,16 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			break
 		}
 	}
+}
+
+// terminated ends the producer's life on its topic, which was
+// terminated: what is pending fails with err, and every later send.
+// Close still has to be called.
+func (pp *partitionProducer) terminated(err error) {
+	pp.mu.Lock()
+	pp.mu.terminated = err
+	pp.mu.Unlock()
+	pp.failAll(err)
 }
 
 // busyGiveUp: reconnections that find the producer's name busy for this

@@ -259,6 +259,8 @@ func TestPulsarAdminNamespacesTopicsSubscriptions(t *testing.T) {
 
 	// Topics.
 	send("persistent://public/ns1/plain", 5)
+	ended := topicName("persistent://public/ns1/ended")
+	send(ended.String(), 3)
 	runAdminCalls(t, []adminCall{
 		{name: "topics create partitioned", call: func() (any, error) { return nil, topics.Create(parted, 2) }},
 		{name: "topics create partitioned, existing", call: func() (any, error) { return nil, topics.Create(parted, 2) }, want: 409},
@@ -340,7 +342,17 @@ func TestPulsarAdminNamespacesTopicsSubscriptions(t *testing.T) {
 		}},
 		{name: "topics revoke permission", call: func() (any, error) { return nil, topics.RevokePermission(plain, "app") }},
 		{name: "topics unload", call: func() (any, error) { return nil, topics.Unload(plain) }},
-		{name: "topics terminate", call: func() (any, error) { return topics.Terminate(plain) }, want: 501},
+		{name: "topics terminate", call: func() (any, error) { return topics.Terminate(ended) }, check: func(v any) string {
+			id := v.(utils.MessageID)
+			return ok(id.EntryID == 2 && id.PartitionIndex == -1, "want the last (third) entry")
+		}},
+		{name: "topics terminate, again", call: func() (any, error) { return topics.Terminate(ended) }, check: func(v any) string {
+			return ok(v.(utils.MessageID).EntryID == 2, "want the same last entry")
+		}},
+		{name: "topics internal stats, terminated", call: func() (any, error) { return topics.GetInternalStats(ended) }, check: func(v any) string {
+			return ok(v.(utils.PersistentTopicInternalStats).State == "Terminated", "want state Terminated")
+		}},
+		{name: "topics terminate, partitioned", call: func() (any, error) { return topics.Terminate(parted) }, want: 405},
 		{name: "topics offload", call: func() (any, error) { return nil, topics.Offload(plain, utils.Latest) }, want: 501},
 		{name: "topics offload status", call: func() (any, error) { return topics.OffloadStatus(plain) }, want: 501},
 		{name: "topics compact", call: func() (any, error) { return nil, topics.Compact(plain) }, want: 501},
@@ -525,6 +537,7 @@ func TestPulsarAdminNamespacesTopicsSubscriptions(t *testing.T) {
 		{name: "topics delete partitioned", call: func() (any, error) { return nil, topics.Delete(parted, false, false) }},
 		{name: "topics delete", call: func() (any, error) { return nil, topics.Delete(plain, true, true) }},
 		{name: "topics delete made", call: func() (any, error) { return nil, topics.Delete(topicName("persistent://public/ns1/made"), false, true) }},
+		{name: "topics delete terminated", call: func() (any, error) { return nil, topics.Delete(ended, false, true) }},
 		{name: "topics delete, gone", call: func() (any, error) { return nil, topics.Delete(plain, false, true) }, want: 404},
 		{name: "namespaces delete, emptied", call: func() (any, error) { return nil, nss.DeleteNamespace(name) }},
 	})

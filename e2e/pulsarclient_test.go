@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -806,6 +807,46 @@ func TestPulsarClientFeatures(t *testing.T) {
 		}
 		if m, ok := receive(c); ok {
 			t.Fatalf("a duplicate was stored: %q", m.Payload())
+		}
+	})
+
+	// Terminated through the admin API, the topic takes nothing more: the
+	// official producer connected is closed with ErrTopicTerminated (the
+	// broker's CLOSE_PRODUCER, then TopicTerminatedError at its
+	// reconnection), a new one is refused; a consumer reads everything.
+	t.Run("termination", func(t *testing.T) {
+		topic := "persistent://public/default/terminated-official"
+		c, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		var last pulsar.MessageID
+		for i := 0; i < 5; i++ {
+			if last, err = p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprint("t-", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		admin("POST", "/admin/v2/persistent/public/default/terminated-official/terminate", "")
+		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after")}); !errors.Is(err, pulsar.ErrTopicTerminated) && !errors.Is(err, pulsar.ErrProducerClosed) {
+			t.Fatalf("send after terminate: %v, want ErrTopicTerminated or ErrProducerClosed", err)
+		}
+		if _, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil || !strings.Contains(err.Error(), "TopicTerminated") {
+			t.Fatalf("new producer on a terminated topic: %v, want TopicTerminatedError", err)
+		}
+		for i := 0; i < 5; i++ {
+			m, ok := receive(c)
+			if !ok || string(m.Payload()) != fmt.Sprint("t-", i) {
+				t.Fatalf("message %d: %v", i, m)
+			}
+			if i == 4 && (m.ID().LedgerID() != last.LedgerID() || m.ID().EntryID() != last.EntryID()) {
+				t.Fatalf("last message at %v, sent at %v", m.ID(), last)
+			}
 		}
 	})
 }

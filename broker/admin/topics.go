@@ -67,6 +67,13 @@ type Topics interface {
 	MessageIDAt(r *http.Request, n topicname.Name, ts int64) (mledger.Position, error)
 	// Entry is the stored entry at p.
 	Entry(r *http.Request, n topicname.Name, p mledger.Position) (mledger.Entry, error)
+	// Terminate terminates a partition or non-partitioned topic: it takes
+	// no more messages, ever; the position of its last message is
+	// returned.
+	Terminate(r *http.Request, n topicname.Name) (mledger.Position, error)
+	// TerminatePartitions terminates every partition of a partitioned
+	// topic: the last message of each, by partition index.
+	TerminatePartitions(r *http.Request, n topicname.Name) (map[int]mledger.Position, error)
 	// UnloadTopic unloads a topic (a partition, or a non-partitioned
 	// topic) from its owner.
 	UnloadTopic(r *http.Request, n topicname.Name) error
@@ -269,12 +276,36 @@ func topicRoutes(h route, z Rules, b Topics) {
 		return rawEntry(b.Entry(r, n, mledger.Position{Ledger: l, Entry: e}))
 	})
 
+	// Termination: Pulsar answers with the last message's id, or for a
+	// partitioned topic a map of them by partition index.
+	h("POST "+topicBase+"/terminate", z.TopicAdmin, func(r *http.Request) (any, error) {
+		n, err := TopicOf(r)
+		if err != nil {
+			return nil, err
+		}
+		p, err := b.Terminate(r, n)
+		if err != nil {
+			return nil, err
+		}
+		return messageIDJSON(n, p), nil
+	})
+	h("POST "+topicBase+"/partitions/terminate", z.TopicAdmin, func(r *http.Request) (any, error) {
+		n, err := TopicOf(r)
+		if err != nil {
+			return nil, err
+		}
+		last, err := b.TerminatePartitions(r, n)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]map[string]int64, len(last))
+		for i, p := range last {
+			out[strconv.Itoa(i)] = messageIDJSON(n.Partition(i), p)
+		}
+		return out, nil
+	})
+
 	// What Magnetar does not have.
-	for _, p := range []string{"POST " + topicBase + "/terminate", "POST " + topicBase + "/partitions/terminate"} {
-		h(p, z.TopicAdmin, func(r *http.Request) (any, error) {
-			return nil, fmt.Errorf("%w: terminating a topic", errs.ErrNotImplemented)
-		})
-	}
 	for _, p := range []string{"PUT " + topicBase + "/offload", "GET " + topicBase + "/offload"} {
 		h(p, z.TopicAdmin, func(r *http.Request) (any, error) {
 			return nil, fmt.Errorf("%w: tiered storage (offload): every entry stays on the bookies", errs.ErrNotImplemented)

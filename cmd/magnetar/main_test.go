@@ -207,6 +207,18 @@ func TestStandaloneCommand(t *testing.T) {
 	if err := run(ctx, io.Discard, "admin", "schemas", "get", "first", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "has no schema") {
 		t.Fatalf("admin schemas get after delete: %v", err)
 	}
+	// pulsar-admin's terminate: the last message's id; then the topic
+	// takes nothing more.
+	buf.Reset()
+	if err := run(ctx, &buf, "admin", "topics", "terminate", "first", "--admin-url", admin); err != nil || !strings.Contains(buf.String(), `"entryId": 2`) {
+		t.Fatalf("admin topics terminate: %v\n%s", err, buf.String())
+	}
+	if err := run(ctx, io.Discard, "client", "produce", "first", "-m", "late", "--url", url); err == nil || !strings.Contains(err.Error(), "terminated") {
+		t.Fatalf("client produce to a terminated topic: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "partitioned-terminate", "first", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "not a partitioned topic") {
+		t.Fatalf("admin topics partitioned-terminate of a plain topic: %v", err)
+	}
 	buf.Reset()
 	if err := run(ctx, &buf, "perf", "produce", "perf", "-n", "2000", "--rate", "0", "--url", url); err != nil {
 		t.Fatalf("perf produce: %v", err)

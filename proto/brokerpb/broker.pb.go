@@ -62,6 +62,10 @@ const (
 	// The same with policy producer_exception: not retriable. gRPC code
 	// FAILED_PRECONDITION.
 	ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION ErrorReason = 18
+	// The topic was terminated (Pulsar's TopicTerminatedError): it takes no
+	// more messages nor producers, ever; what it stored stays readable.
+	// gRPC code FAILED_PRECONDITION; not retriable.
+	ErrorReason_TOPIC_TERMINATED ErrorReason = 19
 )
 
 // Enum value maps for ErrorReason.
@@ -86,6 +90,7 @@ var (
 		16: "AUTHORIZATION_ERROR",
 		17: "PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR",
 		18: "PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION",
+		19: "TOPIC_TERMINATED",
 	}
 	ErrorReason_value = map[string]int32{
 		"UNKNOWN":                                   0,
@@ -107,6 +112,7 @@ var (
 		"AUTHORIZATION_ERROR":                       16,
 		"PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR":     17,
 		"PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION": 18,
+		"TOPIC_TERMINATED":                          19,
 	}
 )
 
@@ -1690,6 +1696,7 @@ type ConsumeResponse struct {
 	//	*ConsumeResponse_SeekDone
 	//	*ConsumeResponse_Error
 	//	*ConsumeResponse_Unsubscribed
+	//	*ConsumeResponse_ReachedEndOfTopic
 	Response      isConsumeResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1786,6 +1793,15 @@ func (x *ConsumeResponse) GetUnsubscribed() *Unsubscribed {
 	return nil
 }
 
+func (x *ConsumeResponse) GetReachedEndOfTopic() *ReachedEndOfTopic {
+	if x != nil {
+		if x, ok := x.Response.(*ConsumeResponse_ReachedEndOfTopic); ok {
+			return x.ReachedEndOfTopic
+		}
+	}
+	return nil
+}
+
 type isConsumeResponse_Response interface {
 	isConsumeResponse_Response()
 }
@@ -1814,6 +1830,10 @@ type ConsumeResponse_Unsubscribed struct {
 	Unsubscribed *Unsubscribed `protobuf:"bytes,6,opt,name=unsubscribed,proto3,oneof"`
 }
 
+type ConsumeResponse_ReachedEndOfTopic struct {
+	ReachedEndOfTopic *ReachedEndOfTopic `protobuf:"bytes,7,opt,name=reached_end_of_topic,json=reachedEndOfTopic,proto3,oneof"`
+}
+
 func (*ConsumeResponse_Subscribed) isConsumeResponse_Response() {}
 
 func (*ConsumeResponse_Message) isConsumeResponse_Response() {}
@@ -1826,6 +1846,48 @@ func (*ConsumeResponse_Error) isConsumeResponse_Response() {}
 
 func (*ConsumeResponse_Unsubscribed) isConsumeResponse_Response() {}
 
+func (*ConsumeResponse_ReachedEndOfTopic) isConsumeResponse_Response() {}
+
+// ReachedEndOfTopic: the topic was terminated and this consumer has been
+// sent every message it stored (Pulsar's REACHED_END_OF_TOPIC). Sent once
+// per stream; no message follows it (unless the subscription is reset to
+// an earlier position).
+type ReachedEndOfTopic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReachedEndOfTopic) Reset() {
+	*x = ReachedEndOfTopic{}
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReachedEndOfTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReachedEndOfTopic) ProtoMessage() {}
+
+func (x *ReachedEndOfTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReachedEndOfTopic.ProtoReflect.Descriptor instead.
+func (*ReachedEndOfTopic) Descriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
+}
+
 type Unsubscribed struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1834,7 +1896,7 @@ type Unsubscribed struct {
 
 func (x *Unsubscribed) Reset() {
 	*x = Unsubscribed{}
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1908,7 @@ func (x *Unsubscribed) String() string {
 func (*Unsubscribed) ProtoMessage() {}
 
 func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1921,7 @@ func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribed.ProtoReflect.Descriptor instead.
 func (*Unsubscribed) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
 }
 
 type Subscribed struct {
@@ -1870,7 +1932,7 @@ type Subscribed struct {
 
 func (x *Subscribed) Reset() {
 	*x = Subscribed{}
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +1944,7 @@ func (x *Subscribed) String() string {
 func (*Subscribed) ProtoMessage() {}
 
 func (x *Subscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +1957,7 @@ func (x *Subscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribed.ProtoReflect.Descriptor instead.
 func (*Subscribed) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
 }
 
 type Message struct {
@@ -1912,7 +1974,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +1986,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +1999,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Message) GetMessageId() *MessageId {
@@ -1977,7 +2039,7 @@ type ActiveChange struct {
 
 func (x *ActiveChange) Reset() {
 	*x = ActiveChange{}
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2051,7 @@ func (x *ActiveChange) String() string {
 func (*ActiveChange) ProtoMessage() {}
 
 func (x *ActiveChange) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2064,7 @@ func (x *ActiveChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveChange.ProtoReflect.Descriptor instead.
 func (*ActiveChange) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ActiveChange) GetIsActive() bool {
@@ -2020,7 +2082,7 @@ type SeekDone struct {
 
 func (x *SeekDone) Reset() {
 	*x = SeekDone{}
-	mi := &file_brokerpb_broker_proto_msgTypes[26]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2094,7 @@ func (x *SeekDone) String() string {
 func (*SeekDone) ProtoMessage() {}
 
 func (x *SeekDone) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[26]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2107,7 @@ func (x *SeekDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekDone.ProtoReflect.Descriptor instead.
 func (*SeekDone) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{26}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{27}
 }
 
 type ConsumerError struct {
@@ -2058,7 +2120,7 @@ type ConsumerError struct {
 
 func (x *ConsumerError) Reset() {
 	*x = ConsumerError{}
-	mi := &file_brokerpb_broker_proto_msgTypes[27]
+	mi := &file_brokerpb_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2132,7 @@ func (x *ConsumerError) String() string {
 func (*ConsumerError) ProtoMessage() {}
 
 func (x *ConsumerError) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[27]
+	mi := &file_brokerpb_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2145,7 @@ func (x *ConsumerError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerError.ProtoReflect.Descriptor instead.
 func (*ConsumerError) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{27}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ConsumerError) GetReason() ErrorReason {
@@ -2109,7 +2171,7 @@ type GetLastMessageIdRequest struct {
 
 func (x *GetLastMessageIdRequest) Reset() {
 	*x = GetLastMessageIdRequest{}
-	mi := &file_brokerpb_broker_proto_msgTypes[28]
+	mi := &file_brokerpb_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2183,7 @@ func (x *GetLastMessageIdRequest) String() string {
 func (*GetLastMessageIdRequest) ProtoMessage() {}
 
 func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[28]
+	mi := &file_brokerpb_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2196,7 @@ func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdRequest.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdRequest) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{28}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLastMessageIdRequest) GetTopic() string {
@@ -2153,7 +2215,7 @@ type GetLastMessageIdResponse struct {
 
 func (x *GetLastMessageIdResponse) Reset() {
 	*x = GetLastMessageIdResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[29]
+	mi := &file_brokerpb_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2227,7 @@ func (x *GetLastMessageIdResponse) String() string {
 func (*GetLastMessageIdResponse) ProtoMessage() {}
 
 func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[29]
+	mi := &file_brokerpb_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2240,7 @@ func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdResponse.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{29}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetLastMessageIdResponse) GetMessageId() *MessageId {
@@ -2296,7 +2358,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x06target\"K\n" +
 	"\tRedeliver\x12>\n" +
 	"\vmessage_ids\x18\x01 \x03(\v2\x1d.magnetar.broker.v1.MessageIdR\n" +
-	"messageIds\"\xa1\x03\n" +
+	"messageIds\"\xfb\x03\n" +
 	"\x0fConsumeResponse\x12@\n" +
 	"\n" +
 	"subscribed\x18\x01 \x01(\v2\x1e.magnetar.broker.v1.SubscribedH\x00R\n" +
@@ -2305,9 +2367,11 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\ractive_change\x18\x03 \x01(\v2 .magnetar.broker.v1.ActiveChangeH\x00R\factiveChange\x12;\n" +
 	"\tseek_done\x18\x04 \x01(\v2\x1c.magnetar.broker.v1.SeekDoneH\x00R\bseekDone\x129\n" +
 	"\x05error\x18\x05 \x01(\v2!.magnetar.broker.v1.ConsumerErrorH\x00R\x05error\x12F\n" +
-	"\funsubscribed\x18\x06 \x01(\v2 .magnetar.broker.v1.UnsubscribedH\x00R\funsubscribedB\n" +
+	"\funsubscribed\x18\x06 \x01(\v2 .magnetar.broker.v1.UnsubscribedH\x00R\funsubscribed\x12X\n" +
+	"\x14reached_end_of_topic\x18\a \x01(\v2%.magnetar.broker.v1.ReachedEndOfTopicH\x00R\x11reachedEndOfTopicB\n" +
 	"\n" +
-	"\bresponse\"\x0e\n" +
+	"\bresponse\"\x13\n" +
+	"\x11ReachedEndOfTopic\"\x0e\n" +
 	"\fUnsubscribed\"\f\n" +
 	"\n" +
 	"Subscribed\"\xb8\x01\n" +
@@ -2328,7 +2392,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"X\n" +
 	"\x18GetLastMessageIdResponse\x12<\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xd0\x03\n" +
+	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xe6\x03\n" +
 	"\vErrorReason\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x16\n" +
 	"\x12INVALID_TOPIC_NAME\x10\x01\x12\x13\n" +
@@ -2349,7 +2413,8 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x14AUTHENTICATION_ERROR\x10\x0f\x12\x17\n" +
 	"\x13AUTHORIZATION_ERROR\x10\x10\x12)\n" +
 	"%PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR\x10\x11\x12-\n" +
-	")PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION\x10\x12*K\n" +
+	")PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION\x10\x12\x12\x14\n" +
+	"\x10TOPIC_TERMINATED\x10\x13*K\n" +
 	"\x10SubscriptionType\x12\r\n" +
 	"\tEXCLUSIVE\x10\x00\x12\n" +
 	"\n" +
@@ -2386,7 +2451,7 @@ func file_brokerpb_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_brokerpb_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_brokerpb_broker_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: magnetar.broker.v1.ErrorReason
 	(SubscriptionType)(0),               // 1: magnetar.broker.v1.SubscriptionType
@@ -2414,22 +2479,23 @@ var file_brokerpb_broker_proto_goTypes = []any{
 	(*Seek)(nil),                        // 23: magnetar.broker.v1.Seek
 	(*Redeliver)(nil),                   // 24: magnetar.broker.v1.Redeliver
 	(*ConsumeResponse)(nil),             // 25: magnetar.broker.v1.ConsumeResponse
-	(*Unsubscribed)(nil),                // 26: magnetar.broker.v1.Unsubscribed
-	(*Subscribed)(nil),                  // 27: magnetar.broker.v1.Subscribed
-	(*Message)(nil),                     // 28: magnetar.broker.v1.Message
-	(*ActiveChange)(nil),                // 29: magnetar.broker.v1.ActiveChange
-	(*SeekDone)(nil),                    // 30: magnetar.broker.v1.SeekDone
-	(*ConsumerError)(nil),               // 31: magnetar.broker.v1.ConsumerError
-	(*GetLastMessageIdRequest)(nil),     // 32: magnetar.broker.v1.GetLastMessageIdRequest
-	(*GetLastMessageIdResponse)(nil),    // 33: magnetar.broker.v1.GetLastMessageIdResponse
-	nil,                                 // 34: magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	(*pulsarpb.MessageMetadata)(nil),    // 35: magnetar.pulsar.v1.MessageMetadata
+	(*ReachedEndOfTopic)(nil),           // 26: magnetar.broker.v1.ReachedEndOfTopic
+	(*Unsubscribed)(nil),                // 27: magnetar.broker.v1.Unsubscribed
+	(*Subscribed)(nil),                  // 28: magnetar.broker.v1.Subscribed
+	(*Message)(nil),                     // 29: magnetar.broker.v1.Message
+	(*ActiveChange)(nil),                // 30: magnetar.broker.v1.ActiveChange
+	(*SeekDone)(nil),                    // 31: magnetar.broker.v1.SeekDone
+	(*ConsumerError)(nil),               // 32: magnetar.broker.v1.ConsumerError
+	(*GetLastMessageIdRequest)(nil),     // 33: magnetar.broker.v1.GetLastMessageIdRequest
+	(*GetLastMessageIdResponse)(nil),    // 34: magnetar.broker.v1.GetLastMessageIdResponse
+	nil,                                 // 35: magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	(*pulsarpb.MessageMetadata)(nil),    // 36: magnetar.pulsar.v1.MessageMetadata
 }
 var file_brokerpb_broker_proto_depIdxs = []int32{
 	10, // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
 	11, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
-	34, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	35, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
+	35, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	36, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
 	13, // 4: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
 	14, // 5: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
 	15, // 6: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
@@ -2450,30 +2516,31 @@ var file_brokerpb_broker_proto_depIdxs = []int32{
 	4,  // 21: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
 	4,  // 22: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
 	4,  // 23: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
-	27, // 24: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
-	28, // 25: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
-	29, // 26: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
-	30, // 27: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
-	31, // 28: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
-	26, // 29: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
-	4,  // 30: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
-	0,  // 31: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	4,  // 32: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
-	5,  // 33: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
-	7,  // 34: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
-	9,  // 35: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
-	16, // 36: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
-	32, // 37: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
-	6,  // 38: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
-	8,  // 39: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
-	12, // 40: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
-	25, // 41: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
-	33, // 42: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
-	38, // [38:43] is the sub-list for method output_type
-	33, // [33:38] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	28, // 24: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
+	29, // 25: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
+	30, // 26: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
+	31, // 27: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
+	32, // 28: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
+	27, // 29: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
+	26, // 30: magnetar.broker.v1.ConsumeResponse.reached_end_of_topic:type_name -> magnetar.broker.v1.ReachedEndOfTopic
+	4,  // 31: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
+	0,  // 32: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
+	4,  // 33: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
+	5,  // 34: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
+	7,  // 35: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
+	9,  // 36: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
+	16, // 37: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
+	33, // 38: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
+	6,  // 39: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
+	8,  // 40: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
+	12, // 41: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
+	25, // 42: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
+	34, // 43: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
+	39, // [39:44] is the sub-list for method output_type
+	34, // [34:39] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_brokerpb_broker_proto_init() }
@@ -2509,6 +2576,7 @@ func file_brokerpb_broker_proto_init() {
 		(*ConsumeResponse_SeekDone)(nil),
 		(*ConsumeResponse_Error)(nil),
 		(*ConsumeResponse_Unsubscribed)(nil),
+		(*ConsumeResponse_ReachedEndOfTopic)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2516,7 +2584,7 @@ func file_brokerpb_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_brokerpb_broker_proto_rawDesc), len(file_brokerpb_broker_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

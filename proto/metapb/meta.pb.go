@@ -773,7 +773,10 @@ func (x *BookieDrain) GetDoneAtUnixMs() int64 {
 type ManagedLedgerInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// In entry order; only the last one may be open (being written).
-	Ledgers       []*LedgerRef `protobuf:"bytes,1,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
+	Ledgers []*LedgerRef `protobuf:"bytes,1,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
+	// The partition was terminated: every ledger is closed, the last entry
+	// is the last one it will ever have, and no ledger is created again.
+	Terminated    bool `protobuf:"varint,2,opt,name=terminated,proto3" json:"terminated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -813,6 +816,13 @@ func (x *ManagedLedgerInfo) GetLedgers() []*LedgerRef {
 		return x.Ledgers
 	}
 	return nil
+}
+
+func (x *ManagedLedgerInfo) GetTerminated() bool {
+	if x != nil {
+		return x.Terminated
+	}
+	return false
 }
 
 type LedgerRef struct {
@@ -1927,9 +1937,12 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\vBookieDrain\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12+\n" +
 	"\x12started_at_unix_ms\x18\x02 \x01(\x03R\x0fstartedAtUnixMs\x12%\n" +
-	"\x0fdone_at_unix_ms\x18\x03 \x01(\x03R\fdoneAtUnixMs\"J\n" +
+	"\x0fdone_at_unix_ms\x18\x03 \x01(\x03R\fdoneAtUnixMs\"j\n" +
 	"\x11ManagedLedgerInfo\x125\n" +
-	"\aledgers\x18\x01 \x03(\v2\x1b.magnetar.meta.v1.LedgerRefR\aledgers\"\xc6\x01\n" +
+	"\aledgers\x18\x01 \x03(\v2\x1b.magnetar.meta.v1.LedgerRefR\aledgers\x12\x1e\n" +
+	"\n" +
+	"terminated\x18\x02 \x01(\bR\n" +
+	"terminated\"\xc6\x01\n" +
 	"\tLedgerRef\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
 	"\aentries\x18\x02 \x01(\x03R\aentries\x12\x12\n" +

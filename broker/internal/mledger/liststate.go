@@ -22,7 +22,15 @@ import (
 //	   └─trim─► trimming ─stored─► writing
 //	Open when no ledger can be created (not enough bookies) ─► creating
 //	close: after the last ledger is closed, storingClosed ─ok─► done
+//	terminate: after the last ledger is closed, storingClosed ─ok─► terminated
+//	terminated ─trim─► trimming ─stored─► terminated;  terminated ─close─► done
 //	fenced (a write found another owner): done
+//
+// Terminating is closing without the end: the last ledger is closed as
+// Close closes it and the list is stored with it closed and marked
+// terminated; the managed ledger then serves reads (and trims) and
+// refuses every append, for good. A managed ledger opened on a terminated
+// list starts in terminated.
 //
 // A managed ledger opened while no ledger could be created for want of
 // bookies starts in creating, with every ledger of its list closed (the
@@ -48,6 +56,10 @@ import (
 //     unreferenced: a created ledger is either in the stored list, or
 //     closed and deleted, or (when a store naming it may have been
 //     applied) left for the orphan sweeper.
+//   - L5. A list is stored terminated only with every ledger closed, and
+//     once one was (or may have been) stored terminated, every later list
+//     is too: once asked, termination is never undone, and no ledger is
+//     created after it.
 type listState struct {
 	phase listPhase
 	// stored is the list as last stored; never modified in place. Its last
@@ -68,8 +80,15 @@ type listState struct {
 	// the ledgers it drops.
 	storing []*metapb.LedgerRef
 	trimmed []int64
+	// storingTerminated: storing marks the list terminated.
+	storingTerminated bool
 	// Asked while another step ran.
 	rollWanted, closeWanted bool
+	// terminateWanted: termination was asked and its list is not stored
+	// yet; terminated: a list marked terminated is stored (phase
+	// terminated, or trimming or done from there). Appends are refused
+	// while either is set.
+	terminateWanted, terminated bool
 	// refusing, if not nil, is why appends are refused until a new ledger
 	// is in place: ErrUnavailable (a step failed, or the rollover replaces
 	// a ledger whose append failed) or ErrNotEnoughBookies (no ledger can
@@ -88,12 +107,13 @@ const (
 	phaseRecovering                     // its close failed: recovering it (fence, close at its last entry)
 	phaseCreating                       // creating the next ledger
 	phaseStoring                        // storing the list that records the closed ledger and adds the next
-	phaseStoringClosed                  // closing: storing the list with the last ledger closed
+	phaseStoringClosed                  // closing or terminating: storing the list with the last ledger closed
+	phaseTerminated                     // terminated: every ledger closed, reads only
 	phaseDone                           // closed or fenced
 )
 
 func (p listPhase) String() string {
-	return [...]string{"writing", "trimming", "closing", "recovering", "creating", "storing", "storing-closed", "done"}[p]
+	return [...]string{"writing", "trimming", "closing", "recovering", "creating", "storing", "storing-closed", "terminated", "done"}[p]
 }
 
 type actionKind int
@@ -105,16 +125,17 @@ const (
 	actCreate                            // create a ledger -> created
 	actStore                             // store list at rev, guarded -> stored
 	// Actions without a result.
-	actInstall   // ledger is the current one: hand it the queued appends
-	actDiscard   // close ledger's writer, unused; delete the ledger if del
-	actDelete    // delete the trimmed ledgers ids (no longer in the list)
-	actFailQueue // fail the queued appends: they are refused until a new ledger is in place
-	actTrimmed   // tell Trim its outcome: ids dropped, or err
-	actDone      // terminal: err says why
+	actInstall    // ledger is the current one: hand it the queued appends
+	actDiscard    // close ledger's writer, unused; delete the ledger if del
+	actDelete     // delete the trimmed ledgers ids (no longer in the list)
+	actFailQueue  // fail the queued appends: they are refused until a new ledger is in place
+	actTrimmed    // tell Trim its outcome: ids dropped, or err
+	actTerminated // tell Terminate its outcome: err nil once the terminated list is stored
+	actDone       // terminal: err says why
 )
 
 func (k actionKind) String() string {
-	return [...]string{"", "close-writer", "recover", "create", "store", "install", "discard", "delete", "fail-queue", "trimmed", "done"}[k]
+	return [...]string{"", "close-writer", "recover", "create", "store", "install", "discard", "delete", "fail-queue", "trimmed", "terminated", "done"}[k]
 }
 
 type action struct {
@@ -122,6 +143,7 @@ type action struct {
 	ledger int64
 	list   []*metapb.LedgerRef // actStore
 	rev    int64               // actStore
+	term   bool                // actStore: the list is stored terminated
 	ids    []int64             // actDelete, actTrimmed
 	del    bool                // actDiscard
 	retry  bool                // an I/O action again after a failure: back off first
@@ -132,6 +154,9 @@ func (a action) String() string {
 	s := a.kind.String()
 	if a.retry {
 		s += "(retry)"
+	}
+	if a.term {
+		s += "(terminated)"
 	}
 	return fmt.Sprintf("%s ledger=%d ids=%v err=%v", s, a.ledger, a.ids, a.err)
 }
@@ -172,6 +197,21 @@ func newListStateWithoutLedger(stored []*metapb.LedgerRef, rev int64) (*listStat
 	return s, []action{{kind: actCreate, retry: true}}
 }
 
+// newListStateTerminated starts in the terminated phase with stored (a
+// list stored terminated, every ledger closed) at revision rev.
+func newListStateTerminated(stored []*metapb.LedgerRef, rev int64) *listState {
+	return &listState{phase: phaseTerminated, stored: stored, rev: rev, next: -1, terminated: true}
+}
+
+// ending reports whether the managed ledger is to stop writing: closing
+// or terminating.
+func (s *listState) ending() bool { return s.closeWanted || s.terminateWanted }
+
+// store is the action storing s.storing.
+func (s *listState) store(retry bool) action {
+	return action{kind: actStore, list: s.storing, rev: s.rev, term: s.storingTerminated, retry: retry}
+}
+
 // current is the last ledger of the stored list.
 func (s *listState) current() *metapb.LedgerRef { return s.stored[len(s.stored)-1] }
 
@@ -182,7 +222,7 @@ func (s *listState) hasCurrent() bool { return len(s.stored) > 0 }
 // takesAppends reports whether appends go to the current ledger's writer
 // now (otherwise they queue, or are refused while refusing).
 func (s *listState) takesAppends() bool {
-	return (s.phase == phaseWriting || s.phase == phaseTrimming) && !s.rollWanted && !s.closeWanted
+	return (s.phase == phaseWriting || s.phase == phaseTrimming) && !s.rollWanted && !s.ending() && !s.terminated
 }
 
 // roll asks for a rollover: the current ledger is full, too old, or one of
@@ -190,7 +230,7 @@ func (s *listState) takesAppends() bool {
 // in place, so that a producer's resent message is not stored after later
 // ones).
 func (s *listState) roll(failed bool) []action {
-	if s.phase == phaseDone || s.closeWanted {
+	if s.phase == phaseDone || s.ending() || s.terminated {
 		return nil
 	}
 	var acts []action
@@ -219,7 +259,7 @@ func (s *listState) appendFailed(ledger int64) []action {
 // trim asks to drop the first n ledgers (closed and consumed) from the
 // list. It returns false if another step runs: try again later.
 func (s *listState) trim(n int) ([]action, bool) {
-	if s.phase != phaseWriting || s.rollWanted || s.closeWanted || n <= 0 || n >= len(s.stored) {
+	if s.phase != phaseWriting && s.phase != phaseTerminated || s.rollWanted || s.ending() || n <= 0 || n >= len(s.stored) {
 		return nil, false
 	}
 	for _, ref := range s.stored[:n] {
@@ -231,8 +271,8 @@ func (s *listState) trim(n int) ([]action, bool) {
 		s.trimmed = append(s.trimmed, ref.LedgerId)
 	}
 	s.phase = phaseTrimming
-	s.storing = slices.Clone(s.stored[n:])
-	return []action{{kind: actStore, list: s.storing, rev: s.rev}}, true
+	s.storing, s.storingTerminated = slices.Clone(s.stored[n:]), s.terminated
+	return []action{s.store(false)}, true
 }
 
 // close asks to close the managed ledger: no new ledger is installed, the
@@ -242,11 +282,39 @@ func (s *listState) close() []action {
 		return nil
 	}
 	s.closeWanted = true
+	switch s.phase {
+	case phaseWriting:
+		s.phase = phaseClosing
+		return []action{{kind: actCloseWriter, ledger: s.current().LedgerId}}
+	case phaseTerminated:
+		return s.finish(nil) // nothing is open
+	}
+	return nil // the running step sees closeWanted when it ends
+}
+
+// terminate asks to terminate the managed ledger: the last ledger is
+// closed, as close does, and the list stored with it closed and marked
+// terminated; appends are refused from now on. The outcome is told with
+// actTerminated (at once if terminated already).
+func (s *listState) terminate() []action {
+	switch {
+	case s.phase == phaseDone:
+		return []action{{kind: actTerminated, err: cmpErr(s.err, ErrClosed)}}
+	case s.closeWanted && !s.terminateWanted:
+		// Closing (unloading): the list being stored is not terminated;
+		// the next owner can terminate.
+		return []action{{kind: actTerminated, err: ErrClosed}}
+	case s.terminated && s.phase != phaseTrimming:
+		return []action{{kind: actTerminated}}
+	case s.terminated || s.terminateWanted:
+		return nil // told when the running step ends
+	}
+	s.terminateWanted = true
 	if s.phase == phaseWriting {
 		s.phase = phaseClosing
 		return []action{{kind: actCloseWriter, ledger: s.current().LedgerId}}
 	}
-	return nil // the running step sees closeWanted when it ends
+	return nil // the running step sees terminateWanted when it ends
 }
 
 // fence: another owner took over (a write failed on the ownership guard,
@@ -279,6 +347,10 @@ func (s *listState) finish(err error) []action {
 	}
 	if s.phase == phaseTrimming {
 		acts = append(acts, action{kind: actTrimmed, err: cmpErr(err, ErrClosed)})
+	}
+	if s.terminateWanted || s.terminated && s.phase == phaseTrimming {
+		acts = append(acts, action{kind: actTerminated, err: cmpErr(err, ErrClosed)})
+		s.terminateWanted = false
 	}
 	s.phase, s.err = phaseDone, err
 	s.storing, s.trimmed = nil, nil
@@ -320,23 +392,24 @@ func (s *listState) lastClosed(entries, size, nowMs int64) []action {
 	ref := proto.Clone(s.current()).(*metapb.LedgerRef)
 	ref.Entries, ref.Size, ref.Closed, ref.ClosedAtUnixMs = entries, size, true, nowMs
 	s.closedLast = ref
-	if s.closeWanted {
+	if s.ending() {
 		return s.storeClosed()
 	}
 	s.phase = phaseCreating
 	return []action{{kind: actCreate}}
 }
 
-// storeClosed ends a close once no ledger is open: the list is stored
-// with the last ledger closed, or, if it is stored so already (opened
-// without a ledger), the protocol is done.
+// storeClosed ends a close or a termination once no ledger is open: the
+// list is stored with the last ledger closed (and marked terminated), or,
+// closing, if it is stored so already (opened without a ledger), the
+// protocol is done.
 func (s *listState) storeClosed() []action {
-	if s.closedLast == nil {
+	if s.closedLast == nil && !s.terminateWanted {
 		return s.finish(nil)
 	}
 	s.phase = phaseStoringClosed
-	s.storing = s.withClosedLast()
-	return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+	s.storing, s.storingTerminated = s.withClosedLast(), s.terminateWanted
+	return []action{s.store(false)}
 }
 
 // withClosedLast is the stored list with its last ledger recorded closed.
@@ -358,7 +431,7 @@ func (s *listState) created(ledger, nowMs int64, err error) []action {
 		return nil
 	}
 	if err != nil {
-		if s.closeWanted {
+		if s.ending() {
 			// No new ledger is needed any more: record the closed one.
 			return s.storeClosed()
 		}
@@ -375,13 +448,14 @@ func (s *listState) created(ledger, nowMs int64, err error) []action {
 		// put in place.
 		s.refusing = ErrUnavailable
 	}
-	if s.closeWanted {
+	if s.ending() {
 		return append([]action{{kind: actDiscard, ledger: ledger, del: true}}, s.storeClosed()...)
 	}
 	s.next, s.nextMaybeStored = ledger, false
 	s.phase = phaseStoring
 	s.storing = append(s.withClosedLast(), &metapb.LedgerRef{LedgerId: ledger, CreatedAtUnixMs: nowMs})
-	return []action{{kind: actStore, list: s.storing, rev: s.rev}}
+	s.storingTerminated = false
+	return []action{s.store(false)}
 }
 
 // storeDone: the store in flight succeeded at revision rev, or failed.
@@ -407,7 +481,8 @@ func (s *listState) storeDone(rev int64, err error) []action {
 			// refuse them meanwhile rather than let them pile up.
 			acts = s.refuse(ErrUnavailable)
 		}
-		return append(acts, action{kind: actStore, list: s.storing, rev: s.rev, retry: true})
+		// The same list again (L2): a terminated one stays so (L5).
+		return append(acts, s.store(true))
 	}
 	s.stored, s.rev, s.storing = s.storing, rev, nil
 	switch s.phase {
@@ -416,7 +491,14 @@ func (s *listState) storeDone(rev int64, err error) []action {
 		s.trimmed = nil
 		s.phase = phaseWriting
 		switch {
-		case s.closeWanted:
+		case s.terminated:
+			s.phase = phaseTerminated
+			// To a Terminate asked during the trim, if any.
+			acts = append(acts, action{kind: actTerminated})
+			if s.closeWanted {
+				return append(acts, s.finish(nil)...)
+			}
+		case s.ending():
 			s.phase = phaseClosing
 			acts = append(acts, action{kind: actCloseWriter, ledger: s.current().LedgerId})
 		case s.rollWanted:
@@ -425,7 +507,7 @@ func (s *listState) storeDone(rev int64, err error) []action {
 		return acts
 	case phaseStoring:
 		s.closedLast, s.next, s.nextMaybeStored = nil, -1, false
-		if s.closeWanted {
+		if s.ending() {
 			// The new ledger is in the list, open: close it too.
 			s.phase = phaseClosing
 			return []action{{kind: actCloseWriter, ledger: s.current().LedgerId}}
@@ -434,7 +516,16 @@ func (s *listState) storeDone(rev int64, err error) []action {
 		return []action{{kind: actInstall, ledger: s.current().LedgerId}}
 	default: // phaseStoringClosed
 		s.closedLast = nil
-		return s.finish(nil)
+		if !s.terminateWanted {
+			return s.finish(nil)
+		}
+		s.terminateWanted, s.terminated = false, true
+		acts := []action{{kind: actTerminated}}
+		if s.closeWanted {
+			return append(acts, s.finish(nil)...)
+		}
+		s.phase, s.refusing = phaseTerminated, nil
+		return acts
 	}
 }
 
@@ -445,7 +536,7 @@ func (s *listState) storeDone(rev int64, err error) []action {
 // refused with ErrNotEnoughBookies exactly while the last attempt to
 // create a ledger failed for want of bookies.
 func (s *listState) refuse(why error) []action {
-	if s.refusing != nil || s.closeWanted {
+	if s.refusing != nil || s.ending() {
 		return nil
 	}
 	s.refusing = why

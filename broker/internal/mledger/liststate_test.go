@@ -34,6 +34,11 @@ type listWorld struct {
 	// lastCreate is the outcome of the last ledger creation: "" (none
 	// yet), "ok", "not-enough-bookies" or "failed".
 	lastCreate string
+	// term: the list in the metastore is marked terminated; termMaybe: a
+	// list marked so may be there (a store of one was attempted);
+	// termAsked: Terminate was called; termTold: a Terminate was told it
+	// succeeded.
+	term, termMaybe, termAsked, termTold bool
 }
 
 type modelLedger struct {
@@ -79,8 +84,8 @@ func newListWorld(t *testing.T, seed uint64) (w *listWorld, st *listState, acts 
 // while a ledger is being created.
 func (w *listWorld) checkRefusal(st *listState) {
 	w.t.Helper()
-	if st.phase == phaseDone || st.closeWanted {
-		return
+	if st.phase == phaseDone || st.ending() || st.terminated {
+		return // appends are refused as closed or terminated
 	}
 	notEnough := w.lastCreate == "not-enough-bookies"
 	if errors.Is(st.refusing, ErrNotEnoughBookies) != (notEnough && st.refusing != nil) {
@@ -123,6 +128,17 @@ func (w *listWorld) checkList(what string, list []*metapb.LedgerRef) {
 		}
 		if ref.Entries != l.entries {
 			w.fatalf("%s: ledger %d recorded with %d entries, %d acknowledged", what, ref.LedgerId, ref.Entries, l.entries)
+		}
+	}
+}
+
+// checkTerminated checks a list marked terminated: every ledger closed
+// (L5), at the entries its writer had acknowledged.
+func (w *listWorld) checkTerminated(what string, list []*metapb.LedgerRef) {
+	w.t.Helper()
+	for _, ref := range list {
+		if l := w.ledgers[ref.LedgerId]; !ref.Closed || !l.closed || ref.Entries != l.entries {
+			w.fatalf("%s: ledger %d closed in the list %v, in its metadata %v, with %d entries of %d", what, ref.LedgerId, ref.Closed, l.closed, ref.Entries, l.entries)
 		}
 	}
 }
@@ -174,6 +190,9 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 		l.closed = true
 		return st.recovered(l.entries, l.entries*10, now, nil), false
 	case actCreate:
+		if w.term {
+			w.fatalf("a ledger created for a terminated list (L5)")
+		}
 		if fail(20) {
 			if w.rng.IntN(2) == 0 {
 				w.lastCreate = "not-enough-bookies"
@@ -185,6 +204,12 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 		w.lastCreate = "ok"
 		return st.created(w.newLedger(), now, nil), false
 	case actStore:
+		if a.term {
+			w.checkTerminated("a list stored terminated", a.list)
+			w.termMaybe = true
+		} else if w.termMaybe {
+			w.fatalf("a list not marked terminated stored after one that was (L5)")
+		}
 		if w.unknown != nil && !slices.EqualFunc(w.unknown, a.list, func(x, y *metapb.LedgerRef) bool { return proto.Equal(x, y) }) {
 			w.fatalf("a store with an unknown outcome is followed by a store of another list (L2)")
 		}
@@ -195,7 +220,7 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 					w.trimmed[ref.LedgerId] = true // leaves the list: only a trim does that
 				}
 			}
-			w.list, w.rev = slices.Clone(a.list), w.rev+1
+			w.list, w.rev, w.term = slices.Clone(a.list), w.rev+1, a.term
 			w.checkList("the stored list", w.list)
 		}
 		switch r := w.rng.IntN(100); {
@@ -222,7 +247,18 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 		}
 		apply()
 		return st.storeDone(w.rev, nil), false
+	case actTerminated:
+		if a.err == nil {
+			if !w.term {
+				w.fatalf("Terminate told it succeeded, and the stored list is not terminated")
+			}
+			w.checkTerminated("the list of a successful Terminate", w.list)
+			w.termTold = true
+		}
 	case actInstall:
+		if w.termAsked {
+			w.fatalf("ledger %d installed after Terminate", a.ledger)
+		}
 		l := w.ledgers[a.ledger]
 		if !l.writerOpen || l.closed || w.list[len(w.list)-1].LedgerId != a.ledger {
 			w.fatalf("install of ledger %d: writer open %v, closed %v, last of the list %v", a.ledger, l.writerOpen, l.closed, w.list[len(w.list)-1].LedgerId == a.ledger)
@@ -269,6 +305,12 @@ func (w *listWorld) do(st *listState, a action, faults bool) (more []action, don
 // referenced is deleted and no created ledger is left open (L4); no
 // acknowledged entry is lost; a close completes once I/O works again.
 //
+// Terminations come among the other events: once asked, no append is
+// taken and no ledger installed; a list marked terminated has every
+// ledger closed, and every list stored after it is marked too (L5); a
+// Terminate is told it succeeded only once such a list is stored; and it
+// completes once I/O works again.
+//
 // One run in four starts as after an Open that could create no ledger
 // (not enough bookies): every ledger of the list closed, or none at all;
 // appends are refused, with ErrNotEnoughBookies exactly while the last
@@ -302,6 +344,9 @@ func TestListStateModel(t *testing.T) {
 			if !finished && (len(queue) == 0 || w.rng.IntN(100) < 30) {
 				switch r := w.rng.IntN(100); {
 				case r < 45: // an append
+					if st.takesAppends() && w.termAsked {
+						w.fatalf("appends taken after Terminate")
+					}
 					if st.takesAppends() {
 						if w.current < 0 || w.current != st.current().LedgerId {
 							w.fatalf("appends taken with ledger %d installed, current %d", w.current, st.current().LedgerId)
@@ -329,6 +374,9 @@ func TestListStateModel(t *testing.T) {
 						abandoned = true
 						push(st.abandon())
 					}
+				case r < 83:
+					w.termAsked = true
+					push(st.terminate())
 				}
 				continue
 			}
@@ -339,6 +387,24 @@ func TestListStateModel(t *testing.T) {
 			finished = finished || done
 			w.checkList("the stored list", w.list)
 			w.checkRefusal(st)
+		}
+		if !finished && w.termAsked {
+			// I/O works again: a termination completes, and leaves the
+			// state terminated.
+			push(st.terminate())
+			for i := 0; !w.termTold; i++ {
+				if i > 100 || len(queue) == 0 {
+					w.fatalf("terminate did not complete: phase %v, queue %v", st.phase, queue)
+				}
+				a := queue[0]
+				queue = queue[1:]
+				more, done := w.do(st, a, false)
+				push(more)
+				finished = finished || done
+			}
+			if !finished && (st.phase != phaseTerminated && st.phase != phaseTrimming || !st.terminated) {
+				w.fatalf("terminated, and the phase is %v (terminated %v)", st.phase, st.terminated)
+			}
 		}
 		if !finished {
 			// I/O works again: a close completes.

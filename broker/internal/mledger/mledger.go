@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,9 @@ var (
 	// managed ledger keeps trying to create a ledger). It wraps
 	// ledger.ErrNotEnoughBookies.
 	ErrNotEnoughBookies = fmt.Errorf("mledger: no ledger can be created: %w", ledger.ErrNotEnoughBookies)
+	// ErrTerminated: the append was refused because the managed ledger
+	// was terminated (Terminate): it takes no more entries, ever.
+	ErrTerminated = errors.New("mledger: terminated")
 )
 
 // Config holds the rollover and replication settings.
@@ -140,6 +144,8 @@ type ManagedLedger struct {
 		actions  []action
 		running  bool
 		trimWait chan trimResult // the Trim waiting for its outcome
+		// termWait are the Terminates waiting for their outcome.
+		termWait []chan error
 		// createFailing: ledger creation failed and has not succeeded
 		// since (its failures are logged once, not at every retry).
 		createFailing bool
@@ -213,7 +219,7 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 		return fail(err)
 	}
 	var ledgers []*metapb.LedgerRef
-	for _, ref := range info.Ledgers {
+	for _, ref := range info.Ledgers { // every one closed if terminated (L5)
 		if ref.Closed {
 			ledgers = append(ledgers, ref)
 			continue
@@ -240,6 +246,9 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 			break
 		}
 	}
+	if info.Terminated {
+		return ml.openTerminated(ctx, ledgers, rev)
+	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	w, err := ml.createLedger(cctx)
 	cancel()
@@ -250,7 +259,7 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 		return fail(err)
 	}
 	ledgers = append(ledgers, &metapb.LedgerRef{LedgerId: w.ID(), CreatedAtUnixMs: time.Now().UnixMilli()})
-	newRev, err := ml.storeList(ctx, ledgers, rev)
+	newRev, err := ml.storeList(ctx, ledgers, false, rev)
 	if err != nil {
 		// The list with w may have been stored (the outcome of a failed
 		// write can be unknown): delete w only when it was certainly not.
@@ -274,7 +283,7 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 // (recovery may have closed ledgers; the write also checks ownership), and
 // the list's protocol starts in creating, refusing appends, trying again.
 func (ml *ManagedLedger) openWithoutLedger(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64, cerr error) (*ManagedLedger, error) {
-	newRev, err := ml.storeList(ctx, ledgers, rev)
+	newRev, err := ml.storeList(ctx, ledgers, false, rev)
 	if err != nil {
 		ml.runCancel()
 		return nil, err
@@ -286,6 +295,21 @@ func (ml *ManagedLedger) openWithoutLedger(ctx context.Context, ledgers []*metap
 	ml.mu.st = st
 	ml.mu.createFailing = true
 	ml.feedLocked(acts)
+	return ml, nil
+}
+
+// openTerminated ends Open on a terminated list: no ledger is created. The
+// list is stored as it is (the write checks ownership), and the managed
+// ledger serves reads only.
+func (ml *ManagedLedger) openTerminated(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64) (*ManagedLedger, error) {
+	newRev, err := ml.storeList(ctx, ledgers, true, rev)
+	if err != nil {
+		ml.runCancel()
+		return nil, err
+	}
+	ml.mu.Lock()
+	ml.mu.st = newListStateTerminated(ledgers, newRev)
+	ml.mu.Unlock()
 	return ml, nil
 }
 
@@ -330,8 +354,8 @@ func (ml *ManagedLedger) createLedger(ctx context.Context) (*ledger.Writer, erro
 // moved, the list is read back: holding exactly what was written, the
 // earlier attempt was applied (the owner is the list's only writer);
 // holding anything else, someone else changed it (errStoreConflict).
-func (ml *ManagedLedger) storeList(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64) (int64, error) {
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&metapb.ManagedLedgerInfo{Ledgers: ledgers})
+func (ml *ManagedLedger) storeList(ctx context.Context, ledgers []*metapb.LedgerRef, terminated bool, rev int64) (int64, error) {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&metapb.ManagedLedgerInfo{Ledgers: ledgers, Terminated: terminated})
 	if err != nil {
 		return 0, err
 	}
@@ -466,7 +490,7 @@ func (ml *ManagedLedger) do(a action) {
 		ml.mu.Unlock()
 	case actCreate:
 		ml.mu.Lock()
-		closing := ml.mu.st.closeWanted
+		closing := ml.mu.st.ending()
 		ml.mu.Unlock()
 		var w *ledger.Writer
 		err := errCloseWanted // no new ledger is needed any more
@@ -496,7 +520,7 @@ func (ml *ManagedLedger) do(a action) {
 		ml.mu.Unlock()
 	case actStore:
 		ctx, cancel := context.WithTimeout(ml.runCtx, storeTimeout)
-		rev, err := ml.storeList(ctx, a.list, a.rev)
+		rev, err := ml.storeList(ctx, a.list, a.term, a.rev)
 		cancel()
 		if err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, errStoreConflict) {
 			ml.log.Warn("storing the ledger list failed; retrying", zap.Error(err))
@@ -539,6 +563,14 @@ func (ml *ManagedLedger) do(a action) {
 			ml.mu.trimWait <- trimResult{a.ids, a.err}
 			ml.mu.trimWait = nil
 		}
+		ml.mu.Unlock()
+	case actTerminated:
+		ml.mu.Lock()
+		for _, ch := range ml.mu.termWait {
+			ch <- a.err
+		}
+		ml.mu.termWait = nil
+		ml.wakeLocked() // readers waiting for more learn there is none
 		ml.mu.Unlock()
 	case actDone:
 		ml.finish(a.err)
@@ -667,6 +699,8 @@ func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(P
 		cb(Position{}, ml.mu.err)
 	case st.phase == phaseDone:
 		cb(Position{}, fmt.Errorf("%w: %s", ErrClosed, ml.name))
+	case st.terminated || st.terminateWanted:
+		cb(Position{}, fmt.Errorf("%w: %s", ErrTerminated, ml.name))
 	case st.refusing != nil:
 		cb(Position{}, ml.refusalLocked())
 	case !st.takesAppends() || ml.mu.writer == nil:
@@ -679,6 +713,9 @@ func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(P
 // refusalLocked is the error of an append refused while the list's
 // protocol refuses appends.
 func (ml *ManagedLedger) refusalLocked() error {
+	if ml.mu.st.terminateWanted || ml.mu.st.terminated {
+		return fmt.Errorf("%w: %s", ErrTerminated, ml.name)
+	}
 	if errors.Is(ml.mu.st.refusing, ErrNotEnoughBookies) {
 		return fmt.Errorf("%w: %s: appends are refused until %d bookies are writable", ErrNotEnoughBookies, ml.name, ml.mu.cfg.Ensemble)
 	}
@@ -1027,6 +1064,53 @@ func (ml *ManagedLedger) Owns(id int64) bool {
 		}
 	}
 	return false
+}
+
+// Terminate ends the managed ledger's writing for good: appends are
+// refused with ErrTerminated from now on (the queued ones too), those in
+// flight complete, the current ledger is closed, and the list is stored
+// with every ledger closed and marked terminated, so that no owner ever
+// writes it again. It returns the last entry's position (Ledger -1 if
+// none was ever stored), the last one the partition will have. Reads,
+// cursors and trimming go on. Terminating a terminated managed ledger
+// returns the same position; a failure (ErrFenced, ErrClosed, ctx) may
+// leave the termination done or not: call it again (on the new owner).
+func (ml *ManagedLedger) Terminate(ctx context.Context) (Position, error) {
+	ch := make(chan error, 1)
+	ml.mu.Lock()
+	ml.mu.termWait = append(ml.mu.termWait, ch)
+	acts := ml.mu.st.terminate()
+	if ml.mu.st.terminateWanted {
+		ml.failQueueLocked(fmt.Errorf("%w: %s", ErrTerminated, ml.name))
+	}
+	ml.feedLocked(acts)
+	ml.mu.Unlock()
+	select { // a step waiting to be retried (a ledger creation) goes now
+	case ml.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-ch:
+		if err != nil {
+			return Position{}, fmt.Errorf("mledger %s: terminate: %w", ml.name, err)
+		}
+		return ml.LastConfirmed(), nil
+	case <-ctx.Done():
+		ml.mu.Lock()
+		if i := slices.Index(ml.mu.termWait, ch); i >= 0 {
+			ml.mu.termWait = slices.Delete(ml.mu.termWait, i, i+1)
+		}
+		ml.mu.Unlock()
+		return Position{}, ctx.Err()
+	}
+}
+
+// Terminated reports whether the managed ledger is terminated: a list
+// marked so is stored, and LastConfirmed is its last entry for good.
+func (ml *ManagedLedger) Terminated() bool {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.mu.st.terminated
 }
 
 // Close stops accepting appends, waits for those in flight, closes the

@@ -843,3 +843,91 @@ func TestRolloverWithNotEnoughBookies(t *testing.T) {
 		t.Fatalf("list %v, want the full ledger closed and a new one", refs)
 	}
 }
+
+// Terminate with appends in flight: each one is either stored (before
+// the returned position, and read back) or refused with ErrTerminated;
+// later appends are refused; the termination survives a new owner, which
+// creates no ledger, serves every entry, trims, and answers Terminate
+// with the same position.
+func TestTerminate(t *testing.T) {
+	e := newEnv(t, 1)
+	const topic = "public/default/terminated"
+	ml := e.open(topic, smallLedgers(10), e.own(topic))
+	appendN(t, ml, 0, 25)
+	// Appends racing the termination.
+	type res struct {
+		p   Position
+		err error
+	}
+	results := make(chan res, 20)
+	for i := 25; i < 45; i++ {
+		ml.AppendAsync(ctxT(t), data(i), func(p Position, err error) { results <- res{p, err} })
+	}
+	last, err := ml.Terminate(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := 25
+	for range 20 {
+		r := <-results
+		switch {
+		case r.err == nil:
+			stored++
+			if last.Before(r.p) {
+				t.Fatalf("an append stored at %v, after the termination's %v", r.p, last)
+			}
+		case !errors.Is(r.err, ErrTerminated):
+			t.Fatalf("an append racing Terminate failed with %v, want stored or ErrTerminated", r.err)
+		}
+	}
+	if got := ml.LastConfirmed(); got != last || !ml.Terminated() {
+		t.Fatalf("after Terminate: last %v (returned %v), terminated %v", got, last, ml.Terminated())
+	}
+	if _, err := ml.Append(ctxT(t), data(99)); !errors.Is(err, ErrTerminated) {
+		t.Fatalf("append after Terminate: %v, want ErrTerminated", err)
+	}
+	if again, err := ml.Terminate(ctxT(t)); err != nil || again != last {
+		t.Fatalf("Terminate again: %v, %v; want %v", again, err, last)
+	}
+	checkData(t, readAll(t, ml), stored)
+	ledgers := len(ml.Ledgers())
+	if err := ml.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	ml2 := e.open(topic, smallLedgers(10), e.own(topic))
+	defer ml2.Close(ctxT(t))
+	if !ml2.Terminated() || ml2.LastConfirmed() != last {
+		t.Fatalf("reopened: terminated %v, last %v; want true, %v", ml2.Terminated(), ml2.LastConfirmed(), last)
+	}
+	if got := len(ml2.Ledgers()); got != ledgers {
+		t.Fatalf("reopened with %d ledgers, want %d (no new one)", got, ledgers)
+	}
+	for _, ref := range ml2.Ledgers() {
+		if !ref.Closed {
+			t.Fatalf("ledger %d of a terminated list is open", ref.LedgerId)
+		}
+	}
+	if _, err := ml2.Append(ctxT(t), data(99)); !errors.Is(err, ErrTerminated) {
+		t.Fatalf("append on the new owner: %v, want ErrTerminated", err)
+	}
+	e.cache.Drop(topic)
+	checkData(t, readAll(t, ml2), stored)
+	if again, err := ml2.Terminate(ctxT(t)); err != nil || again != last {
+		t.Fatalf("Terminate on the new owner: %v, %v; want %v", again, err, last)
+	}
+	// Retention goes on: every consumed ledger but the last is trimmed,
+	// the list stays terminated.
+	ids, err := ml2.Trim(ctxT(t), ml2.Next(last), Retention{})
+	if err != nil || len(ids) != ledgers-1 {
+		t.Fatalf("trim of a terminated list: %v, %v; want %d ledgers", ids, err, ledgers-1)
+	}
+	var info metapb.ManagedLedgerInfo
+	kv, err := e.c.Store.Get(ctxT(t), metastore.ManagedLedgerKey(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.Unmarshal(kv.Value, &info); err != nil || !info.Terminated || len(info.Ledgers) != 1 {
+		t.Fatalf("stored after the trim: terminated %v, %d ledgers (want 1), %v", info.Terminated, len(info.Ledgers), err)
+	}
+}
