@@ -945,7 +945,8 @@ func TestPulsarProtocolClientMetadataInStats(t *testing.T) {
 // ACTIVE_CONSUMER_CHANGE waits for the consumer's first FLOW: Pulsar's Go
 // client registers a consumer only once SUBSCRIBE is answered and drops a
 // notification that comes before. A consumer that has sent FLOW is told
-// at once.
+// at once. A consumer that joins while the active one stays is told it
+// is not active, as Pulsar tells it.
 func TestPulsarProtocolActiveChangeAfterFirstFlow(t *testing.T) {
 	e := newEnv(t, nil)
 	p := dialPulsar(t, e.b.Addr())
@@ -1015,6 +1016,13 @@ func TestPulsarProtocolActiveChangeAfterFirstFlow(t *testing.T) {
 	// Later FLOWs send nothing more.
 	flow(2)
 	ping("a's second FLOW")
+	// "z" joins while a stays active: z alone is told it is not (at its
+	// first FLOW); nobody else hears anything.
+	subscribe(4, "z")
+	ping("z subscribed")
+	flow(4)
+	expect("z's first FLOW", map[uint64]bool{4: false})
+	ping("after z's notice")
 	// A consumer that sends no FLOW (Java's zero receiver queue) is told
 	// a second later all the same, as Pulsar tells every consumer.
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{

@@ -119,7 +119,11 @@ func (s *subscription) addConsumer(c *consumer) error {
 		return strings.Compare(a.name, b.name)
 	})
 	c.sub = s
-	s.electLocked()
+	if !s.electLocked() && s.mu.typ == brokerpb.SubscriptionType_FAILOVER && s.mu.active != c {
+		// The active consumer stays: the new one is told it is not (as
+		// Pulsar does); a change told every consumer already.
+		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_ActiveChange{ActiveChange: &brokerpb.ActiveChange{IsActive: false}}})
+	}
 	s.signal()
 	return nil
 }
@@ -160,18 +164,18 @@ func activeIndex(typ brokerpb.SubscriptionType, partition, n int) int {
 
 // electLocked picks the active consumer: the first for exclusive; for
 // failover, the one at the partition index modulo the count. A
-// change rewinds delivery and tells every consumer whether it is active.
-// Shared and Key_Shared have none.
-func (s *subscription) electLocked() {
+// change rewinds delivery and tells every consumer whether it is active;
+// changed reports one. Shared and Key_Shared have none.
+func (s *subscription) electLocked() (changed bool) {
 	if isMulti(s.mu.typ) {
-		return
+		return false
 	}
 	var next *consumer
 	if n := len(s.mu.consumers); n > 0 {
 		next = s.mu.consumers[activeIndex(s.mu.typ, s.t.name.PartitionIndex(), n)]
 	}
 	if next == s.mu.active {
-		return
+		return false
 	}
 	s.mu.active = next
 	s.rewindLocked()
@@ -180,6 +184,7 @@ func (s *subscription) electLocked() {
 			c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_ActiveChange{ActiveChange: &brokerpb.ActiveChange{IsActive: c == next}}})
 		}
 	}
+	return true
 }
 
 // rewindLocked restarts delivery after the mark-delete position: every
@@ -261,7 +266,7 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 		s.mu.Unlock()
 	}
 	if len(acked) > 0 {
-		s.checkEnd()
+		s.checkEnd() // the backlog of a terminated topic may be empty now
 	}
 	return firstErr
 }
