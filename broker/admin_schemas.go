@@ -29,7 +29,10 @@ func (b adminBackend) SchemaCompatible(ctx context.Context, n topicname.Name, in
 	if err != nil {
 		return false, "", err
 	}
-	strategy := b.s.cfg.SchemaCompatibilityStrategy
+	strategy, err := b.s.schemaStrategy(ctx, n)
+	if err != nil {
+		return false, "", err
+	}
 	return all.compatible(info, strategy) == nil, strategy, nil
 }
 
@@ -40,3 +43,5 @@ func (b adminBackend) RegisterSchema(ctx context.Context, n topicname.Name, info
 func (b adminBackend) DeleteSchemas(ctx context.Context, n topicname.Name) (int64, error) {
 	return b.s.deleteSchemas(ctx, n)
 }
+
+func (b adminBackend) SchemaStrategies() []string { return SchemaStrategies }

@@ -68,6 +68,7 @@ var errorTable = []struct {
 	{mledger.ErrClosed, brokerpb.ErrorReason_TOPIC_CLOSED, codes.Unavailable, http.StatusServiceUnavailable},
 	{ErrTopicTerminated, brokerpb.ErrorReason_TOPIC_TERMINATED, codes.FailedPrecondition, http.StatusPreconditionFailed},
 	{mledger.ErrTerminated, brokerpb.ErrorReason_TOPIC_TERMINATED, codes.FailedPrecondition, http.StatusPreconditionFailed},
+	{ErrIncompatibleSchema, brokerpb.ErrorReason_INCOMPATIBLE_SCHEMA, codes.FailedPrecondition, http.StatusConflict},
 	{ErrServiceNotReady, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
 	{mledger.ErrUnavailable, brokerpb.ErrorReason_SERVICE_NOT_READY, codes.Unavailable, http.StatusServiceUnavailable},
 	// Too few writable bookies: mledger.ErrNotEnoughBookies (appends
@@ -127,7 +128,6 @@ var restErrorTable = []struct {
 	{ErrPartitionedTopic, "PARTITIONED_TOPIC", http.StatusMethodNotAllowed},
 	{ErrNotEmpty, "NOT_EMPTY", http.StatusConflict},
 	{ErrNoSchema, "SCHEMA_NOT_FOUND", http.StatusNotFound},
-	{ErrIncompatibleSchema, "INCOMPATIBLE_SCHEMA", http.StatusConflict},
 	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
 	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},

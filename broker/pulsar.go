@@ -1232,6 +1232,8 @@ func reasonServerError(r brokerpb.ErrorReason) pulsarpb.ServerError {
 		return pulsarpb.ServerError_ProducerBlockedQuotaExceededException
 	case brokerpb.ErrorReason_TOPIC_TERMINATED:
 		return pulsarpb.ServerError_TopicTerminatedError
+	case brokerpb.ErrorReason_INCOMPATIBLE_SCHEMA:
+		return pulsarpb.ServerError_IncompatibleSchema
 	case brokerpb.ErrorReason_INVALID_MESSAGE: // a SEND whose payload does not decode
 		return pulsarpb.ServerError_ChecksumError
 	case brokerpb.ErrorReason_NOT_ALLOWED, brokerpb.ErrorReason_MESSAGE_TOO_LARGE, brokerpb.ErrorReason_INVALID_ARGUMENT:

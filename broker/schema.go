@@ -66,7 +66,7 @@ func sameSchema(a, b *metapb.SchemaInfo) bool {
 // version equals it; nil for no schema (nil or None).
 func (s *Server) registerSchema(ctx context.Context, n topicname.Name, sc *pulsarpb.Schema) ([]byte, error) {
 	if sc == nil || sc.GetType() == pulsarpb.Schema_None {
-		return nil, nil
+		return nil, s.checkSchemaless(ctx, n)
 	}
 	v, err := s.registerSchemaInfo(ctx, n, schemaInfo(sc))
 	if err != nil {
@@ -94,7 +94,43 @@ func (s *Server) checkConsumerSchema(ctx context.Context, n topicname.Name, sc *
 	if _, ok := all.find(info); ok {
 		return nil
 	}
-	return all.compatible(info, consumerStrategy(s.cfg.SchemaCompatibilityStrategy))
+	strategy, err := s.schemaStrategy(ctx, n)
+	if err != nil {
+		return err
+	}
+	return all.compatible(info, consumerStrategy(strategy))
+}
+
+// schemaStrategy is how topic n's new schema versions are checked: its
+// namespace's strategy, or the broker's if the namespace has none
+// (Pulsar's UNDEFINED).
+func (s *Server) schemaStrategy(ctx context.Context, n topicname.Name) (string, error) {
+	p, err := s.md.policies(ctx, n.NamespaceName())
+	if err != nil {
+		return "", err
+	}
+	if p.SchemaCompatibilityStrategy != "" {
+		return p.SchemaCompatibilityStrategy, nil
+	}
+	return s.cfg.SchemaCompatibilityStrategy, nil
+}
+
+// checkSchemaless admits a producer without a schema to topic n, unless
+// its namespace enforces schema validation and the topic has a schema
+// (Pulsar's schema_validation_enforced; Pulsar's message).
+func (s *Server) checkSchemaless(ctx context.Context, n topicname.Name) error {
+	p, err := s.md.policies(ctx, n.NamespaceName())
+	if err != nil || !p.SchemaValidationEnforced {
+		return err
+	}
+	all, _, err := s.schemas(ctx, n)
+	if err != nil {
+		return err
+	}
+	if len(all.GetVersions()) > 0 {
+		return errorf(ErrIncompatibleSchema, "producers cannot connect or send message without a schema to topics with a schema (%s enforces schema validation)", n.NamespaceName())
+	}
+	return nil
 }
 
 // consumerStrategy is how a consumer's schema is checked, as Pulsar checks
@@ -130,7 +166,11 @@ func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info 
 		if v, ok := all.find(info); ok {
 			return v, nil
 		}
-		if err := all.compatible(info, s.cfg.SchemaCompatibilityStrategy); err != nil {
+		strategy, err := s.schemaStrategy(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		if err := all.compatible(info, strategy); err != nil {
 			return 0, err
 		}
 		if len(all.Versions) >= maxSchemaVersions {

@@ -120,6 +120,9 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	if err != nil {
 		return err
 	}
+	if err := v.s.checkSchemaless(ctx, n); err != nil { // the SDK's producers have none
+		return err
+	}
 	p := newProducer(open.ProducerName)
 	p.t = t
 	if err := t.addProducer(p); err != nil {

@@ -48,6 +48,10 @@ var (
 	// send; creating a producer on such a topic fails with it. Consumers
 	// read on to the end (Consumer.HasReachedEndOfTopic).
 	ErrTopicTerminated = errors.New("client: topic terminated")
+	// ErrIncompatibleSchema: the topic has a schema and its namespace
+	// enforces schema validation, so a producer without one (this SDK's)
+	// is refused.
+	ErrIncompatibleSchema = errors.New("client: incompatible schema")
 	// ErrUnauthenticated: the broker refused the credentials (none, a bad
 	// signature, another algorithm, expired). Not retried.
 	ErrUnauthenticated = errors.New("client: authentication failed")
@@ -84,18 +88,19 @@ func (e *Error) Error() string { return e.Message }
 func (e *Error) Unwrap() error { return e.err }
 
 var reasonErrors = map[brokerpb.ErrorReason]error{
-	brokerpb.ErrorReason_INVALID_TOPIC_NAME: ErrInvalidTopicName,
-	brokerpb.ErrorReason_TOPIC_NOT_FOUND:    ErrTopicNotFound,
-	brokerpb.ErrorReason_CONSUMER_BUSY:      ErrConsumerBusy,
-	brokerpb.ErrorReason_PRODUCER_BUSY:      ErrProducerBusy,
-	brokerpb.ErrorReason_MESSAGE_TOO_LARGE:  ErrMessageTooLarge,
-	brokerpb.ErrorReason_NOT_ALLOWED:        ErrNotAllowed,
-	brokerpb.ErrorReason_SERVICE_NOT_READY:  ErrUnavailable,
-	brokerpb.ErrorReason_NOT_OWNER:          ErrUnavailable,
-	brokerpb.ErrorReason_TOPIC_CLOSED:       ErrUnavailable,
-	brokerpb.ErrorReason_PERSISTENCE_ERROR:  ErrUnavailable,
-	brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES: ErrNotEnoughBookies,
-	brokerpb.ErrorReason_TOPIC_TERMINATED:   ErrTopicTerminated,
+	brokerpb.ErrorReason_INVALID_TOPIC_NAME:  ErrInvalidTopicName,
+	brokerpb.ErrorReason_TOPIC_NOT_FOUND:     ErrTopicNotFound,
+	brokerpb.ErrorReason_CONSUMER_BUSY:       ErrConsumerBusy,
+	brokerpb.ErrorReason_PRODUCER_BUSY:       ErrProducerBusy,
+	brokerpb.ErrorReason_MESSAGE_TOO_LARGE:   ErrMessageTooLarge,
+	brokerpb.ErrorReason_NOT_ALLOWED:         ErrNotAllowed,
+	brokerpb.ErrorReason_SERVICE_NOT_READY:   ErrUnavailable,
+	brokerpb.ErrorReason_NOT_OWNER:           ErrUnavailable,
+	brokerpb.ErrorReason_TOPIC_CLOSED:        ErrUnavailable,
+	brokerpb.ErrorReason_PERSISTENCE_ERROR:   ErrUnavailable,
+	brokerpb.ErrorReason_NOT_ENOUGH_BOOKIES:  ErrNotEnoughBookies,
+	brokerpb.ErrorReason_TOPIC_TERMINATED:    ErrTopicTerminated,
+	brokerpb.ErrorReason_INCOMPATIBLE_SCHEMA: ErrIncompatibleSchema,
 
 	brokerpb.ErrorReason_AUTHENTICATION_ERROR: ErrUnauthenticated,
 	brokerpb.ErrorReason_AUTHORIZATION_ERROR:  ErrUnauthorized,

@@ -187,6 +187,33 @@ func TestPulsarAdminNamespacesTopicsSubscriptions(t *testing.T) {
 		{name: "namespaces anti-affinity namespaces", call: func() (any, error) { return nss.GetAntiAffinityNamespaces("public", cluster, "g") }, want: 404},
 	})
 
+	// Schema policies: the strategy new schema versions are checked with
+	// (UNDEFINED: the broker's), and schema validation.
+	runAdminCalls(t, []adminCall{
+		{name: "namespaces get schema compatibility strategy, unset", call: func() (any, error) { return nss.GetSchemaCompatibilityStrategy(*ns) },
+			check: equal(utils.SchemaCompatibilityStrategyUndefined)},
+		{name: "namespaces set schema compatibility strategy", call: func() (any, error) {
+			return nil, nss.SetSchemaCompatibilityStrategy(*ns, utils.SchemaCompatibilityStrategyBackwardTransitive)
+		}},
+		{name: "namespaces get schema compatibility strategy", call: func() (any, error) { return nss.GetSchemaCompatibilityStrategy(*ns) },
+			check: equal(utils.SchemaCompatibilityStrategyBackwardTransitive)},
+		{name: "namespaces policies show the strategy", call: func() (any, error) { return nss.GetPolicies(name) }, check: func(v any) string {
+			return ok(v.(*utils.Policies).SchemaCompatibilityStrategy == utils.SchemaCompatibilityStrategyBackwardTransitive, "want BACKWARD_TRANSITIVE")
+		}},
+		{name: "namespaces set schema compatibility strategy, unknown", call: func() (any, error) {
+			return nil, nss.SetSchemaCompatibilityStrategy(*ns, utils.SchemaCompatibilityStrategy("SIDEWAYS"))
+		}, want: 400},
+		{name: "namespaces set schema compatibility strategy, undefined", call: func() (any, error) {
+			return nil, nss.SetSchemaCompatibilityStrategy(*ns, utils.SchemaCompatibilityStrategyUndefined)
+		}},
+		{name: "namespaces get schema compatibility strategy, reset", call: func() (any, error) { return nss.GetSchemaCompatibilityStrategy(*ns) },
+			check: equal(utils.SchemaCompatibilityStrategyUndefined)},
+		{name: "namespaces set schema validation", call: func() (any, error) { return nil, nss.SetSchemaValidationEnforced(*ns, true) }},
+		{name: "namespaces get schema validation", call: func() (any, error) { return nss.GetSchemaValidationEnforced(*ns) }, check: equal(true)},
+		{name: "namespaces unset schema validation", call: func() (any, error) { return nil, nss.SetSchemaValidationEnforced(*ns, false) }},
+		{name: "namespaces get schema validation, unset", call: func() (any, error) { return nss.GetSchemaValidationEnforced(*ns) }, check: equal(false)},
+	})
+
 	// Namespace policies Magnetar does not have: 501, never ignored.
 	var none []adminCall
 	add := func(what string, call func() (any, error)) {
@@ -198,14 +225,8 @@ func TestPulsarAdminNamespacesTopicsSubscriptions(t *testing.T) {
 	})
 	add("get topic auto-creation", func() (any, error) { return nss.GetTopicAutoCreation(*ns) })
 	add("remove topic auto-creation", func() (any, error) { return nil, nss.RemoveTopicAutoCreation(*ns) })
-	add("set schema validation", func() (any, error) { return nil, nss.SetSchemaValidationEnforced(*ns, true) })
-	add("get schema validation", func() (any, error) { return nss.GetSchemaValidationEnforced(*ns) })
 	add("set schema auto-update strategy", func() (any, error) { return nil, nss.SetSchemaAutoUpdateCompatibilityStrategy(*ns, utils.Full) })
 	add("get schema auto-update strategy", func() (any, error) { return nss.GetSchemaAutoUpdateCompatibilityStrategy(*ns) })
-	add("set schema compatibility strategy", func() (any, error) {
-		return nil, nss.SetSchemaCompatibilityStrategy(*ns, utils.SchemaCompatibilityStrategyAlwaysCompatible)
-	})
-	add("get schema compatibility strategy", func() (any, error) { return nss.GetSchemaCompatibilityStrategy(*ns) })
 	add("clear offload deletion lag", func() (any, error) { return nil, nss.ClearOffloadDeleteLag(*ns) })
 	add("set offload deletion lag", func() (any, error) { return nil, nss.SetOffloadDeleteLag(*ns, 1000) })
 	add("get offload deletion lag", func() (any, error) { return nss.GetOffloadDeleteLag(*ns) })

@@ -1088,6 +1088,20 @@ func TestPulsarClientSchemas(t *testing.T) {
 	if got, err := sch.GetSchemaInfoWithVersion(strTopic); err != nil || got.Version != 1 || got.SchemaInfo.Type != "JSON" {
 		t.Fatalf("the schema after the deletion: %+v %v, want JSON as version 1", got, err)
 	}
+
+	// Schema validation enforced on the namespace: a producer without a
+	// schema is refused on the topic that has one (IncompatibleSchema),
+	// as Pulsar refuses it.
+	ns, err := utils.GetNamespaceName("public/default")
+	must("namespace name", err)
+	must("SetSchemaValidationEnforced", admin.Namespaces().SetSchemaValidationEnforced(*ns, true))
+	if _, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: strTopic}); err == nil || !strings.Contains(err.Error(), "IncompatibleSchema") {
+		t.Fatalf("a producer without a schema, validation enforced: %v, want IncompatibleSchema", err)
+	}
+	must("SetSchemaValidationEnforced false", admin.Namespaces().SetSchemaValidationEnforced(*ns, false))
+	bp, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: strTopic})
+	must("a producer without a schema, validation not enforced", err)
+	bp.Close()
 }
 
 // Non-durable subscriptions of the multi-consumer types, as the official

@@ -203,7 +203,15 @@ func (a *API) write(w http.ResponseWriter, out any, err error) {
 		io.WriteString(w, string(text))
 		return
 	}
-	json.NewEncoder(w).Encode(out)
+	// As Pulsar's (Jackson's): no newline after the value; pulsaradmin
+	// takes some answers (a schema strategy) as the bare text.
+	b, err := json.Marshal(out)
+	if err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		json.NewEncoder(w).Encode(map[string]string{"reason": "the answer could not be encoded: " + err.Error(), "errorCode": "INTERNAL"})
+		return
+	}
+	w.Write(b)
 }
 
 // writeRaw writes a rawMessage answer.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,9 @@ type Namespaces interface {
 	// UnsubscribeNamespace deletes subscription sub from every topic of
 	// namespace ns, as ClearNamespaceBacklog reaches them.
 	UnsubscribeNamespace(r *http.Request, ns, sub string) error
+	// SchemaStrategies are the schema compatibility strategies the broker
+	// checks, by Pulsar's names.
+	SchemaStrategies() []string
 }
 
 // Settings are a namespace's effective settings: its policies over the
@@ -73,8 +77,32 @@ var unsupportedNamespacePolicies = []string{
 	"maxUnackedMessagesPerSubscription", "offloadDeletionLagMs", "offloadPolicies",
 	"offloadThreshold", "offloadThresholdInSeconds", "properties", "publishRate", "replication",
 	"replicatorDispatchRate", "resourcegroup", "schemaAutoUpdateCompatibilityStrategy",
-	"schemaCompatibilityStrategy", "schemaValidationEnforced", "subscribeRate",
-	"subscriptionDispatchRate", "subscriptionExpirationTime",
+	"subscribeRate", "subscriptionDispatchRate", "subscriptionExpirationTime",
+}
+
+// schemaUndefined is Pulsar's name of a namespace's schema compatibility
+// strategy left to the broker's.
+const schemaUndefined = "UNDEFINED"
+
+// strategyJSON is a namespace's schema compatibility strategy as Pulsar
+// shows it.
+func strategyJSON(p *metapb.NamespacePolicies) string {
+	if p.SchemaCompatibilityStrategy == "" {
+		return schemaUndefined
+	}
+	return p.SchemaCompatibilityStrategy
+}
+
+// checkStrategy checks a schema compatibility strategy's name and
+// returns what is stored for it ("" for UNDEFINED).
+func checkStrategy(b Namespaces, s string) (string, error) {
+	if s == schemaUndefined {
+		return "", nil
+	}
+	if !slices.Contains(b.SchemaStrategies(), s) {
+		return "", errorf(errs.ErrInvalidArgument, "schema compatibility strategy %q: want %s or one of %s", s, schemaUndefined, strings.Join(b.SchemaStrategies(), ", "))
+	}
+	return s, nil
 }
 
 // Backlog quota types and policies, Pulsar's names.
@@ -210,6 +238,38 @@ func namespaceRoutes(h route, z Rules, b Namespaces) {
 	h("DELETE "+nsBase+"/deduplication", z.TenantAdmin, removePolicy(b, func(p *metapb.NamespacePolicies) {
 		p.HasDeduplication, p.Deduplication = false, false
 	}))
+
+	// Schema policies.
+	h("GET "+nsBase+"/schemaCompatibilityStrategy", z.TenantAdmin, getPolicy(b, func(p *metapb.NamespacePolicies, st Settings) any {
+		return strategyJSON(p)
+	}))
+	h("PUT "+nsBase+"/schemaCompatibilityStrategy", z.TenantAdmin, func(r *http.Request) (any, error) {
+		var name string
+		if err := readJSON(r, &name, false); err != nil {
+			return nil, err
+		}
+		stored, err := checkStrategy(b, name)
+		if err != nil {
+			return nil, err
+		}
+		return nil, b.SetPolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
+			p.SchemaCompatibilityStrategy = stored
+			return nil
+		})
+	})
+	h("GET "+nsBase+"/schemaValidationEnforced", z.TenantAdmin, getPolicy(b, func(p *metapb.NamespacePolicies, st Settings) any {
+		return p.SchemaValidationEnforced
+	}))
+	h("POST "+nsBase+"/schemaValidationEnforced", z.TenantAdmin, func(r *http.Request) (any, error) {
+		var on bool
+		if err := readJSON(r, &on, false); err != nil {
+			return nil, err
+		}
+		return nil, b.SetPolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
+			p.SchemaValidationEnforced = on
+			return nil
+		})
+	})
 
 	// Backlog quotas.
 	h("GET "+nsBase+"/backlogQuotaMap", z.TenantAdmin, getPolicy(b, func(p *metapb.NamespacePolicies, st Settings) any {
@@ -430,16 +490,18 @@ func policiesJSON(cluster, ns string, p *metapb.NamespacePolicies) map[string]an
 	return map[string]any{
 		"auth_policies": map[string]any{"namespace_auth": actionsJSON(p.NamespacePermissions),
 			"destination_auth": destination, "subscription_auth_roles": map[string]any{}},
-		"replication_clusters":   []string{cluster},
-		"bundles":                map[string]any{"boundaries": strings.Split(bundleRange, "_"), "numBundles": 1},
-		"backlog_quota_map":      backlogQuotaMapJSON(p.BacklogQuotas),
-		"persistence":            persistence,
-		"retention_policies":     retention,
-		"message_ttl_in_seconds": ttl,
-		"deduplicationEnabled":   dedup,
-		"subscription_auth_mode": mode,
-		"deleted":                false,
-		"encryption_required":    false,
+		"replication_clusters":          []string{cluster},
+		"bundles":                       map[string]any{"boundaries": strings.Split(bundleRange, "_"), "numBundles": 1},
+		"backlog_quota_map":             backlogQuotaMapJSON(p.BacklogQuotas),
+		"persistence":                   persistence,
+		"retention_policies":            retention,
+		"message_ttl_in_seconds":        ttl,
+		"deduplicationEnabled":          dedup,
+		"subscription_auth_mode":        mode,
+		"schema_compatibility_strategy": strategyJSON(p),
+		"schema_validation_enforced":    p.SchemaValidationEnforced,
+		"deleted":                       false,
+		"encryption_required":           false,
 	}
 }
 
@@ -502,6 +564,17 @@ func readNamespacePolicies(b Namespaces, r *http.Request) (*metapb.NamespacePoli
 		return nil, err
 	} else if ok {
 		p.HasDeduplication = true
+	}
+	var strategy string
+	if ok, err := decode("schema_compatibility_strategy", &strategy); err != nil {
+		return nil, err
+	} else if ok && strategy != "" {
+		if p.SchemaCompatibilityStrategy, err = checkStrategy(b, strategy); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := decode("schema_validation_enforced", &p.SchemaValidationEnforced); err != nil {
+		return nil, err
 	}
 	var mode string
 	if ok, err := decode("subscription_auth_mode", &mode); err != nil {
@@ -569,7 +642,8 @@ func readNamespacePolicies(b Namespaces, r *http.Request) (*metapb.NamespacePoli
 	for name, raw := range fields {
 		switch name {
 		case "persistence", "retention_policies", "message_ttl_in_seconds", "deduplicationEnabled", "subscription_auth_mode",
-			"replication_clusters", "backlog_quota_map", "auth_policies", "bundles", "deleted":
+			"replication_clusters", "backlog_quota_map", "auth_policies", "bundles", "deleted",
+			"schema_compatibility_strategy", "schema_validation_enforced":
 			continue
 		}
 		switch strings.TrimSpace(string(raw)) {

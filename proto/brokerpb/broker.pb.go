@@ -66,6 +66,10 @@ const (
 	// more messages nor producers, ever; what it stored stays readable.
 	// gRPC code FAILED_PRECONDITION; not retriable.
 	ErrorReason_TOPIC_TERMINATED ErrorReason = 19
+	// The schema (or the lack of one, where the namespace enforces schema
+	// validation) is not compatible with the topic's (Pulsar's
+	// IncompatibleSchema). gRPC code FAILED_PRECONDITION; not retriable.
+	ErrorReason_INCOMPATIBLE_SCHEMA ErrorReason = 20
 )
 
 // Enum value maps for ErrorReason.
@@ -91,6 +95,7 @@ var (
 		17: "PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR",
 		18: "PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION",
 		19: "TOPIC_TERMINATED",
+		20: "INCOMPATIBLE_SCHEMA",
 	}
 	ErrorReason_value = map[string]int32{
 		"UNKNOWN":                                   0,
@@ -113,6 +118,7 @@ var (
 		"PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR":     17,
 		"PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION": 18,
 		"TOPIC_TERMINATED":                          19,
+		"INCOMPATIBLE_SCHEMA":                       20,
 	}
 )
 
@@ -2392,7 +2398,7 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"X\n" +
 	"\x18GetLastMessageIdResponse\x12<\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xe6\x03\n" +
+	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdR\tmessageId*\xff\x03\n" +
 	"\vErrorReason\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x16\n" +
 	"\x12INVALID_TOPIC_NAME\x10\x01\x12\x13\n" +
@@ -2414,7 +2420,8 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x13AUTHORIZATION_ERROR\x10\x10\x12)\n" +
 	"%PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR\x10\x11\x12-\n" +
 	")PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION\x10\x12\x12\x14\n" +
-	"\x10TOPIC_TERMINATED\x10\x13*K\n" +
+	"\x10TOPIC_TERMINATED\x10\x13\x12\x17\n" +
+	"\x13INCOMPATIBLE_SCHEMA\x10\x14*K\n" +
 	"\x10SubscriptionType\x12\r\n" +
 	"\tEXCLUSIVE\x10\x00\x12\n" +
 	"\n" +

@@ -1337,8 +1337,15 @@ type NamespacePolicies struct {
 	// Backlog quotas by Pulsar's type ("destination_storage": the backlog's
 	// size, "message_age": its oldest message's age).
 	BacklogQuotas map[string]*BacklogQuota `protobuf:"bytes,15,rep,name=backlog_quotas,json=backlogQuotas,proto3" json:"backlog_quotas,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How a topic's new schema versions are checked (Pulsar's
+	// schema_compatibility_strategy: FULL, BACKWARD_TRANSITIVE, ...); empty
+	// (Pulsar's UNDEFINED): the broker's --schema-compatibility-strategy.
+	SchemaCompatibilityStrategy string `protobuf:"bytes,16,opt,name=schema_compatibility_strategy,json=schemaCompatibilityStrategy,proto3" json:"schema_compatibility_strategy,omitempty"`
+	// A producer without a schema is refused on a topic that has one
+	// (Pulsar's schema_validation_enforced).
+	SchemaValidationEnforced bool `protobuf:"varint,17,opt,name=schema_validation_enforced,json=schemaValidationEnforced,proto3" json:"schema_validation_enforced,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *NamespacePolicies) Reset() {
@@ -1474,6 +1481,20 @@ func (x *NamespacePolicies) GetBacklogQuotas() map[string]*BacklogQuota {
 		return x.BacklogQuotas
 	}
 	return nil
+}
+
+func (x *NamespacePolicies) GetSchemaCompatibilityStrategy() string {
+	if x != nil {
+		return x.SchemaCompatibilityStrategy
+	}
+	return ""
+}
+
+func (x *NamespacePolicies) GetSchemaValidationEnforced() bool {
+	if x != nil {
+		return x.SchemaValidationEnforced
+	}
+	return false
 }
 
 // BacklogQuota limits a subscription's backlog (Pulsar's BacklogQuota).
@@ -1986,7 +2007,7 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"TenantInfo\x12\x1f\n" +
 	"\vadmin_roles\x18\x01 \x03(\tR\n" +
 	"adminRoles\x12)\n" +
-	"\x10allowed_clusters\x18\x02 \x03(\tR\x0fallowedClusters\"\xdd\b\n" +
+	"\x10allowed_clusters\x18\x02 \x03(\tR\x0fallowedClusters\"\xdf\t\n" +
 	"\x11NamespacePolicies\x12'\n" +
 	"\x0fhas_persistence\x18\x01 \x01(\bR\x0ehasPersistence\x12\x1a\n" +
 	"\bensemble\x18\x02 \x01(\x05R\bensemble\x12!\n" +
@@ -2004,7 +2025,9 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\x15namespace_permissions\x18\f \x03(\v2=.magnetar.meta.v1.NamespacePolicies.NamespacePermissionsEntryR\x14namespacePermissions\x12f\n" +
 	"\x11topic_permissions\x18\r \x03(\v29.magnetar.meta.v1.NamespacePolicies.TopicPermissionsEntryR\x10topicPermissions\x12/\n" +
 	"\x13subscription_prefix\x18\x0e \x01(\bR\x12subscriptionPrefix\x12]\n" +
-	"\x0ebacklog_quotas\x18\x0f \x03(\v26.magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntryR\rbacklogQuotas\x1ab\n" +
+	"\x0ebacklog_quotas\x18\x0f \x03(\v26.magnetar.meta.v1.NamespacePolicies.BacklogQuotasEntryR\rbacklogQuotas\x12B\n" +
+	"\x1dschema_compatibility_strategy\x18\x10 \x01(\tR\x1bschemaCompatibilityStrategy\x12<\n" +
+	"\x1aschema_validation_enforced\x18\x11 \x01(\bR\x18schemaValidationEnforced\x1ab\n" +
 	"\x19NamespacePermissionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
 	"\x05value\x18\x02 \x01(\v2\x19.magnetar.meta.v1.ActionsR\x05value:\x028\x01\x1af\n" +
