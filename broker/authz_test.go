@@ -320,8 +320,12 @@ func TestGrantsRevokedAndDroppedWithTheTopic(t *testing.T) {
 	}
 	// The tenant's admin roles can be replaced by a superuser.
 	e.must(t, "admin", "POST", "/admin/v2/tenants/acme", map[string]any{"adminRoles": []string{"dave"}})
-	if got := e.must(t, "dave", "GET", "/admin/v2/tenants/acme", nil); got != `{"adminRoles":["dave"],"allowedClusters":[]}` {
+	if got := e.must(t, "admin", "GET", "/admin/v2/tenants/acme", nil); got != `{"adminRoles":["dave"],"allowedClusters":[]}` {
 		t.Fatalf("tenant: %s", got)
+	}
+	// Reading a tenant is a superuser's, as in Pulsar: not its admin's.
+	if code, out := e.call(t, "dave", "GET", "/admin/v2/tenants/acme", nil); code != http.StatusForbidden || !strings.Contains(out, "AUTHORIZATION_ERROR") {
+		t.Fatalf("the tenant's admin reading the tenant: %d %s, want 403", code, out)
 	}
 	p, err = e.as(t, "dave").CreateProducer(client.ProducerOptions{Topic: "persistent://acme/ns/t"})
 	if err != nil {

@@ -46,7 +46,7 @@ func tenantRoutes(h route, z Rules, b Tenants) {
 		}
 		return nil, b.UpdateTenant(r.Context(), r.PathValue("tenant"), info)
 	})
-	h("GET /admin/v2/tenants/{tenant}", z.TenantAdmin, func(r *http.Request) (any, error) {
+	h("GET /admin/v2/tenants/{tenant}", z.Superuser, func(r *http.Request) (any, error) {
 		info, err := b.Tenant(r.Context(), r.PathValue("tenant"))
 		if err != nil {
 			return nil, err
