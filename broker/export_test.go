@@ -19,6 +19,9 @@ func SetTestHookPublishTimed(f func()) { setHook(&testHookPublishTimed, f) }
 // SessionLease is the broker's current etcd lease.
 func (s *Server) SessionLease() int64 { return int64(s.session.Load().Lease()) }
 
+// SetTestHookTerminated installs f as testHookTerminated.
+func SetTestHookTerminated(f func()) { setHook(&testHookTerminated, f) }
+
 // SetTestHookAppendDone installs f as testHookAppendDone.
 func SetTestHookAppendDone(f func()) { setHook(&testHookAppendDone, f) }
 

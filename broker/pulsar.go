@@ -171,8 +171,18 @@ type pulsarConn struct {
 		// access, the channel a CLOSE_PRODUCER closes to give up the wait
 		// (the CLOSE is queued behind the wait, see inOrder).
 		waitingExclusive map[uint64]chan struct{}
+		// closedProducers are the ids of producers the broker closed
+		// (CLOSE_PRODUCER) and the client has not created again: their
+		// SENDs, written before the client read the CLOSE_PRODUCER, are
+		// dropped (the client sends them again once it has the producer
+		// back), as Pulsar drops them. At most maxClosedProducers.
+		closedProducers map[uint64]struct{}
 	}
 }
+
+// maxClosedProducers bounds a connection's closedProducers: past it, a
+// SEND for a closed producer is answered with a SEND_ERROR.
+const maxClosedProducers = 4096
 
 // pulsarProducer is a producer of the connection.
 type pulsarProducer struct {
@@ -237,6 +247,7 @@ func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc.mu.producerQueue = map[uint64]chan struct{}{}
 	pc.mu.consumerQueue = map[uint64]chan struct{}{}
 	pc.mu.waitingExclusive = map[uint64]chan struct{}{}
+	pc.mu.closedProducers = map[uint64]struct{}{}
 	return pc
 }
 
@@ -918,6 +929,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 			return
 		}
 		pc.mu.producers[id] = pp
+		delete(pc.mu.closedProducers, id)
 		pc.mu.Unlock()
 	}
 	pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pulsarpb.CommandProducerSuccess{
@@ -936,7 +948,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 // again).
 func (pc *pulsarConn) pump(pp *pulsarProducer) {
 	defer pc.wg.Done()
-	quotaClosing := false
+	closing := false // closing the producer for a refusal (closeOnRefusal)
 	for {
 		q, err := pp.p.next()
 		for _, r := range q {
@@ -952,24 +964,27 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 					ProducerId: proto.Uint64(pp.id), SequenceId: proto.Uint64(r.Receipt.GetSequenceId()), MessageId: msgID,
 				}}, nil)
 			case *brokerpb.ProduceResponse_Error:
-				if r := r.Error.GetReason(); r == brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR || r == brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION {
-					// As Pulsar: a producer over a backlog quota is closed
-					// (its client then fails to create it again, or waits),
-					// once the sends stored before are answered; a
-					// SEND_ERROR would make the client drop the whole
-					// connection, consumers draining the backlog included.
-					if !quotaClosing {
-						quotaClosing = true
+				if why := closeOnRefusal(r.Error.GetReason()); why != nil {
+					// A refusal the client is told by closing the producer,
+					// once the sends stored before are answered: its client
+					// then fails to create it again (and fails what it has
+					// pending) or waits. pulsar-client-go would drop the
+					// whole connection on a quota's SEND_ERROR (consumers
+					// draining the backlog included), and on a
+					// TopicTerminatedError drop the producer without
+					// failing its pending sends, which then time out.
+					if !closing {
+						closing = true
 						pc.wg.Add(1)
 						go func() {
 							defer pc.wg.Done()
 							pp.pending.wait()
-							pp.p.disconnect(errQuotaClosed)
+							pp.p.disconnect(why)
 						}()
 					}
 					continue
 				}
-				if quotaClosing {
+				if closing {
 					continue // refused after it: the client sends it again
 				}
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND_ERROR.Enum(), SendError: &pulsarpb.CommandSendError{
@@ -990,6 +1005,9 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 		mine := pc.mu.producers[pp.id] == pp
 		if mine {
 			delete(pc.mu.producers, pp.id)
+			if len(pc.mu.closedProducers) < maxClosedProducers {
+				pc.mu.closedProducers[pp.id] = struct{}{}
+			}
 		}
 		pc.mu.Unlock()
 		if mine && pc.ctx.Err() == nil {
@@ -1050,6 +1068,7 @@ func (pc *pulsarConn) closeProducer(c *pulsarpb.CommandCloseProducer) {
 	pc.mu.Lock()
 	pp := pc.mu.producers[c.GetProducerId()]
 	delete(pc.mu.producers, c.GetProducerId())
+	delete(pc.mu.closedProducers, c.GetProducerId())
 	pc.mu.Unlock()
 	if pp == nil {
 		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
@@ -1071,7 +1090,11 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 	seq := c.GetSequenceId()
 	pc.mu.Lock()
 	pp := pc.mu.producers[c.GetProducerId()]
+	_, closed := pc.mu.closedProducers[c.GetProducerId()]
 	pc.mu.Unlock()
+	if pp == nil && closed {
+		return // sent before the client read our CLOSE_PRODUCER: it sends it again
+	}
 	if pp == nil {
 		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND_ERROR.Enum(), SendError: &pulsarpb.CommandSendError{
 			ProducerId: c.ProducerId, SequenceId: c.SequenceId, Error: pulsarpb.ServerError_NotAllowedError.Enum(),
@@ -1114,6 +1137,19 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 
 // errQuotaClosed disconnects a producer refused by a backlog quota.
 var errQuotaClosed = errors.New("closed by a backlog quota")
+
+// closeOnRefusal is why a Pulsar client's producer is closed rather than
+// sent a SEND_ERROR for a send refused for reason r (see pump), nil for a
+// SEND_ERROR.
+func closeOnRefusal(r brokerpb.ErrorReason) error {
+	switch r {
+	case brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR, brokerpb.ErrorReason_PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION:
+		return errQuotaClosed
+	case brokerpb.ErrorReason_TOPIC_TERMINATED:
+		return ErrTopicTerminated
+	}
+	return nil
+}
 
 // errAlreadyOpen: a PRODUCER or SUBSCRIBE for an id the connection
 // already has open on the same topic (answered again, not refused).

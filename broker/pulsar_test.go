@@ -12,7 +12,9 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1119,5 +1121,108 @@ func TestPulsarProtocolReaderSeekKeepsPosition(t *testing.T) {
 			t.Fatal("the reader's subscription is still there 30 s after a seek the reader never came back from")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Termination on Pulsar's protocol: a SEND that reaches the terminated
+// topic before the broker closes its producer is not answered with a
+// SEND_ERROR (pulsar-client-go would drop the producer and let its
+// pending sends time out) but the producer is closed (CLOSE_PRODUCER); a
+// SEND written before the client read the CLOSE_PRODUCER is dropped, to be
+// sent again by the client; creating the producer again is refused with
+// TopicTerminatedError; the consumer is told REACHED_END_OF_TOPIC once it
+// acknowledged everything.
+func TestPulsarProtocolTermination(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	const topic = "persistent://public/default/ends"
+	producer := func(req uint64) *pulsarpb.BaseCommand {
+		t.Helper()
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+			Topic: proto.String(topic), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(req), ProducerName: proto.String("w")}}, nil)
+		return p.next()
+	}
+	send := func(seq uint64) {
+		b, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(seq),
+			PublishTime: proto.Uint64(uint64(time.Now().UnixMilli()))}, []byte(fmt.Sprint("m-", seq)))
+		if err != nil {
+			panic(err)
+		}
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}, b)
+	}
+	if got := producer(1); got.GetProducerSuccess() == nil {
+		t.Fatalf("PRODUCER answered %v", got)
+	}
+	send(0)
+	if got := p.next(); got.GetSendReceipt().GetSequenceId() != 0 {
+		t.Fatalf("SEND answered %v", got)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(2), InitialPosition: pulsarpb.CommandSubscribe_Earliest.Enum()}}, nil)
+	if got := p.next(); got.GetSuccess().GetRequestId() != 2 {
+		t.Fatalf("SUBSCRIBE answered %v", got)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
+	msg := p.next().GetMessage()
+	if msg == nil {
+		t.Fatal("no MESSAGE for the stored message")
+	}
+
+	// The frames read until a PONG, while the topic is terminated and its
+	// producer not yet closed by terminate: a SEND then.
+	var inWindow []pulsarpb.BaseCommand_Type
+	var readErr error
+	restore := func() { broker.SetTestHookTerminated(nil) }
+	broker.SetTestHookTerminated(func() {
+		send(1)
+		p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
+		for {
+			f, err := p.r.Read()
+			if err != nil {
+				readErr = err
+				return
+			}
+			if typ := f.Cmd.GetType(); typ == pulsarpb.BaseCommand_PONG {
+				return
+			} else if typ != pulsarpb.BaseCommand_PING {
+				inWindow = append(inWindow, typ)
+			}
+		}
+	})
+	code, body, err := adminDo(e, http.MethodPost, "/admin/v2/persistent/public/default/ends/terminate", nil)
+	restore()
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("terminate: %d %s %v", code, body, err)
+	}
+	if readErr != nil {
+		t.Fatalf("reading while the topic was being terminated: %v", readErr)
+	}
+	closed := slices.Contains(inWindow, pulsarpb.BaseCommand_CLOSE_PRODUCER)
+	for _, typ := range inWindow {
+		if typ != pulsarpb.BaseCommand_CLOSE_PRODUCER {
+			t.Fatalf("a SEND refused for the termination was answered with %v, want the producer closed", typ)
+		}
+	}
+	for !closed {
+		got := p.next()
+		if got.GetType() != pulsarpb.BaseCommand_CLOSE_PRODUCER || got.GetCloseProducer().GetProducerId() != 1 {
+			t.Fatalf("%v, want CLOSE_PRODUCER for producer 1", got)
+		}
+		closed = true
+	}
+	send(2)
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PONG {
+		t.Fatalf("a SEND for the producer the broker closed was answered with %v, want it dropped", got)
+	}
+	if got := producer(3); got.GetError().GetError() != pulsarpb.ServerError_TopicTerminatedError {
+		t.Fatalf("PRODUCER on the terminated topic: %v, want TopicTerminatedError", got)
+	}
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACK.Enum(), Ack: &pulsarpb.CommandAck{ConsumerId: proto.Uint64(1),
+		AckType: pulsarpb.CommandAck_Individual.Enum(), MessageId: []*pulsarpb.MessageIdData{msg.GetMessageId()}}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_REACHED_END_OF_TOPIC || got.GetReachedEndOfTopic().GetConsumerId() != 1 {
+		t.Fatalf("after the last acknowledgement: %v, want REACHED_END_OF_TOPIC", got)
 	}
 }

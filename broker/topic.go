@@ -321,6 +321,9 @@ func (t *topic) terminate(ctx context.Context) (mledger.Position, error) {
 	if err != nil {
 		return last, err
 	}
+	if h := testHookTerminated.Load(); h != nil {
+		(*h)()
+	}
 	t.mu.Lock()
 	producers := make([]*producer, 0, len(t.mu.producers))
 	for _, p := range t.mu.producers {
@@ -344,6 +347,10 @@ func (t *topic) terminate(ctx context.Context) (mledger.Position, error) {
 	t.log.Info("topic terminated", zap.Stringer("last", last))
 	return last, nil
 }
+
+// testHookTerminated, when set by a test, runs in terminate once the
+// managed ledger is terminated, before the producers are disconnected.
+var testHookTerminated atomic.Pointer[func()]
 
 // topicEpoch is the number of exclusive producers granted so far.
 func (t *topic) topicEpoch() uint64 {
