@@ -126,8 +126,9 @@ func (c *consumer) push(r *brokerpb.ConsumeResponse) {
 	}
 }
 
-// reachedEnd queues ReachedEndOfTopic, once: the topic is terminated and
-// every message of the subscription is acknowledged.
+// reachedEnd queues ReachedEndOfTopic, once (until a seek: rearmEnd):
+// the topic is terminated and every message of the subscription is
+// acknowledged.
 func (c *consumer) reachedEnd() {
 	c.mu.Lock()
 	sent := c.mu.endSent
@@ -136,6 +137,14 @@ func (c *consumer) reachedEnd() {
 	if !sent {
 		c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_ReachedEndOfTopic{ReachedEndOfTopic: &brokerpb.ReachedEndOfTopic{}}})
 	}
+}
+
+// rearmEnd lets reachedEnd tell the consumer again (its subscription was
+// reset).
+func (c *consumer) rearmEnd() {
+	c.mu.Lock()
+	c.mu.endSent = false
+	c.mu.Unlock()
 }
 
 // sent reports a message pushed earlier as sent (or dropped), for

@@ -303,6 +303,9 @@ func (s *subscription) seek(p mledger.Position, by *consumer) {
 	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
 	s.resetMultiLocked()
 	s.rewindLocked()
+	for _, c := range s.mu.consumers {
+		c.rearmEnd() // told again once acknowledged to the end
+	}
 	if by != nil {
 		by.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_SeekDone{SeekDone: &brokerpb.SeekDone{}}})
 	}

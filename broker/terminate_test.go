@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
@@ -128,7 +131,7 @@ func TestTerminatePartitionedTopic(t *testing.T) {
 	if code, _, _ := adminDo(e, http.MethodPost, "/admin/v2/persistent/public/default/pterm/terminate", nil); code != http.StatusMethodNotAllowed {
 		t.Fatalf("terminate of a partitioned topic by its name: %d, want 405", code)
 	}
-	code, body, err := adminDo(e, http.MethodPost, "/admin/v2/persistent/public/default/pterm/partitions/terminate", nil)
+	code, body, err := adminDo(e, http.MethodPost, "/admin/v2/persistent/public/default/pterm/terminate/partitions", nil)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("terminate partitions: %d %s %v", code, body, err)
 	}
@@ -147,7 +150,99 @@ func TestTerminatePartitionedTopic(t *testing.T) {
 	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after"), Key: "k1"}); !errors.Is(err, client.ErrTopicTerminated) {
 		t.Fatalf("send after terminate: %v, want ErrTopicTerminated", err)
 	}
-	if code, _, _ := adminDo(e, http.MethodPost, "/admin/v2/persistent/public/default/term-none/partitions/terminate", nil); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+	if code, _, _ := adminDo(e, http.MethodPost, "/admin/v2/persistent/public/default/term-none/terminate/partitions", nil); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
 		t.Fatalf("partitions/terminate of a missing topic: %d", code)
+	}
+}
+
+// Terminated while a producer sends as fast as it can, with deduplication
+// on and another client trying to create producers meanwhile: the
+// termination completes, and every send's outcome is exact: the messages
+// reported stored are the ones the topic holds, every other one failed
+// with ErrTopicTerminated and is not there.
+func TestTerminateWithSendsInFlight(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.Deduplication = true })
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "busy", Name: "busy-writer", SendTimeout: time.Minute, BatchingMaxMessages: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// Sends go on until one is refused (or a bound is reached).
+	var mu sync.Mutex
+	stored := map[string]bool{}
+	failed, sent := 0, 0
+	var done sync.WaitGroup
+	firstReceipts := make(chan struct{})
+	var once sync.Once
+	refused := make(chan struct{})
+	var refusedOnce sync.Once
+	sender := make(chan struct{})
+	go func() {
+		defer close(sender)
+		for i := 0; i < 200_000; i++ {
+			select {
+			case <-refused:
+				return
+			default:
+			}
+			payload := fmt.Sprintf("m-%06d", i)
+			done.Add(1)
+			mu.Lock()
+			sent++
+			mu.Unlock()
+			p.SendAsync(ctxT(t), &client.ProducerMessage{Payload: []byte(payload)}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+				defer done.Done()
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					stored[payload] = true
+					if len(stored) == 100 {
+						once.Do(func() { close(firstReceipts) })
+					}
+				case errors.Is(err, client.ErrTopicTerminated):
+					failed++
+					refusedOnce.Do(func() { close(refused) })
+				default:
+					t.Errorf("%s: %v, want stored or ErrTopicTerminated", payload, err)
+				}
+			})
+		}
+	}()
+	<-firstReceipts
+	attach := make(chan struct{})
+	go func() { // producers created while the topic is being terminated
+		defer close(attach)
+		for i := 0; i < 20; i++ {
+			q, err := cl.CreateProducer(client.ProducerOptions{Topic: "busy"})
+			if err != nil {
+				if !errors.Is(err, client.ErrTopicTerminated) {
+					t.Errorf("a producer created during the termination: %v", err)
+				}
+				return
+			}
+			q.Close()
+		}
+	}()
+	terminate(t, e, "busy")
+	<-sender
+	done.Wait()
+	<-attach
+	mu.Lock()
+	t.Logf("%d sent: %d stored, %d refused", sent, len(stored), failed)
+	if len(stored)+failed != sent || failed == 0 {
+		mu.Unlock()
+		t.Fatalf("%d stored and %d refused of %d sent", len(stored), failed, sent)
+	}
+	mu.Unlock()
+	got := readPayloads(t, cl, "busy")
+	if len(got) != len(stored) {
+		t.Fatalf("the topic holds %d messages, %d were reported stored", len(got), len(stored))
+	}
+	for _, m := range got {
+		if !stored[m] {
+			t.Fatalf("%s is stored, and was reported failed", m)
+		}
 	}
 }

@@ -259,7 +259,7 @@ func (t *topic) addProducerAccess(p *producer, mode pulsarpb.ProducerAccessMode)
 	if err := t.mu.quotaBlock; err != nil {
 		return nil, err
 	}
-	if t.ml.Terminated() {
+	if t.ml.Terminating() { // lock-free: an append's callback takes t.mu under the managed ledger's lock
 		return nil, errorf(ErrTopicTerminated, "%s was terminated: it takes no more producers", t.name)
 	}
 	if _, busy := t.mu.producers[p.name]; busy {
@@ -317,6 +317,10 @@ func (t *topic) attachLocked(p *producer, exclusive bool) {
 // termination is stored with the ledger list, so it survives restarts
 // and moves.
 func (t *topic) terminate(ctx context.Context) (mledger.Position, error) {
+	// Not cut short by the caller (an admin request) going away: the
+	// producers are to be disconnected once it is done.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
 	last, err := t.ml.Terminate(ctx)
 	if err != nil {
 		return last, err

@@ -300,6 +300,7 @@ func (pc *partitionConsumer) receive(stream brokerpb.Broker_ConsumeClient, nack 
 			case *brokerpb.ConsumeResponse_Message:
 				pc.received(resp.Message)
 			case *brokerpb.ConsumeResponse_SeekDone:
+				pc.reachedEnd.Store(false) // told again once acknowledged to the end
 				pc.reset(nil)
 			case *brokerpb.ConsumeResponse_Unsubscribed:
 				pc.reset(nil)

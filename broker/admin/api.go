@@ -181,13 +181,13 @@ func (a *API) write(w http.ResponseWriter, out any, err error) {
 		// 307 keeps the method and body: the owner answers.
 		w.Header().Set("Location", redirect.Location())
 		w.WriteHeader(http.StatusTemporaryRedirect)
-		json.NewEncoder(w).Encode(map[string]string{"reason": redirect.Error(), "errorCode": "REDIRECT"})
+		writeJSONBody(w, map[string]string{"reason": redirect.Error(), "errorCode": "REDIRECT"})
 		return
 	}
 	if err != nil {
 		code, status := a.codeOf(err)
 		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(map[string]string{"reason": err.Error(), "errorCode": code})
+		writeJSONBody(w, map[string]string{"reason": err.Error(), "errorCode": code})
 		return
 	}
 	if out == nil {
@@ -203,14 +203,19 @@ func (a *API) write(w http.ResponseWriter, out any, err error) {
 		io.WriteString(w, string(text))
 		return
 	}
-	// As Pulsar's (Jackson's): no newline after the value; pulsaradmin
-	// takes some answers (a schema strategy) as the bare text.
-	b, err := json.Marshal(out)
-	if err != nil {
+	if b, err := json.Marshal(out); err != nil {
 		w.WriteHeader(http.StatusInternalServerError)
-		json.NewEncoder(w).Encode(map[string]string{"reason": "the answer could not be encoded: " + err.Error(), "errorCode": "INTERNAL"})
-		return
+		writeJSONBody(w, map[string]string{"reason": "the answer could not be encoded: " + err.Error(), "errorCode": "INTERNAL"})
+	} else {
+		w.Write(b)
 	}
+}
+
+// writeJSONBody writes v as JSON without a newline after it, as Pulsar's
+// (Jackson's) answers: pulsaradmin takes some (a schema strategy) as the
+// bare text.
+func writeJSONBody(w http.ResponseWriter, v any) {
+	b, _ := json.Marshal(v) // maps of strings: always encode
 	w.Write(b)
 }
 

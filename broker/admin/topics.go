@@ -72,7 +72,8 @@ type Topics interface {
 	// returned.
 	Terminate(r *http.Request, n topicname.Name) (mledger.Position, error)
 	// TerminatePartitions terminates every partition of a partitioned
-	// topic: the last message of each, by partition index.
+	// topic (Pulsar's .../terminate/partitions): the last message of
+	// each, by partition index.
 	TerminatePartitions(r *http.Request, n topicname.Name) (map[int]mledger.Position, error)
 	// UnloadTopic unloads a topic (a partition, or a non-partitioned
 	// topic) from its owner.
@@ -289,7 +290,7 @@ func topicRoutes(h route, z Rules, b Topics) {
 		}
 		return messageIDJSON(n, p), nil
 	})
-	h("POST "+topicBase+"/partitions/terminate", z.TopicAdmin, func(r *http.Request) (any, error) {
+	h("POST "+topicBase+"/terminate/partitions", z.TopicAdmin, func(r *http.Request) (any, error) {
 		n, err := TopicOf(r)
 		if err != nil {
 			return nil, err

@@ -545,7 +545,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 	up.Flags().IntVarP(&parts, "partitions", "p", 0, "the new number of partitions")
 	withTopic("last-message-id", "Show the id of the last message", "GET", "/lastMessageId", nil)
 	withTopic("terminate", "Terminate a topic (partition): it takes no more messages nor producers, ever; shows the id of its last message", "POST", "/terminate", nil)
-	withTopic("partitioned-terminate", "Terminate every partition of a partitioned topic; shows the id of each one's last message", "POST", "/partitions/terminate", nil)
+	withTopic("partitioned-terminate", "Terminate every partition of a partitioned topic; shows the id of each one's last message", "POST", "/terminate/partitions", nil)
 	withTopic("info-internal", "Show the stored ledger list and cursors", "GET", "/internal-info", nil)
 	sub(topics, "lookup TOPIC", "Show the broker that serves a topic (partition)", 1, func(ctx context.Context, as []string) error {
 		p, err := topicPath(as[0])

@@ -776,9 +776,13 @@ type ManagedLedgerInfo struct {
 	Ledgers []*LedgerRef `protobuf:"bytes,1,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
 	// The partition was terminated: every ledger is closed, the last entry
 	// is the last one it will ever have, and no ledger is created again.
-	Terminated    bool `protobuf:"varint,2,opt,name=terminated,proto3" json:"terminated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Terminated bool `protobuf:"varint,2,opt,name=terminated,proto3" json:"terminated,omitempty"`
+	// The partition's last entry when terminated (-1, -1: none was ever
+	// stored): kept here since trimming may drop its ledger.
+	TerminatedLedger int64 `protobuf:"varint,3,opt,name=terminated_ledger,json=terminatedLedger,proto3" json:"terminated_ledger,omitempty"`
+	TerminatedEntry  int64 `protobuf:"varint,4,opt,name=terminated_entry,json=terminatedEntry,proto3" json:"terminated_entry,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ManagedLedgerInfo) Reset() {
@@ -823,6 +827,20 @@ func (x *ManagedLedgerInfo) GetTerminated() bool {
 		return x.Terminated
 	}
 	return false
+}
+
+func (x *ManagedLedgerInfo) GetTerminatedLedger() int64 {
+	if x != nil {
+		return x.TerminatedLedger
+	}
+	return 0
+}
+
+func (x *ManagedLedgerInfo) GetTerminatedEntry() int64 {
+	if x != nil {
+		return x.TerminatedEntry
+	}
+	return 0
 }
 
 type LedgerRef struct {
@@ -1958,12 +1976,14 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\vBookieDrain\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12+\n" +
 	"\x12started_at_unix_ms\x18\x02 \x01(\x03R\x0fstartedAtUnixMs\x12%\n" +
-	"\x0fdone_at_unix_ms\x18\x03 \x01(\x03R\fdoneAtUnixMs\"j\n" +
+	"\x0fdone_at_unix_ms\x18\x03 \x01(\x03R\fdoneAtUnixMs\"\xc2\x01\n" +
 	"\x11ManagedLedgerInfo\x125\n" +
 	"\aledgers\x18\x01 \x03(\v2\x1b.magnetar.meta.v1.LedgerRefR\aledgers\x12\x1e\n" +
 	"\n" +
 	"terminated\x18\x02 \x01(\bR\n" +
-	"terminated\"\xc6\x01\n" +
+	"terminated\x12+\n" +
+	"\x11terminated_ledger\x18\x03 \x01(\x03R\x10terminatedLedger\x12)\n" +
+	"\x10terminated_entry\x18\x04 \x01(\x03R\x0fterminatedEntry\"\xc6\x01\n" +
 	"\tLedgerRef\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x18\n" +
 	"\aentries\x18\x02 \x01(\x03R\aentries\x12\x12\n" +

@@ -524,7 +524,9 @@ func (s *listState) storeDone(rev int64, err error) []action {
 		if s.closeWanted {
 			return append(acts, s.finish(nil)...)
 		}
-		s.phase, s.refusing = phaseTerminated, nil
+		// A rollover asked before the termination took over is moot; left
+		// set, it would refuse every trim.
+		s.phase, s.refusing, s.rollWanted = phaseTerminated, nil, false
 		return acts
 	}
 }

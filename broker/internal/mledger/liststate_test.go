@@ -361,7 +361,10 @@ func TestListStateModel(t *testing.T) {
 					}
 				case r < 72:
 					if n := len(st.stored); n > 1 {
-						acts, _ := st.trim(1 + w.rng.IntN(n-1))
+						acts, ok := st.trim(1 + w.rng.IntN(n-1))
+						if !ok && st.phase == phaseTerminated {
+							w.fatalf("a terminated list refuses a trim (roll wanted %v)", st.rollWanted)
+						}
 						push(acts)
 					}
 				case r < 77:
@@ -404,6 +407,14 @@ func TestListStateModel(t *testing.T) {
 			}
 			if !finished && (st.phase != phaseTerminated && st.phase != phaseTrimming || !st.terminated) {
 				w.fatalf("terminated, and the phase is %v (terminated %v)", st.phase, st.terminated)
+			}
+			// Retention goes on after a termination.
+			if !finished && st.phase == phaseTerminated && len(st.stored) > 1 {
+				acts, ok := st.trim(1)
+				if !ok {
+					w.fatalf("a terminated list refuses a trim (roll wanted %v)", st.rollWanted)
+				}
+				push(acts)
 			}
 		}
 		if !finished {

@@ -150,11 +150,15 @@ type ManagedLedger struct {
 		// since (its failures are logged once, not at every retry).
 		createFailing bool
 	}
-	wg        sync.WaitGroup     // run goroutines
-	wake      chan struct{}      // cuts run's backoff short (Close: no need to wait)
-	runCtx    context.Context    // cancelled when Close gives up: run abandons
-	runCancel context.CancelFunc //
-	done      chan struct{}      // closed when the list's protocol is done
+	// terminating is set once Terminate is called (or the list was
+	// opened terminated), never cleared: read without mu, by callers that
+	// hold locks an append's callback takes (see Terminating).
+	terminating atomic.Bool
+	wg          sync.WaitGroup     // run goroutines
+	wake        chan struct{}      // cuts run's backoff short (Close: no need to wait)
+	runCtx      context.Context    // cancelled when Close gives up: run abandons
+	runCancel   context.CancelFunc //
+	done        chan struct{}      // closed when the list's protocol is done
 }
 
 type appendOp struct {
@@ -247,7 +251,7 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 		}
 	}
 	if info.Terminated {
-		return ml.openTerminated(ctx, ledgers, rev)
+		return ml.openTerminated(ctx, ledgers, rev, Position{info.TerminatedLedger, info.TerminatedEntry})
 	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	w, err := ml.createLedger(cctx)
@@ -301,7 +305,10 @@ func (ml *ManagedLedger) openWithoutLedger(ctx context.Context, ledgers []*metap
 // openTerminated ends Open on a terminated list: no ledger is created. The
 // list is stored as it is (the write checks ownership), and the managed
 // ledger serves reads only.
-func (ml *ManagedLedger) openTerminated(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64) (*ManagedLedger, error) {
+func (ml *ManagedLedger) openTerminated(ctx context.Context, ledgers []*metapb.LedgerRef, rev int64, last Position) (*ManagedLedger, error) {
+	ml.mu.Lock()
+	ml.mu.last = last // the stored position: its ledger may be trimmed
+	ml.mu.Unlock()
 	newRev, err := ml.storeList(ctx, ledgers, true, rev)
 	if err != nil {
 		ml.runCancel()
@@ -310,6 +317,7 @@ func (ml *ManagedLedger) openTerminated(ctx context.Context, ledgers []*metapb.L
 	ml.mu.Lock()
 	ml.mu.st = newListStateTerminated(ledgers, newRev)
 	ml.mu.Unlock()
+	ml.terminating.Store(true)
 	return ml, nil
 }
 
@@ -354,8 +362,19 @@ func (ml *ManagedLedger) createLedger(ctx context.Context) (*ledger.Writer, erro
 // moved, the list is read back: holding exactly what was written, the
 // earlier attempt was applied (the owner is the list's only writer);
 // holding anything else, someone else changed it (errStoreConflict).
+//
+// A list stored terminated records the last confirmed entry with it:
+// final by then (no append is taken once termination is asked, and
+// recovery, which may find more, comes before the store), so that the
+// same list is written again on a retry.
 func (ml *ManagedLedger) storeList(ctx context.Context, ledgers []*metapb.LedgerRef, terminated bool, rev int64) (int64, error) {
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&metapb.ManagedLedgerInfo{Ledgers: ledgers, Terminated: terminated})
+	info := &metapb.ManagedLedgerInfo{Ledgers: ledgers, Terminated: terminated}
+	if terminated {
+		ml.mu.Lock()
+		info.TerminatedLedger, info.TerminatedEntry = ml.mu.last.Ledger, ml.mu.last.Entry
+		ml.mu.Unlock()
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(info)
 	if err != nil {
 		return 0, err
 	}
@@ -566,11 +585,15 @@ func (ml *ManagedLedger) do(a action) {
 		ml.mu.Unlock()
 	case actTerminated:
 		ml.mu.Lock()
+		// The appends queued since Terminate was asked fail now, after
+		// those in flight then were answered (the writer's close waited
+		// for them): every success before any later failure.
+		ml.failQueueLocked(fmt.Errorf("%w: %s", ErrTerminated, ml.name))
 		for _, ch := range ml.mu.termWait {
 			ch <- a.err
 		}
 		ml.mu.termWait = nil
-		ml.wakeLocked() // readers waiting for more learn there is none
+		ml.wakeLocked() // dispatchers waiting for more look again, and find the end
 		ml.mu.Unlock()
 	case actDone:
 		ml.finish(a.err)
@@ -699,8 +722,12 @@ func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(P
 		cb(Position{}, ml.mu.err)
 	case st.phase == phaseDone:
 		cb(Position{}, fmt.Errorf("%w: %s", ErrClosed, ml.name))
-	case st.terminated || st.terminateWanted:
+	case st.terminated:
 		cb(Position{}, fmt.Errorf("%w: %s", ErrTerminated, ml.name))
+	case st.terminateWanted:
+		// Refused once the appends in flight are answered (actTerminated):
+		// a refusal must not overtake an earlier success.
+		ml.mu.queue = append(ml.mu.queue, &appendOp{ctx: ctx, data: data, cb: cb}) // failed at actTerminated
 	case st.refusing != nil:
 		cb(Position{}, ml.refusalLocked())
 	case !st.takesAppends() || ml.mu.writer == nil:
@@ -1081,7 +1108,7 @@ func (ml *ManagedLedger) Terminate(ctx context.Context) (Position, error) {
 	ml.mu.termWait = append(ml.mu.termWait, ch)
 	acts := ml.mu.st.terminate()
 	if ml.mu.st.terminateWanted {
-		ml.failQueueLocked(fmt.Errorf("%w: %s", ErrTerminated, ml.name))
+		ml.terminating.Store(true)
 	}
 	ml.feedLocked(acts)
 	ml.mu.Unlock()
@@ -1104,6 +1131,11 @@ func (ml *ManagedLedger) Terminate(ctx context.Context) (Position, error) {
 		return Position{}, ctx.Err()
 	}
 }
+
+// Terminating reports whether Terminate was called (successfully or not
+// yet) or the list was opened terminated. It takes no lock: callers may
+// hold locks that an append's callback takes.
+func (ml *ManagedLedger) Terminating() bool { return ml.terminating.Load() }
 
 // Terminated reports whether the managed ledger is terminated: a list
 // marked so is stored, and LastConfirmed is its last entry for good.

@@ -859,7 +859,7 @@ func TestTerminate(t *testing.T) {
 		p   Position
 		err error
 	}
-	results := make(chan res, 20)
+	results := make(chan res, 40)
 	for i := 25; i < 45; i++ {
 		ml.AppendAsync(ctxT(t), data(i), func(p Position, err error) { results <- res{p, err} })
 	}
@@ -867,10 +867,17 @@ func TestTerminate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := 25
-	for range 20 {
+	for i := 45; i < 65; i++ { // after Terminate returned: refused at once
+		ml.AppendAsync(ctxT(t), data(i), func(p Position, err error) { results <- res{p, err} })
+	}
+	stored, refused := 25, false
+	for i := range 40 {
 		r := <-results
 		switch {
+		case r.err == nil && refused:
+			// AppendAsync's rule: a client resending from its first
+			// failure must not find a later message stored.
+			t.Fatalf("append %d stored after an earlier one was refused", 25+i)
 		case r.err == nil:
 			stored++
 			if last.Before(r.p) {
@@ -878,6 +885,8 @@ func TestTerminate(t *testing.T) {
 			}
 		case !errors.Is(r.err, ErrTerminated):
 			t.Fatalf("an append racing Terminate failed with %v, want stored or ErrTerminated", r.err)
+		default:
+			refused = true
 		}
 	}
 	if got := ml.LastConfirmed(); got != last || !ml.Terminated() {
@@ -930,4 +939,71 @@ func TestTerminate(t *testing.T) {
 	if err := proto.Unmarshal(kv.Value, &info); err != nil || !info.Terminated || len(info.Ledgers) != 1 {
 		t.Fatalf("stored after the trim: terminated %v, %d ledgers (want 1), %v", info.Terminated, len(info.Ledgers), err)
 	}
+}
+
+// The last position of a terminated partition survives trimming the
+// ledger that holds it: here the last ledger is empty (the termination
+// came right after a rollover), retention drops the one before, and a new
+// owner still knows the end.
+func TestTerminateKeepsTheEndAcrossTrims(t *testing.T) {
+	e := newEnv(t, 1)
+	const topic = "public/default/terminated-trimmed"
+	ml := e.open(topic, smallLedgers(10), e.own(topic))
+	ps := appendN(t, ml, 0, 10)
+	testutil.Eventually(t, 30*time.Second, "the rollover to an empty ledger", func() bool { return len(ml.Ledgers()) == 2 })
+	last, err := ml.Terminate(ctxT(t))
+	if err != nil || last != ps[9] {
+		t.Fatalf("Terminate: %v %v, want %v", last, err, ps[9])
+	}
+	if ids, err := ml.Trim(ctxT(t), ml.Next(last), Retention{}); err != nil || len(ids) != 1 {
+		t.Fatalf("trim: %v %v, want the first ledger dropped", ids, err)
+	}
+	if err := ml.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	ml2 := e.open(topic, smallLedgers(10), e.own(topic))
+	defer ml2.Close(ctxT(t))
+	if got := ml2.LastConfirmed(); got != last {
+		t.Fatalf("reopened after the trim: last %v, want %v", got, last)
+	}
+	if again, err := ml2.Terminate(ctxT(t)); err != nil || again != last {
+		t.Fatalf("Terminate on the new owner: %v %v, want %v", again, err, last)
+	}
+	if es, err := ml2.Read(ctxT(t), ml2.Next(last), 10); err != nil || len(es) != 0 {
+		t.Fatalf("read past the end: %v %v", es, err)
+	}
+}
+
+// An append asked once Terminate is under way is refused only after the
+// appends in flight then are answered: a refusal never overtakes an
+// earlier success (AppendAsync's order rule), so that a producer that
+// stops at its first failure knows exactly what was stored.
+func TestTerminateAnswersInFlightAppendsFirst(t *testing.T) {
+	e := newEnv(t, 1)
+	const topic = "public/default/terminated-in-flight"
+	ml := e.open(topic, DefaultConfig(), e.own(topic))
+	appendN(t, ml, 0, 3)
+	proxy := e.c.Bookies()[0].Proxy
+	proxy.Pause()
+	held := proxy.Held()
+	outcomes := make(chan string, 2)
+	ml.AppendAsync(ctxT(t), data(3), func(_ Position, err error) { outcomes <- fmt.Sprint("in flight: ", err) })
+	<-held // the append is stuck on its way to the bookie
+	terminated := make(chan error, 1)
+	go func() {
+		_, err := ml.Terminate(ctxT(t))
+		terminated <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, "Terminate under way", ml.Terminating)
+	ml.AppendAsync(ctxT(t), data(4), func(_ Position, err error) {
+		outcomes <- fmt.Sprint("after: ", errors.Is(err, ErrTerminated))
+	})
+	proxy.Resume()
+	if err := <-terminated; err != nil {
+		t.Fatal(err)
+	}
+	if first, second := <-outcomes, <-outcomes; first != "in flight: <nil>" || second != "after: true" {
+		t.Fatalf("outcomes in order: %q, %q; want the append in flight stored, then the later one refused", first, second)
+	}
+	ml.Close(ctxT(t))
 }
