@@ -175,13 +175,13 @@ type pulsarConn struct {
 		// (CLOSE_PRODUCER) and the client has not created again: their
 		// SENDs, written before the client read the CLOSE_PRODUCER, are
 		// dropped (the client sends them again once it has the producer
-		// back), as Pulsar drops them. At most maxClosedProducers.
+		// back), as Pulsar drops them. At most maxClosedProducers (then an
+		// arbitrary one is forgotten for a new one).
 		closedProducers map[uint64]struct{}
 	}
 }
 
-// maxClosedProducers bounds a connection's closedProducers: past it, a
-// SEND for a closed producer is answered with a SEND_ERROR.
+// maxClosedProducers bounds a connection's closedProducers.
 const maxClosedProducers = 4096
 
 // pulsarProducer is a producer of the connection.
@@ -1005,9 +1005,13 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 		mine := pc.mu.producers[pp.id] == pp
 		if mine {
 			delete(pc.mu.producers, pp.id)
-			if len(pc.mu.closedProducers) < maxClosedProducers {
-				pc.mu.closedProducers[pp.id] = struct{}{}
+			if len(pc.mu.closedProducers) >= maxClosedProducers {
+				for id := range pc.mu.closedProducers { // one of them goes (a client's that never came back, most likely)
+					delete(pc.mu.closedProducers, id)
+					break
+				}
 			}
+			pc.mu.closedProducers[pp.id] = struct{}{}
 		}
 		pc.mu.Unlock()
 		if mine && pc.ctx.Err() == nil {

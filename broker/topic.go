@@ -387,7 +387,14 @@ func (t *topic) removeProducer(p *producer) {
 	if t.mu.exclusive == p {
 		t.mu.exclusive = nil
 	}
-	// The topic free: the first WaitForExclusive producer has it.
+	// The topic free: the first WaitForExclusive producer has it, unless
+	// it is being terminated.
+	if len(t.mu.waiters) > 0 && t.ml.Terminating() { // lock-free, as in addProducerAccess
+		for _, w := range t.mu.waiters {
+			w.granted <- errorf(ErrTopicTerminated, "%s was terminated", t.name)
+		}
+		t.mu.waiters = nil
+	}
 	if len(t.mu.producers) == 0 && len(t.mu.waiters) > 0 && !t.mu.closed {
 		w := t.mu.waiters[0]
 		t.mu.waiters = t.mu.waiters[1:]

@@ -587,8 +587,14 @@ func (ml *ManagedLedger) do(a action) {
 		ml.mu.Lock()
 		// The appends queued since Terminate was asked fail now, after
 		// those in flight then were answered (the writer's close waited
-		// for them): every success before any later failure.
-		ml.failQueueLocked(fmt.Errorf("%w: %s", ErrTerminated, ml.name))
+		// for them): every success before any later failure. A
+		// termination that failed (fenced, closed) did not terminate: they
+		// fail for what happened instead.
+		why := fmt.Errorf("%w: %s", ErrTerminated, ml.name)
+		if a.err != nil {
+			why = fmt.Errorf("%w: %s", a.err, ml.name)
+		}
+		ml.failQueueLocked(why)
 		for _, ch := range ml.mu.termWait {
 			ch <- a.err
 		}
