@@ -765,7 +765,8 @@ func TestPulsarProtocolSlowLoadDoesNotBlock(t *testing.T) {
 // (another Exclusive is fenced, a Shared busy); WaitForExclusive is told
 // it is not ready, then granted once the topic is free (a CLOSE gives up
 // its wait); ExclusiveWithFencing takes the topic, the producer there is
-// closed; the topic epoch counts the exclusive producers granted.
+// closed; the topic epoch counts the exclusive producers granted; a
+// termination refuses the producers waiting.
 func TestPulsarProtocolProducerAccessModes(t *testing.T) {
 	e := newEnv(t, nil)
 	p := dialPulsar(t, e.b.Addr())
@@ -849,6 +850,18 @@ func TestPulsarProtocolProducerAccessModes(t *testing.T) {
 	got := next(2)
 	if s := got[r6].GetProducerSuccess(); !s.GetProducerReady() || s.GetTopicEpoch() != 3 || got[1004] == nil {
 		t.Fatalf("ExclusiveWithFencing: %v, want producer 6 ready with epoch 3 and producer 4 closed", got)
+	}
+	// The topic terminated: the holder is closed, and the producer
+	// waiting for it is refused, never granted.
+	r7 := open(7, pulsarpb.ProducerAccessMode_WaitForExclusive)
+	if got := next(1)[r7].GetProducerSuccess(); got == nil || got.GetProducerReady() {
+		t.Fatalf("a producer waiting behind producer 6: %v, want not ready", got)
+	}
+	if code, body, err := adminDo(e, http.MethodPost, "/admin/v2/persistent/public/default/excl/terminate", nil); err != nil || code != http.StatusOK {
+		t.Fatalf("terminate: %d %s %v", code, body, err)
+	}
+	if got := next(2); got[1006] == nil || got[r7].GetError().GetError() != pulsarpb.ServerError_TopicTerminatedError {
+		t.Fatalf("after the termination: %v, want producer 6 closed and producer 7 refused with TopicTerminatedError", got)
 	}
 }
 
