@@ -132,6 +132,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAddEntries -fuzztime 30s ./internal/wirecodec
 	$(GO) test -run '^$$' -fuzz FuzzProduce -fuzztime 30s ./internal/wirecodec
 	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s ./broker/internal/pulsarwire
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSend -fuzztime 30s ./broker/internal/pulsarwire
 
 run: build
 	$(BIN)/magnetar standalone

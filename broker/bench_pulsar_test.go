@@ -1,11 +1,17 @@
 package broker_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,15 +27,27 @@ import (
 // and consuming. Compare the msg/s of the two in one run:
 //
 //	go test -run '^$' -bench BenchmarkProtocols -benchtime 100000x ./broker/
+//
+// With MAGNETAR_BENCH_BROKER=host:port it drives that broker (a
+// standalone in its own process) instead of one in the test process, and
+// with MAGNETAR_BENCH_METRICS=http://host:port/metrics (that standalone's)
+// it reports the CPU time the standalone spent per message as well:
+// scripts/bench-protocols.sh runs it so. Each case reports the test
+// process's CPU time per message too (self-cpu-us/msg: the clients, and
+// the broker when it runs in the test process).
 func BenchmarkProtocols(b *testing.B) {
 	ctx := context.Background()
-	_, s := startBenchBroker(ctx, b, nil)
-	sdk, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Addr(), OperationTimeout: time.Minute})
+	addr := os.Getenv("MAGNETAR_BENCH_BROKER")
+	if addr == "" {
+		_, s := startBenchBroker(ctx, b, nil)
+		addr = s.Addr()
+	}
+	sdk, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + addr, OperationTimeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer sdk.Close()
-	official, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + s.Addr(), OperationTimeout: time.Minute, Logger: plog.DefaultNopLogger()})
+	official, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + addr, OperationTimeout: time.Minute, Logger: plog.DefaultNopLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,7 +118,7 @@ func BenchmarkProtocols(b *testing.B) {
 		defer c.Close()
 		b.SetBytes(int64(len(payload)))
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu := time.Now(), startCPU(b)
 		for i := 0; i < b.N; i++ {
 			m, err := c.Receive(ctx)
 			if err != nil {
@@ -109,6 +127,7 @@ func BenchmarkProtocols(b *testing.B) {
 			c.Ack(m)
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+		cpu.report(b)
 	})
 	b.Run("consume/pulsar", func(b *testing.B) {
 		t := fill(b, "cp")
@@ -119,7 +138,7 @@ func BenchmarkProtocols(b *testing.B) {
 		defer c.Close()
 		b.SetBytes(int64(len(payload)))
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu := time.Now(), startCPU(b)
 		for i := 0; i < b.N; i++ {
 			m, err := c.Receive(ctx)
 			if err != nil {
@@ -128,6 +147,7 @@ func BenchmarkProtocols(b *testing.B) {
 			c.Ack(m)
 		}
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+		cpu.report(b)
 	})
 }
 
@@ -140,7 +160,7 @@ func benchSends(b *testing.B, inflight int, send func(done func(error))) {
 	b.SetBytes(1024)
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), startCPU(b)
 	for i := 0; i < b.N; i++ {
 		slots <- struct{}{}
 		wg.Add(1)
@@ -158,4 +178,62 @@ func benchSends(b *testing.B, inflight int, send func(done func(error))) {
 		b.Fatalf("%d sends failed", n)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+	cpu.report(b)
+}
+
+// cpuMeter is the CPU time used so far by the test process and, with
+// MAGNETAR_BENCH_METRICS, by the standalone whose metrics that names.
+type cpuMeter struct {
+	self   time.Duration
+	server float64 // seconds
+}
+
+func startCPU(b *testing.B) cpuMeter {
+	return cpuMeter{self: selfCPU(b), server: serverCPU(b)}
+}
+
+// report reports the CPU time used since m per message of b.N.
+func (m cpuMeter) report(b *testing.B) {
+	n := float64(b.N)
+	b.ReportMetric(float64((selfCPU(b)-m.self).Microseconds())/n, "self-cpu-us/msg")
+	if os.Getenv("MAGNETAR_BENCH_METRICS") != "" {
+		b.ReportMetric((serverCPU(b)-m.server)*1e6/n, "server-cpu-us/msg")
+	}
+}
+
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the standalone's process_cpu_seconds_total (0 without
+// MAGNETAR_BENCH_METRICS).
+func serverCPU(b *testing.B) float64 {
+	url := os.Getenv("MAGNETAR_BENCH_METRICS")
+	if url == "" {
+		return 0
+	}
+	// No connection kept: the test binary checks that no goroutine is left.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return f
+		}
+	}
+	b.Fatalf("no process_cpu_seconds_total in %s (%v)", url, sc.Err())
+	return 0
 }

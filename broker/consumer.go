@@ -36,7 +36,7 @@ type consumer struct {
 
 	mu struct {
 		sync.Mutex
-		permits     int
+		permits     int // negative while owed (see take)
 		outstanding int // bytes of entries pushed and not reported sent
 		delivered   int64
 		queue       []*brokerpb.ConsumeResponse
@@ -50,11 +50,12 @@ func newConsumer(req *brokerpb.Subscribe, queueSize int) *consumer {
 		keyShared: req.KeyShared, signal: make(chan struct{}, 1), gone: make(chan struct{})}
 }
 
-// available is the number of messages the consumer can take now.
+// available is the number of messages the consumer can take now: 0 while
+// it owes permits (see take).
 func (c *consumer) available() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.mu.permits
+	return max(c.mu.permits, 0)
 }
 
 // addPermits grants n more messages.
@@ -69,7 +70,14 @@ func (c *consumer) addPermits(n int) {
 
 // take uses n permits for an entry of n messages. An entry larger than the
 // whole receive queue goes when the queue is empty (all permits granted):
-// otherwise it could never be delivered.
+// otherwise it could never be delivered. The permits it takes beyond
+// those go negative, as Pulsar's do: the consumer is sent nothing more
+// until it has granted them back, so what it holds stays within its
+// queue and that one entry. (A consumer whose permits were set to 0
+// instead is sent an entry per permit granted while it works through the
+// big one: pulsar-client-go's connection reader then blocks on the full
+// receive queue, and with acknowledgement receipts its connection
+// deadlocks.)
 func (c *consumer) take(n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -80,7 +88,7 @@ func (c *consumer) take(n int) bool {
 	case c.mu.permits >= n:
 		c.mu.permits -= n
 	case n > c.queueSize && c.mu.permits >= c.queueSize:
-		c.mu.permits = 0
+		c.mu.permits -= n // owed: repaid by the permits granted next
 	default:
 		return false
 	}

@@ -8,7 +8,8 @@ import (
 
 // take never hands out more messages than the consumer granted, except
 // for an entry larger than its whole receive queue, which goes when every
-// permit of the queue is there (else it could never go).
+// permit of the queue is there (else it could never go), and leaves the
+// consumer owing the rest.
 func TestConsumerTakeNeverExceedsPermits(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
@@ -23,7 +24,7 @@ func TestConsumerTakeNeverExceedsPermits(t *testing.T) {
 		{"one permit for a batch", 100, 1, 10, false, 1},
 		{"none", 100, 0, 1, false, 0},
 		{"single message", 100, 1, 1, true, 0},
-		{"batch larger than the queue, queue's permits all there", 5, 5, 10, true, 0},
+		{"batch larger than the queue, queue's permits all there", 5, 5, 10, true, 0}, // 5 owed
 		{"batch larger than the queue, one permit missing", 5, 4, 10, false, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,6 +44,38 @@ func TestConsumerTakeNeverExceedsPermits(t *testing.T) {
 				t.Fatalf("delivered %d, want %d", c.mu.delivered, want)
 			}
 		})
+	}
+}
+
+// What an entry larger than the queue takes beyond the permits is owed:
+// nothing more goes until the consumer has granted it back, as a client
+// that grants permits as its application consumes does. (Forgiven, it let
+// an entry go per permit granted while the client worked through the big
+// one.)
+func TestConsumerOwesPermitsOfALargeEntry(t *testing.T) {
+	c := &consumer{queueSize: 1} // a Pulsar client's consumer
+	c.addPermits(2)
+	if !c.take(10) {
+		t.Fatal("an entry of 10 refused with permits there")
+	}
+	if got := c.mu.permits; got != -8 {
+		t.Fatalf("permits after an entry of 10 on 2: %d, want -8 (owed)", got)
+	}
+	for i := 0; i < 4; i++ { // the client's application consumes 8, two at a time
+		c.addPermits(2)
+		if got := c.available(); got != 0 {
+			t.Fatalf("available while owing: %d", got)
+		}
+		if c.take(1) || c.take(10) {
+			t.Fatalf("an entry taken while %d permits are owed", -c.mu.permits)
+		}
+	}
+	c.addPermits(2)
+	if !c.take(10) {
+		t.Fatal("an entry refused once the debt was repaid and permits granted")
+	}
+	if c.mu.delivered != 20 {
+		t.Fatalf("delivered %d, want 20", c.mu.delivered)
 	}
 }
 

@@ -336,6 +336,17 @@ func (pc *pulsarConn) send(cmd *pulsarpb.BaseCommand, payload []byte) {
 	pc.wake()
 }
 
+// sendReceipt queues a SEND_RECEIPT for the writer, as send does, without
+// building the command (one per message stored).
+func (pc *pulsarConn) sendReceipt(r pulsarwire.Receipt) {
+	pc.out.Lock()
+	if !pc.out.closed {
+		pc.out.buf = pulsarwire.AppendReceipt(pc.out.buf, r)
+	}
+	pc.out.Unlock()
+	pc.wake()
+}
+
 // writer sends the queued frames, and a PING when the connection is idle.
 func (pc *pulsarConn) writer() {
 	defer pc.wg.Done()
@@ -955,14 +966,12 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 			switch r := r.Response.(type) {
 			case *brokerpb.ProduceResponse_Receipt:
 				id := r.Receipt.GetMessageId()
-				msgID := &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(id.GetLedgerId())), EntryId: proto.Uint64(uint64(id.GetEntryId())),
-					Partition: proto.Int32(id.GetPartition())}
+				rc := pulsarwire.Receipt{ProducerID: pp.id, SequenceID: r.Receipt.GetSequenceId(),
+					LedgerID: uint64(id.GetLedgerId()), EntryID: uint64(id.GetEntryId()), Partition: id.GetPartition()}
 				if r.Receipt.GetDuplicate() { // Pulsar's -1:-1
-					msgID.LedgerId, msgID.EntryId = proto.Uint64(math.MaxUint64), proto.Uint64(math.MaxUint64)
+					rc.LedgerID, rc.EntryID = math.MaxUint64, math.MaxUint64
 				}
-				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pulsarpb.CommandSendReceipt{
-					ProducerId: proto.Uint64(pp.id), SequenceId: proto.Uint64(r.Receipt.GetSequenceId()), MessageId: msgID,
-				}}, nil)
+				pc.sendReceipt(rc)
 			case *brokerpb.ProduceResponse_Error:
 				if why := closeOnRefusal(r.Error.GetReason()); why != nil {
 					// A refusal the client is told by closing the producer,

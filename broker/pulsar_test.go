@@ -355,6 +355,56 @@ func TestPulsarProtocolConsumer(t *testing.T) {
 	}
 }
 
+// A batch larger than the permits goes, and the permits it takes beyond
+// them are owed, as in Pulsar: pulsar-client-go grants permits two at a
+// time as its application consumes, and each grant used to let another
+// whole entry go while it worked through the first. Its connection reader
+// then blocked on the full receive queue, and with acknowledgement
+// receipts its connection deadlocked (its own TestAckResponseNotBlocked).
+func TestPulsarProtocolBatchPermitsOwed(t *testing.T) {
+	e := newEnv(t, nil)
+	p, err := e.client().CreateProducer(client.ProducerOptions{Topic: "raw-owed", BatchingMaxMessages: 10, BatchingMaxPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 0, 30) // three entries of 10
+	p.Close()
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String("persistent://public/default/raw-owed"), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1), InitialPosition: pulsarpb.CommandSubscribe_Earliest.Enum()}}, nil)
+	if got := r.next(); got.GetSuccess().GetRequestId() != 1 {
+		t.Fatalf("SUBSCRIBE answered %v", got)
+	}
+	flow := func(n uint32) {
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(n)}}, nil)
+	}
+	entryOf := func(what string) {
+		t.Helper()
+		f, err := r.r.Read()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		md, _, err := entry.Decode(f.Payload)
+		if f.Cmd.GetType() != pulsarpb.BaseCommand_MESSAGE || err != nil || md.GetNumMessagesInBatch() != 10 {
+			t.Fatalf("%s: %v (%v), want a MESSAGE of a batch of 10", what, f.Cmd, err)
+		}
+	}
+	flow(2)
+	entryOf("the first entry, on 2 permits")
+	for i := 0; i < 4; i++ { // the 8 owed, granted back as they are consumed
+		flow(2)
+	}
+	r.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if f, err := r.r.Read(); err == nil && f.Cmd.GetType() != pulsarpb.BaseCommand_PING {
+		t.Fatalf("a frame while permits were owed: %v", f.Cmd)
+	}
+	r.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	flow(1)
+	entryOf("the second entry, once a permit is there beyond the debt")
+}
+
 // unackedSet and ackedIndexes are Pulsar's batch ack sets: bit i set
 // while message i is not acknowledged, in 64-bit words.
 func TestPulsarAckSets(t *testing.T) {

@@ -1,0 +1,50 @@
+# Shared by the benchmark scripts: one `magnetar standalone` at a time, on
+# fixed loopback ports, started and stopped by its pid. Source it, then:
+#
+#   standalone_start LOG [PREFIX...] -- [FLAGS...]
+#       starts "${PREFIX[@]} $bin standalone FLAGS" (PREFIX: e.g. taskset
+#       -c 0) with its data in a new directory under ${DATA_PARENT:-$out},
+#       and returns once it accepts a message; sets $pid and $dir.
+#   standalone_stop
+#       ends it (by its pid) and removes its data; safe to call twice.
+#
+# Expects $bin (the magnetar binary) and $out (a directory) to be set.
+# The broker listens on $standalone_addr, the admin API on $standalone_http.
+standalone_addr=127.0.0.1:16650
+standalone_http=127.0.0.1:18080
+pid=
+dir=
+
+standalone_start() {
+	local log=$1 prefix=() t0
+	shift
+	while [[ $# -gt 0 && $1 != -- ]]; do
+		prefix+=("$1")
+		shift
+	done
+	[[ $# -gt 0 ]] && shift # the --
+	dir=$(mktemp -d "${DATA_PARENT:-$out}/standalone.XXXXXX")
+	"${prefix[@]}" "$bin" standalone --data-dir "$dir/data" --log-level warn \
+		--broker-listen "$standalone_addr" --http "$standalone_http" \
+		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
+		"$@" >"$log" 2>&1 &
+	pid=$!
+	t0=$SECONDS
+	until "$bin" client produce warmup -m first --url "magnetar://$standalone_addr" >/dev/null 2>&1; do
+		kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
+		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
+		sleep 0.2
+	done
+}
+
+standalone_stop() {
+	if [[ -n $pid ]]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+		pid=
+	fi
+	if [[ -n $dir ]]; then
+		rm -rf "$dir"
+		dir=
+	fi
+}
