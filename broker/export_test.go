@@ -232,3 +232,6 @@ func SetSeekReattachGrace(d time.Duration) (restore func()) {
 	seekReattachGrace = d
 	return func() { seekReattachGrace = old }
 }
+
+// SetTestHookEndDecided installs f as testHookEndDecided.
+func SetTestHookEndDecided(f func()) { setHook(&testHookEndDecided, f) }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -276,17 +277,30 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 // message of the subscription is acknowledged, as Pulsar does. Called
 // after acknowledgements, and by the dispatcher when it finds nothing
 // more to read.
+//
+// It decides and queues under mu, as seek resets and queues SeekDone: a
+// notice decided before a seek is queued before its SeekDone (which the
+// SDK takes as "not at the end"), never after it.
 func (s *subscription) checkEnd() {
-	if !s.t.ml.Terminated() || s.backlog() > 0 {
+	if !s.t.ml.Terminated() {
 		return
 	}
 	s.mu.Lock()
-	cs := slices.Clone(s.mu.consumers)
-	s.mu.Unlock()
-	for _, c := range cs {
+	defer s.mu.Unlock()
+	if s.backlog() > 0 {
+		return
+	}
+	if h := testHookEndDecided.Load(); h != nil {
+		(*h)()
+	}
+	for _, c := range s.mu.consumers {
 		c.reachedEnd()
 	}
 }
+
+// testHookEndDecided, if set, runs when checkEnd has decided to tell the
+// consumers that they reached the end, before it tells them.
+var testHookEndDecided atomic.Pointer[func()]
 
 // seek resets the cursor so that delivery restarts at p. On Shared and
 // Key_Shared subscriptions the consumers other than by (nil: all) are

@@ -246,3 +246,54 @@ func TestTerminateWithSendsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A seek racing the end's notice: the notice decided before the seek is
+// queued before the seek's SeekDone, so the consumer is not left "at the
+// end" with the messages the seek gave back to read.
+func TestTerminateEndNoticeOrderedWithSeek(t *testing.T) {
+	e := newEnv(t, nil)
+	cl := e.client()
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "term-seek"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "term-seek", SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	produce(t, p, 0, 3)
+	p.Close()
+	for _, m := range receiveN(t, cons, 3) {
+		if err := cons.Ack(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "everything acknowledged", func() bool { return statsBacklog(t, e, "term-seek", "s") == 0 })
+
+	var once sync.Once
+	sought := make(chan error, 1)
+	broker.SetTestHookEndDecided(func() {
+		once.Do(func() {
+			go func() { sought <- cons.Seek(client.EarliestMessageID()) }()
+			// The seek waits for the subscription's lock, which the
+			// notice holds: it cannot be done before the notice is
+			// queued. (Without that, it is done here, and the notice
+			// queued after its SeekDone.)
+			select {
+			case err := <-sought:
+				sought <- err
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	})
+	defer broker.SetTestHookEndDecided(nil)
+	terminate(t, e, "term-seek")
+	if err := <-sought; err != nil {
+		t.Fatal(err)
+	}
+	receiveN(t, cons, 3) // given back by the seek
+	if cons.HasReachedEndOfTopic() {
+		t.Fatal("at the end of the topic after a seek gave three messages back")
+	}
+}
