@@ -38,6 +38,9 @@ import (
 func BenchmarkProtocols(b *testing.B) {
 	ctx := context.Background()
 	addr := os.Getenv("MAGNETAR_BENCH_BROKER")
+	if addr == "" && os.Getenv("MAGNETAR_BENCH_METRICS") != "" {
+		b.Fatal("MAGNETAR_BENCH_METRICS names the metrics of the broker MAGNETAR_BENCH_BROKER names: set both")
+	}
 	if addr == "" {
 		_, s := startBenchBroker(ctx, b, nil)
 		addr = s.Addr()

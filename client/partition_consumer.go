@@ -387,8 +387,16 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 	if err != nil {
 		// A corrupt entry: acknowledge nothing, tell nobody but the log of
 		// the application (there is none here); skip it so that the
-		// consumer is not stuck. Its permits are given back.
-		pc.consumed(1)
+		// consumer is not stuck. Its permits are given back, as many as
+		// the broker took for it: it leaves a consumer owing what an entry
+		// larger than the receive queue takes, and one given back for 50
+		// taken would leave it owing for good. The pump, if idle, gives
+		// them back at once.
+		pc.consumed(entryPermits(m.GetEntry()))
+		select {
+		case pc.signal <- struct{}{}:
+		default:
+		}
 		return
 	}
 	pc.mu.Lock()
@@ -738,6 +746,17 @@ func (pc *partitionConsumer) close() {
 	pc.mu.Unlock()
 	close(pc.stop)
 	<-pc.done
+}
+
+// entryPermits is how many permits the broker takes for an entry: the
+// messages its metadata says it holds (read without checking the
+// checksum, as the broker reads it), 1 if it says none or cannot be read.
+func entryPermits(data []byte) int {
+	md, _, err := entry.DecodeUnchecked(data)
+	if err != nil || md.NumMessagesInBatch == nil || md.GetNumMessagesInBatch() < 1 {
+		return 1
+	}
+	return int(md.GetNumMessagesInBatch())
 }
 
 // decodeEntry turns a delivered entry into its messages.

@@ -61,35 +61,13 @@ fi
 make -s build
 bin=$root/.bin/magnetar
 url=magnetar://127.0.0.1:16650
-dir=
-pid=
-stop_standalone() {
-	if [[ -n $pid ]]; then
-		kill "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-		pid=
-	fi
-	if [[ -n $dir ]]; then
-		rm -rf "$dir"
-		dir=
-	fi
-}
-trap stop_standalone EXIT
+# shellcheck source=lib/standalone.sh
+source "$root/scripts/lib/standalone.sh"
+trap standalone_stop EXIT
 
 start_standalone() { # bookies
-	dir=$(mktemp -d "$out/standalone.XXXXXX")
 	# shellcheck disable=SC2086
-	"$bin" standalone --data-dir "$dir/data" --bookies "$1" --log-level warn \
-		--broker-listen 127.0.0.1:16650 --http 127.0.0.1:18080 \
-		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
-		${MAGNETAR_FLAGS:-} >"$out/standalone-$1.log" 2>&1 &
-	pid=$!
-	local t0=$SECONDS
-	until "$bin" client produce warmup -m first --url "$url" >/dev/null 2>&1; do
-		kill -0 "$pid" 2>/dev/null || { cat "$out/standalone-$1.log"; exit 1; }
-		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
-		sleep 0.1
-	done
+	standalone_start "$out/standalone-$1.log" -- --bookies "$1" ${MAGNETAR_FLAGS:-}
 }
 
 rss() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)); }
@@ -145,7 +123,7 @@ for bookies in 3 1; do
 		fi
 	fi
 	rec "magnetar rss_after_$bookies $(rss) MiB peak $(hwm) MiB"
-	stop_standalone
+	standalone_stop
 done
 
 # ---- the table ----

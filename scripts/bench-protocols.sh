@@ -12,7 +12,7 @@
 #   shared  both processes on both cores, as in the in-process benchmark:
 #           the clients' CPU cost counts against the broker's.
 #
-#   scripts/bench-protocols.sh     # about 8 minutes
+#   scripts/bench-protocols.sh     # about 5 minutes
 #
 # Env: ROUNDS (2 of each layout), N (100000 messages per case), COUNT (3
 # repetitions of each case per round), LAYOUTS ("pinned shared").

@@ -19,36 +19,14 @@ mkdir -p "$out"
 make -s build
 bin=$root/.bin/magnetar
 url=magnetar://127.0.0.1:16650
-pid=
-dir=
-stop() {
-	if [[ -n $pid ]]; then
-		kill "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-		pid=
-	fi
-	if [[ -n $dir ]]; then
-		rm -rf "$dir"
-		dir=
-	fi
-}
-trap stop EXIT
+# shellcheck source=lib/standalone.sh
+source "$root/scripts/lib/standalone.sh"
+trap standalone_stop EXIT
 
 run() { # label standalone-flags...
-	local label=$1 t0
+	local label=$1
 	shift
-	dir=$(mktemp -d "$out/standalone.XXXXXX")
-	"$bin" standalone --data-dir "$dir/data" --bookies 3 --log-level warn \
-		--broker-listen 127.0.0.1:16650 --http 127.0.0.1:18080 \
-		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
-		"$@" >"$out/standalone-$label.log" 2>&1 &
-	pid=$!
-	t0=$SECONDS
-	until "$bin" client produce warmup -m first --url "$url" >/dev/null 2>&1; do
-		kill -0 "$pid" 2>/dev/null || { cat "$out/standalone-$label.log"; exit 1; }
-		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
-		sleep 0.2
-	done
+	standalone_start "$out/standalone-$label.log" -- --bookies 3 "$@"
 	local name args log
 	for c in "batched --max-pending 5000" "unbatched --disable-batching --max-pending 500"; do
 		read -r name args <<<"$c"
@@ -58,7 +36,7 @@ run() { # label standalone-flags...
 		echo "$label $name $(grep ' summary: ' "$log" | tail -1 | sed 's/.*summary: //') load=$(cut -d' ' -f1 /proc/loadavg)"
 	done
 	echo "$label rss $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)) MiB peak $(($(awk '/VmHWM/ {print $2}' "/proc/$pid/status") / 1024)) MiB"
-	stop
+	standalone_stop
 }
 
 echo "# $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty) cpus=$(nproc) secs=$secs"

@@ -23,38 +23,16 @@ out=$root/bench/out/tail-ab
 mkdir -p "$out"
 url=magnetar://127.0.0.1:16650
 admin=http://127.0.0.1:18080
-pid=
-dir=
-stop() {
-	if [[ -n $pid ]]; then
-		kill "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-		pid=
-	fi
-	if [[ -n $dir ]]; then
-		rm -rf "$dir"
-		dir=
-	fi
-}
-trap stop EXIT
+# shellcheck source=lib/standalone.sh
+source "$root/scripts/lib/standalone.sh"
+trap standalone_stop EXIT
 
 metric() { curl -sf "$admin/metrics" | awk -v m="$1" '$1 == m { printf "%.0f", $2 }'; }
 
 run() { # label binary flags...
-	local label=$1 bin=$2 t0
+	local label=$1 bin=$2 # standalone_start runs $bin
 	shift 2
-	dir=$(mktemp -d "${DATA_PARENT:-$out}/standalone.XXXXXX")
-	"$bin" standalone --data-dir "$dir/data" --bookies 3 --log-level warn \
-		--broker-listen 127.0.0.1:16650 --http 127.0.0.1:18080 \
-		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
-		"$@" >"$out/standalone-$label.log" 2>&1 &
-	pid=$!
-	t0=$SECONDS
-	until "$bin" client produce warmup -m first --url "$url" >/dev/null 2>&1; do
-		kill -0 "$pid" 2>/dev/null || { cat "$out/standalone-$label.log"; exit 1; }
-		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
-		sleep 0.2
-	done
+	standalone_start "$out/standalone-$label.log" -- --bookies 3 "$@"
 	"$bin" perf produce warm --size 1024 --rate 0 --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
 	local log=$out/perf-$label.log gc0 al0 gc1 al1
 	gc0=$(metric go_gc_duration_seconds_count)
@@ -74,7 +52,7 @@ run() { # label binary flags...
 			for (i = 1; i <= NF; i++) if ($i == "p99" && $(i+1) + 0 > worst) worst = $(i+1) + 0 }
 		END { printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | GC cycles %d, %.0f bytes allocated per message | load %s\n",
 			label, r, p50, p99, p999, worst, gc, (n > 0 ? al / n : 0), load }' "$log"
-	stop
+	standalone_stop
 }
 
 [[ $# -ge 1 ]] || { sed -n '2,14p' "$0"; exit 2; }

@@ -6,7 +6,8 @@
 #       -c 0) with its data in a new directory under ${DATA_PARENT:-$out},
 #       and returns once it accepts a message; sets $pid and $dir.
 #   standalone_stop
-#       ends it (by its pid) and removes its data; safe to call twice.
+#       ends it (by its pid: SIGTERM, SIGKILL after 30 s) and removes its
+#       data; safe to call twice.
 #
 # Expects $bin (the magnetar binary) and $out (a directory) to be set.
 # The broker listens on $standalone_addr, the admin API on $standalone_http.
@@ -40,6 +41,12 @@ standalone_start() {
 standalone_stop() {
 	if [[ -n $pid ]]; then
 		kill "$pid" 2>/dev/null || true
+		local i
+		for ((i = 0; i < 300; i++)); do # 30 s to stop, then killed
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 		pid=
 	fi
