@@ -12,12 +12,13 @@ import (
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
 
-// An entry the SDK cannot read (a batch that claims 50 messages and holds
-// garbage; a Pulsar client's encrypted batch looks alike to it) is
-// skipped, and the 50 permits the broker took for it are given back. The
-// broker leaves a consumer owing what an entry larger than its receive
-// queue takes beyond its permits; given back one, the consumer stayed
-// owing for good and received nothing more.
+// An entry the SDK cannot read (a batch that claims 250,000 messages and
+// holds garbage; a Pulsar client's encrypted batch looks alike to it) is
+// skipped, and the 250,000 permits the broker took for it are given back,
+// in Flows of at most 100,000 (the broker caps one there). The broker
+// leaves a consumer owing what an entry larger than its receive queue
+// takes beyond its permits; given back one, or 100,000, the consumer
+// stayed owing for good and received nothing more.
 func TestUnreadableBatchGivesItsPermitsBack(t *testing.T) {
 	e := newEnv(t, nil)
 	stream, err := dialBroker(t, e.b.Addr()).Produce(ctxT(t))
@@ -41,7 +42,7 @@ func TestUnreadableBatchGivesItsPermitsBack(t *testing.T) {
 			t.Fatalf("send %d: %v %v", seq, r, err)
 		}
 	}
-	send(1, &pulsarpb.MessageMetadata{NumMessagesInBatch: proto.Int32(50)}, "not a batch of 50")
+	send(1, &pulsarpb.MessageMetadata{NumMessagesInBatch: proto.Int32(250000)}, "not a batch of 250,000")
 	send(2, &pulsarpb.MessageMetadata{}, "readable")
 	stream.CloseSend()
 

@@ -373,9 +373,11 @@ func (s *subscription) expire(ctx context.Context, cutoff int64) {
 }
 
 // backlog counts the entries not acknowledged.
+//
+// It does not wait for the cursor's persist (checkEnd calls it under mu).
 func (s *subscription) backlog() int64 {
-	n := s.t.ml.EntriesBetween(s.cur.MarkDelete(), s.t.ml.LastConfirmed()) - s.cur.Stats().AckedAfterMarkDelete
-	return max(n, 0)
+	md, after := s.cur.Acked()
+	return max(s.t.ml.EntriesBetween(md, s.t.ml.LastConfirmed())-after, 0)
 }
 
 // close stops the dispatcher, disconnects the consumers and persists the

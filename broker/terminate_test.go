@@ -289,8 +289,13 @@ func TestTerminateEndNoticeOrderedWithSeek(t *testing.T) {
 	})
 	defer broker.SetTestHookEndDecided(nil)
 	terminate(t, e, "term-seek")
-	if err := <-sought; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-sought:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the end was never decided, or the seek never answered")
 	}
 	receiveN(t, cons, 3) // given back by the seek
 	if cons.HasReachedEndOfTopic() {

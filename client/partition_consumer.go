@@ -536,6 +536,17 @@ func (pc *partitionConsumer) stale(m *message) bool {
 	return again && m.recvSeq <= seq
 }
 
+// grant sends Flows for n permits, none over maxWindow: the broker caps
+// one Flow there, and an entry claiming more messages (the broker takes
+// what it claims) must be given back whole, or the consumer stays owing.
+func (pc *partitionConsumer) grant(n int) {
+	for n > 0 {
+		k := min(n, maxWindow)
+		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(k)}}})
+		n -= k
+	}
+}
+
 // returnPermits grants again the permits of every message taken.
 func (pc *partitionConsumer) returnPermits() {
 	pc.mu.Lock()
@@ -543,7 +554,7 @@ func (pc *partitionConsumer) returnPermits() {
 	pc.mu.consumed = 0
 	pc.mu.Unlock()
 	if grant > 0 {
-		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(grant)}}})
+		pc.grant(grant)
 	}
 }
 
@@ -558,7 +569,7 @@ func (pc *partitionConsumer) consumed(n int) {
 	}
 	pc.mu.Unlock()
 	if grant > 0 {
-		pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Flow{Flow: &brokerpb.Flow{Permits: uint32(grant)}}})
+		pc.grant(grant)
 	}
 }
 

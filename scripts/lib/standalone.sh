@@ -25,7 +25,7 @@ standalone_start() {
 	done
 	[[ $# -gt 0 ]] && shift # the --
 	dir=$(mktemp -d "${DATA_PARENT:-$out}/standalone.XXXXXX")
-	"${prefix[@]}" "$bin" standalone --data-dir "$dir/data" --log-level warn \
+	${prefix[@]+"${prefix[@]}"} "$bin" standalone --data-dir "$dir/data" --log-level warn \
 		--broker-listen "$standalone_addr" --http "$standalone_http" \
 		--metastore-listen 127.0.0.1:12379 --bookie-listen 127.0.0.1:13181 \
 		"$@" >"$log" 2>&1 &
@@ -46,7 +46,9 @@ standalone_stop() {
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
-		kill -KILL "$pid" 2>/dev/null || true
+		if kill -0 "$pid" 2>/dev/null; then
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
 		wait "$pid" 2>/dev/null || true
 		pid=
 	fi

@@ -263,6 +263,15 @@ func (c *Cursor) MarkDelete() Position {
 	return c.mu.st.MarkDelete()
 }
 
+// Acked is the mark-delete position and the count of entries acknowledged
+// individually after it, read together. Unlike Stats it does not wait for
+// a persist in progress.
+func (c *Cursor) Acked() (markDelete Position, after int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.st.MarkDelete(), c.mu.st.AckedAfterMarkDelete()
+}
+
 // ReadPosition is the next position to dispatch.
 func (c *Cursor) ReadPosition() Position {
 	c.mu.Lock()
