@@ -147,22 +147,25 @@ func AppendReceipt(dst []byte, r Receipt) []byte {
 	size := 1 + protowire.SizeVarint(uint64(pulsarpb.BaseCommand_SEND_RECEIPT)) + 1 + protowire.SizeBytes(receiptSize)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(4+size))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
-	dst = protowire.AppendTag(dst, fieldBaseCommandType, protowire.VarintType)
-	dst = protowire.AppendVarint(dst, uint64(pulsarpb.BaseCommand_SEND_RECEIPT))
-	dst = protowire.AppendTag(dst, fieldBaseCommandSendReceipt, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(receiptSize))
-	dst = protowire.AppendTag(dst, fieldReceiptProducerID, protowire.VarintType)
-	dst = protowire.AppendVarint(dst, r.ProducerID)
-	dst = protowire.AppendTag(dst, fieldReceiptSequenceID, protowire.VarintType)
-	dst = protowire.AppendVarint(dst, r.SequenceID)
-	dst = protowire.AppendTag(dst, fieldReceiptMessageID, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(idSize))
-	dst = protowire.AppendTag(dst, fieldMessageIDLedgerID, protowire.VarintType)
-	dst = protowire.AppendVarint(dst, r.LedgerID)
-	dst = protowire.AppendTag(dst, fieldMessageIDEntryID, protowire.VarintType)
-	dst = protowire.AppendVarint(dst, r.EntryID)
-	dst = protowire.AppendTag(dst, fieldMessageIDPartition, protowire.VarintType)
-	return protowire.AppendVarint(dst, partition)
+	dst = appendVarintField(dst, fieldBaseCommandType, uint64(pulsarpb.BaseCommand_SEND_RECEIPT))
+	dst = appendLengthField(dst, fieldBaseCommandSendReceipt, receiptSize)
+	dst = appendVarintField(dst, fieldReceiptProducerID, r.ProducerID)
+	dst = appendVarintField(dst, fieldReceiptSequenceID, r.SequenceID)
+	dst = appendLengthField(dst, fieldReceiptMessageID, idSize)
+	dst = appendVarintField(dst, fieldMessageIDLedgerID, r.LedgerID)
+	dst = appendVarintField(dst, fieldMessageIDEntryID, r.EntryID)
+	return appendVarintField(dst, fieldMessageIDPartition, partition)
+}
+
+// appendVarintField appends field num holding v.
+func appendVarintField(dst []byte, num protowire.Number, v uint64) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(dst, num, protowire.VarintType), v)
+}
+
+// appendLengthField appends the tag and length of field num, a message of
+// size bytes that the caller appends next.
+func appendLengthField(dst []byte, num protowire.Number, size int) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(dst, num, protowire.BytesType), uint64(size))
 }
 
 // sendCommand is a SEND's BaseCommand with its fields in one allocation
