@@ -150,6 +150,7 @@ type brokerMetrics struct {
 	lookupLatency   prometheus.Summary
 	ownership       *prometheus.CounterVec
 	sessionsLost    prometheus.Counter
+	discarded       *prometheus.CounterVec
 
 	cacheMu    sync.Mutex
 	cachePrev  [2]int64 // hits, misses at the last refresh
@@ -176,10 +177,16 @@ func newBrokerMetrics(reg prometheus.Registerer, cluster string) *brokerMetrics 
 			[]string{"change"}),
 		sessionsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "magnetar_broker_sessions_lost_total", ConstLabels: l,
 			Help: "etcd sessions this broker lost (every partition it owned was unloaded)."}),
+		discarded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_broker_entries_discarded_total", ConstLabels: l,
+			Help: "Entries a consumer could not read and acknowledged unread (Pulsar's ack validation error), by reason."},
+			[]string{"reason"}),
 	}
-	reg.MustRegister(m.lookupAnswers, m.lookupRedirects, m.lookupFailures, m.lookupLatency, m.ownership, m.sessionsLost)
+	reg.MustRegister(m.lookupAnswers, m.lookupRedirects, m.lookupFailures, m.lookupLatency, m.ownership, m.sessionsLost, m.discarded)
 	for _, c := range []string{"acquired", "released", "lost"} {
 		m.ownership.WithLabelValues(c)
+	}
+	for _, r := range []string{"checksum_mismatch", "decompression_error", "batch_error", "decryption_error"} {
+		m.discarded.WithLabelValues(r)
 	}
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -420,10 +421,16 @@ func (pc *pulsarConn) consumerOf(id uint64) *pulsarConsumer {
 	return pc.mu.consumers[id]
 }
 
+// flow adds a FLOW's permits, all of them: a Pulsar client asks for more
+// only once it has received half of its receive queue, so a FLOW cut short
+// (at the SDK's cap on a receive queue, say) left a client with a queue
+// over twice that waiting for good. What a consumer holds is bounded
+// anyway: its permits at 2^30, the bytes queued for it by
+// pulsarConsumerMaxOutstanding.
 func (pc *pulsarConn) flow(c *pulsarpb.CommandFlow) {
 	if pcons := pc.consumerOf(c.GetConsumerId()); pcons != nil {
 		pcons.releaseActive(pc)
-		pcons.c.addPermits(int(min(c.GetMessagePermits(), maxReceiverQueue)))
+		pcons.c.addPermits(int(c.GetMessagePermits()))
 	}
 }
 
@@ -479,6 +486,9 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 				ids = append(ids, one)
 			}
 		}
+		if err == nil && c.ValidationError != nil {
+			pcons.sub.discarded(pcons.c.name, ids, discardReason(c.GetValidationError()))
+		}
 		if err == nil {
 			err = pcons.sub.ack(ids, cumulative)
 		}
@@ -490,6 +500,22 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 		}
 		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACK_RESPONSE.Enum(), AckResponse: resp}, nil)
 	}
+}
+
+// discardReason names a Pulsar client's reason for dropping a message
+// unread as Ack.discarded's reasons are named.
+func discardReason(v pulsarpb.CommandAck_ValidationError) string {
+	switch v {
+	case pulsarpb.CommandAck_UncompressedSizeCorruption, pulsarpb.CommandAck_DecompressionError:
+		return "decompression_error"
+	case pulsarpb.CommandAck_ChecksumMismatch:
+		return "checksum_mismatch"
+	case pulsarpb.CommandAck_BatchDeSerializeError:
+		return "batch_error"
+	case pulsarpb.CommandAck_DecryptionError:
+		return "decryption_error"
+	}
+	return strings.ToLower(v.String())
 }
 
 func (pc *pulsarConn) redeliver(c *pulsarpb.CommandRedeliverUnacknowledgedMessages) {

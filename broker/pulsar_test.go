@@ -355,6 +355,72 @@ func TestPulsarProtocolConsumer(t *testing.T) {
 	}
 }
 
+// An ACK with a validation error (a Pulsar client that could not read a
+// message and dropped it) acknowledges it, and the broker counts the drop.
+func TestPulsarProtocolAckValidationError(t *testing.T) {
+	e := newEnv(t, nil)
+	p, err := e.client().CreateProducer(client.ProducerOptions{Topic: "raw-discard", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := produce(t, p, 0, 2)
+	p.Close()
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String("persistent://public/default/raw-discard"), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1), InitialPosition: pulsarpb.CommandSubscribe_Earliest.Enum()}}, nil)
+	if got := r.next(); got.GetSuccess().GetRequestId() != 1 {
+		t.Fatalf("SUBSCRIBE answered %v", got)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACK.Enum(), Ack: &pulsarpb.CommandAck{ConsumerId: proto.Uint64(1),
+		AckType: pulsarpb.CommandAck_Individual.Enum(), RequestId: proto.Uint64(2), ValidationError: pulsarpb.CommandAck_ChecksumMismatch.Enum(),
+		MessageId: []*pulsarpb.MessageIdData{{LedgerId: proto.Uint64(uint64(ids[0].LedgerID())), EntryId: proto.Uint64(uint64(ids[0].EntryID()))}}}}, nil)
+	if got := r.next().GetAckResponse(); got.GetRequestId() != 2 || got.Error != nil {
+		t.Fatalf("ACK answered %v", got)
+	}
+	if got := statsBacklog(t, e, "raw-discard", "s"); got != 1 {
+		t.Fatalf("backlog after dropping one of 2: %d", got)
+	}
+	testutil.Scrape(t, e.b.HTTPAddr()).Want(t, 1, "magnetar_broker_entries_discarded_total", "reason", "checksum_mismatch")
+}
+
+// A FLOW's permits count whole, beyond the SDK's cap on a receive queue
+// (100,000): pulsar-client-go asks for more only once it has received
+// half of its queue, so with a queue of 300,000 a FLOW cut to 100,000
+// left it waiting for good after 100,000 messages.
+func TestPulsarProtocolFlowTakenWhole(t *testing.T) {
+	e := newEnv(t, nil)
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String("persistent://public/default/big-queue"), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
+	if got := r.next(); got.GetSuccess().GetRequestId() != 1 {
+		t.Fatalf("SUBSCRIBE answered %v", got)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(300000)}}, nil)
+	// Frames are handled in order: once the PING after it is answered,
+	// the FLOW was.
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
+	if got := r.next(); got.GetType() != pulsarpb.BaseCommand_PONG {
+		t.Fatalf("PING answered %v", got)
+	}
+	st, err := adminGetJSON[struct {
+		Subscriptions map[string]struct {
+			Consumers []struct {
+				AvailablePermits int `json:"availablePermits"`
+			} `json:"consumers"`
+		} `json:"subscriptions"`
+	}](e, "/admin/v2/persistent/public/default/big-queue/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := st.Subscriptions["s"].Consumers; len(cs) != 1 || cs[0].AvailablePermits != 300000 {
+		t.Fatalf("consumers after a FLOW of 300,000: %+v", cs)
+	}
+}
+
 // A batch larger than the permits goes, and the permits it takes beyond
 // them are owed, as in Pulsar: pulsar-client-go grants permits two at a
 // time as its application consumes, and each grant used to let another

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -383,6 +384,9 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 		case *brokerpb.ConsumeRequest_Flow:
 			c.addPermits(int(min(r.Flow.Permits, maxReceiverQueue)))
 		case *brokerpb.ConsumeRequest_Ack:
+			if r.Ack.Discarded != brokerpb.DiscardReason_NOT_DISCARDED {
+				sub.discarded(c.name, r.Ack.MessageIds, strings.ToLower(strings.TrimPrefix(r.Ack.Discarded.String(), "DISCARD_")))
+			}
 			if err := sub.ack(r.Ack.MessageIds, r.Ack.Cumulative); err != nil {
 				reason, _, _ := reasonOf(err)
 				c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Error{Error: &brokerpb.ConsumerError{Reason: reason, Message: err.Error()}}})

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -210,6 +211,24 @@ func (s *subscription) redeliver(c *consumer, ids []*brokerpb.MessageId) {
 	if s.mu.active == c {
 		s.rewindLocked()
 	}
+}
+
+// discarded records entries a consumer could not read and acknowledges
+// unread (Ack.discarded; Pulsar's CommandAck.validation_error): messages
+// no application received, logged and counted
+// (magnetar_broker_entries_discarded_total). They are acknowledged as any
+// other.
+func (s *subscription) discarded(consumer string, ids []*brokerpb.MessageId, reason string) {
+	if len(ids) == 0 {
+		return
+	}
+	s.t.s.metrics.discarded.WithLabelValues(reason).Add(float64(len(ids)))
+	pos := make([]string, len(ids))
+	for i, id := range ids {
+		pos[i] = fmt.Sprintf("%d:%d", id.GetLedgerId(), id.GetEntryId())
+	}
+	s.log.Warn("a consumer could not read entries and dropped them", zap.String("consumer", consumer),
+		zap.String("reason", reason), zap.Strings("entries", pos))
 }
 
 // ack applies acknowledgements.

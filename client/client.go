@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	mathrand "math/rand/v2"
 	"net"
 	"strings"
@@ -66,6 +67,11 @@ type ClientOptions struct {
 	MetricsCardinality MetricsCardinality
 	// CustomMetricsLabels are added to every series (beside client="go").
 	CustomMetricsLabels map[string]string
+
+	// Logger hears what the client cannot return to a caller: entries a
+	// consumer could not read and dropped, or left unacknowledged.
+	// Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // maxBrokerMessageSize is the largest limit a broker may have (its
@@ -141,6 +147,9 @@ func NewClient(opts ClientOptions) (Client, error) {
 	}
 	if opts.OperationTimeout == 0 {
 		opts.OperationTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	if opts.OperationTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative operation timeout", ErrInvalidOptions)

@@ -385,14 +385,13 @@ func (pc *partitionConsumer) dropLocked() {
 func (pc *partitionConsumer) received(m *brokerpb.Message) {
 	msgs, err := decodeEntry(pc.topic, pc.partition, m)
 	if err != nil {
-		// A corrupt entry: acknowledge nothing, tell nobody but the log of
-		// the application (there is none here); skip it so that the
-		// consumer is not stuck. Its permits are given back, as many as
-		// the broker took for it: it leaves a consumer owing what an entry
-		// larger than the receive queue takes, and one given back for 50
-		// taken would leave it owing for good. The pump, if idle, gives
-		// them back at once.
+		// An entry this client cannot read is not delivered. Its permits
+		// are given back, as many as the broker took for it: it leaves a
+		// consumer owing what an entry larger than the receive queue
+		// takes, and one given back for 50 taken would leave it owing for
+		// good. The pump, if idle, gives them back at once.
 		pc.consumed(entryPermits(m.GetEntry()))
+		pc.unreadable(m.GetMessageId(), err)
 		select {
 		case pc.signal <- struct{}{}:
 		default:
@@ -446,6 +445,44 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 	default:
 	}
 }
+
+// unreadable handles an entry decodeEntry could not read. A corrupt one
+// is dropped as pulsar-client-go drops it: acknowledged, with the reason
+// (the broker logs and counts it), so that it no longer holds back the
+// subscription (its backlog, the end of a terminated topic, the unacked
+// limits of a shared one), and logged. An encrypted one is left
+// unacknowledged, as Pulsar's clients leave it by default
+// (ConsumerCryptoFailureAction FAIL): dropping it would lose a message
+// that a consumer with the key can read.
+func (pc *partitionConsumer) unreadable(id *brokerpb.MessageId, err error) {
+	log := pc.c.opts.Logger.With("topic", pc.topic, "subscription", pc.sub.GetSubscription(),
+		"ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", err)
+	var bad *unreadableEntry
+	if !errors.As(err, &bad) || !pc.sub.Durable {
+		// Encrypted; or a reader's, which acknowledges nothing.
+		log.Error("magnetar: a message could not be read and was not delivered")
+		return
+	}
+	log.Error("magnetar: a message could not be read: dropped (acknowledged)")
+	pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{
+		MessageIds: []*brokerpb.MessageId{{LedgerId: id.GetLedgerId(), EntryId: id.GetEntryId(), Partition: id.GetPartition(), BatchIndex: -1}},
+		Discarded:  bad.reason,
+	}}})
+}
+
+// unreadableEntry is an entry that cannot be read by anyone: dropped with
+// reason (see unreadable).
+type unreadableEntry struct {
+	reason brokerpb.DiscardReason
+	err    error
+}
+
+func (e *unreadableEntry) Error() string { return e.err.Error() }
+func (e *unreadableEntry) Unwrap() error { return e.err }
+
+// errEncrypted: the entry's producer encrypted it; this client does not
+// decrypt.
+var errEncrypted = errors.New("the message is encrypted (end-to-end encryption is not supported by this client)")
 
 // maxWindow bounds the permits a partition consumer grants.
 const maxWindow = 100000
@@ -774,11 +811,14 @@ func entryPermits(data []byte) int {
 func decodeEntry(topic string, partition int32, m *brokerpb.Message) ([]*message, error) {
 	md, payload, err := entry.Decode(m.Entry)
 	if err != nil {
-		return nil, err
+		return nil, &unreadableEntry{brokerpb.DiscardReason_DISCARD_CHECKSUM_MISMATCH, err}
+	}
+	if len(md.GetEncryptionKeys()) > 0 {
+		return nil, errEncrypted
 	}
 	if md.GetCompression() != pulsarpb.CompressionType_NONE {
 		if payload, err = entry.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize())); err != nil {
-			return nil, err
+			return nil, &unreadableEntry{brokerpb.DiscardReason_DISCARD_DECOMPRESSION_ERROR, err}
 		}
 	}
 	id := messageID{ledger: m.MessageId.LedgerId, entry: m.MessageId.EntryId, batchIdx: -1, partition: partition}
@@ -807,7 +847,7 @@ func decodeEntry(topic string, partition int32, m *brokerpb.Message) ([]*message
 	}
 	singles, err := entry.SplitBatch(payload, int(md.GetNumMessagesInBatch()))
 	if err != nil {
-		return nil, err
+		return nil, &unreadableEntry{brokerpb.DiscardReason_DISCARD_BATCH_ERROR, err}
 	}
 	out := make([]*message, len(singles))
 	for i, s := range singles {

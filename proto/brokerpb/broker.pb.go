@@ -293,6 +293,59 @@ func (KeySharedMode) EnumDescriptor() ([]byte, []int) {
 	return file_brokerpb_broker_proto_rawDescGZIP(), []int{3}
 }
 
+// Why a consumer dropped an entry it could not read.
+type DiscardReason int32
+
+const (
+	DiscardReason_NOT_DISCARDED               DiscardReason = 0
+	DiscardReason_DISCARD_CHECKSUM_MISMATCH   DiscardReason = 1 // the entry's metadata or checksum is unreadable
+	DiscardReason_DISCARD_DECOMPRESSION_ERROR DiscardReason = 2 // its payload does not decompress
+	DiscardReason_DISCARD_BATCH_ERROR         DiscardReason = 3 // its batch does not split into its messages
+)
+
+// Enum value maps for DiscardReason.
+var (
+	DiscardReason_name = map[int32]string{
+		0: "NOT_DISCARDED",
+		1: "DISCARD_CHECKSUM_MISMATCH",
+		2: "DISCARD_DECOMPRESSION_ERROR",
+		3: "DISCARD_BATCH_ERROR",
+	}
+	DiscardReason_value = map[string]int32{
+		"NOT_DISCARDED":               0,
+		"DISCARD_CHECKSUM_MISMATCH":   1,
+		"DISCARD_DECOMPRESSION_ERROR": 2,
+		"DISCARD_BATCH_ERROR":         3,
+	}
+)
+
+func (x DiscardReason) Enum() *DiscardReason {
+	p := new(DiscardReason)
+	*p = x
+	return p
+}
+
+func (x DiscardReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DiscardReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_brokerpb_broker_proto_enumTypes[4].Descriptor()
+}
+
+func (DiscardReason) Type() protoreflect.EnumType {
+	return &file_brokerpb_broker_proto_enumTypes[4]
+}
+
+func (x DiscardReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DiscardReason.Descriptor instead.
+func (DiscardReason) EnumDescriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{4}
+}
+
 type MessageId struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -1512,9 +1565,13 @@ func (x *Flow) GetPermits() uint32 {
 }
 
 type Ack struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MessageIds    []*MessageId           `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
-	Cumulative    bool                   `protobuf:"varint,2,opt,name=cumulative,proto3" json:"cumulative,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	MessageIds []*MessageId           `protobuf:"bytes,1,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	Cumulative bool                   `protobuf:"varint,2,opt,name=cumulative,proto3" json:"cumulative,omitempty"`
+	// Set when the consumer acknowledges entries it could not read and
+	// dropped (Pulsar's CommandAck.validation_error): the broker logs and
+	// counts them, as messages no application received.
+	Discarded     DiscardReason `protobuf:"varint,3,opt,name=discarded,proto3,enum=magnetar.broker.v1.DiscardReason" json:"discarded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1561,6 +1618,13 @@ func (x *Ack) GetCumulative() bool {
 		return x.Cumulative
 	}
 	return false
+}
+
+func (x *Ack) GetDiscarded() DiscardReason {
+	if x != nil {
+		return x.Discarded
+	}
+	return DiscardReason_NOT_DISCARDED
 }
 
 type Seek struct {
@@ -2350,13 +2414,14 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x05R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x05R\x03end\" \n" +
 	"\x04Flow\x12\x18\n" +
-	"\apermits\x18\x01 \x01(\rR\apermits\"e\n" +
+	"\apermits\x18\x01 \x01(\rR\apermits\"\xa6\x01\n" +
 	"\x03Ack\x12>\n" +
 	"\vmessage_ids\x18\x01 \x03(\v2\x1d.magnetar.broker.v1.MessageIdR\n" +
 	"messageIds\x12\x1e\n" +
 	"\n" +
 	"cumulative\x18\x02 \x01(\bR\n" +
-	"cumulative\"\x83\x01\n" +
+	"cumulative\x12?\n" +
+	"\tdiscarded\x18\x03 \x01(\x0e2!.magnetar.broker.v1.DiscardReasonR\tdiscarded\"\x83\x01\n" +
 	"\x04Seek\x12>\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\v2\x1d.magnetar.broker.v1.MessageIdH\x00R\tmessageId\x121\n" +
@@ -2437,7 +2502,12 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\n" +
 	"AUTO_SPLIT\x10\x00\x12\n" +
 	"\n" +
-	"\x06STICKY\x10\x012\xf0\x03\n" +
+	"\x06STICKY\x10\x01*{\n" +
+	"\rDiscardReason\x12\x11\n" +
+	"\rNOT_DISCARDED\x10\x00\x12\x1d\n" +
+	"\x19DISCARD_CHECKSUM_MISMATCH\x10\x01\x12\x1f\n" +
+	"\x1bDISCARD_DECOMPRESSION_ERROR\x10\x02\x12\x17\n" +
+	"\x13DISCARD_BATCH_ERROR\x10\x032\xf0\x03\n" +
 	"\x06Broker\x12O\n" +
 	"\x06Lookup\x12!.magnetar.broker.v1.LookupRequest\x1a\".magnetar.broker.v1.LookupResponse\x12v\n" +
 	"\x13PartitionedMetadata\x12..magnetar.broker.v1.PartitionedMetadataRequest\x1a/.magnetar.broker.v1.PartitionedMetadataResponse\x12V\n" +
@@ -2457,97 +2527,99 @@ func file_brokerpb_broker_proto_rawDescGZIP() []byte {
 	return file_brokerpb_broker_proto_rawDescData
 }
 
-var file_brokerpb_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_brokerpb_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_brokerpb_broker_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: magnetar.broker.v1.ErrorReason
 	(SubscriptionType)(0),               // 1: magnetar.broker.v1.SubscriptionType
 	(InitialPosition)(0),                // 2: magnetar.broker.v1.InitialPosition
 	(KeySharedMode)(0),                  // 3: magnetar.broker.v1.KeySharedMode
-	(*MessageId)(nil),                   // 4: magnetar.broker.v1.MessageId
-	(*LookupRequest)(nil),               // 5: magnetar.broker.v1.LookupRequest
-	(*LookupResponse)(nil),              // 6: magnetar.broker.v1.LookupResponse
-	(*PartitionedMetadataRequest)(nil),  // 7: magnetar.broker.v1.PartitionedMetadataRequest
-	(*PartitionedMetadataResponse)(nil), // 8: magnetar.broker.v1.PartitionedMetadataResponse
-	(*ProduceRequest)(nil),              // 9: magnetar.broker.v1.ProduceRequest
-	(*ProducerOpen)(nil),                // 10: magnetar.broker.v1.ProducerOpen
-	(*Send)(nil),                        // 11: magnetar.broker.v1.Send
-	(*ProduceResponse)(nil),             // 12: magnetar.broker.v1.ProduceResponse
-	(*ProducerOpened)(nil),              // 13: magnetar.broker.v1.ProducerOpened
-	(*SendReceipt)(nil),                 // 14: magnetar.broker.v1.SendReceipt
-	(*SendError)(nil),                   // 15: magnetar.broker.v1.SendError
-	(*ConsumeRequest)(nil),              // 16: magnetar.broker.v1.ConsumeRequest
-	(*Unsubscribe)(nil),                 // 17: magnetar.broker.v1.Unsubscribe
-	(*Subscribe)(nil),                   // 18: magnetar.broker.v1.Subscribe
-	(*KeySharedMeta)(nil),               // 19: magnetar.broker.v1.KeySharedMeta
-	(*HashRange)(nil),                   // 20: magnetar.broker.v1.HashRange
-	(*Flow)(nil),                        // 21: magnetar.broker.v1.Flow
-	(*Ack)(nil),                         // 22: magnetar.broker.v1.Ack
-	(*Seek)(nil),                        // 23: magnetar.broker.v1.Seek
-	(*Redeliver)(nil),                   // 24: magnetar.broker.v1.Redeliver
-	(*ConsumeResponse)(nil),             // 25: magnetar.broker.v1.ConsumeResponse
-	(*ReachedEndOfTopic)(nil),           // 26: magnetar.broker.v1.ReachedEndOfTopic
-	(*Unsubscribed)(nil),                // 27: magnetar.broker.v1.Unsubscribed
-	(*Subscribed)(nil),                  // 28: magnetar.broker.v1.Subscribed
-	(*Message)(nil),                     // 29: magnetar.broker.v1.Message
-	(*ActiveChange)(nil),                // 30: magnetar.broker.v1.ActiveChange
-	(*SeekDone)(nil),                    // 31: magnetar.broker.v1.SeekDone
-	(*ConsumerError)(nil),               // 32: magnetar.broker.v1.ConsumerError
-	(*GetLastMessageIdRequest)(nil),     // 33: magnetar.broker.v1.GetLastMessageIdRequest
-	(*GetLastMessageIdResponse)(nil),    // 34: magnetar.broker.v1.GetLastMessageIdResponse
-	nil,                                 // 35: magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	(*pulsarpb.MessageMetadata)(nil),    // 36: magnetar.pulsar.v1.MessageMetadata
+	(DiscardReason)(0),                  // 4: magnetar.broker.v1.DiscardReason
+	(*MessageId)(nil),                   // 5: magnetar.broker.v1.MessageId
+	(*LookupRequest)(nil),               // 6: magnetar.broker.v1.LookupRequest
+	(*LookupResponse)(nil),              // 7: magnetar.broker.v1.LookupResponse
+	(*PartitionedMetadataRequest)(nil),  // 8: magnetar.broker.v1.PartitionedMetadataRequest
+	(*PartitionedMetadataResponse)(nil), // 9: magnetar.broker.v1.PartitionedMetadataResponse
+	(*ProduceRequest)(nil),              // 10: magnetar.broker.v1.ProduceRequest
+	(*ProducerOpen)(nil),                // 11: magnetar.broker.v1.ProducerOpen
+	(*Send)(nil),                        // 12: magnetar.broker.v1.Send
+	(*ProduceResponse)(nil),             // 13: magnetar.broker.v1.ProduceResponse
+	(*ProducerOpened)(nil),              // 14: magnetar.broker.v1.ProducerOpened
+	(*SendReceipt)(nil),                 // 15: magnetar.broker.v1.SendReceipt
+	(*SendError)(nil),                   // 16: magnetar.broker.v1.SendError
+	(*ConsumeRequest)(nil),              // 17: magnetar.broker.v1.ConsumeRequest
+	(*Unsubscribe)(nil),                 // 18: magnetar.broker.v1.Unsubscribe
+	(*Subscribe)(nil),                   // 19: magnetar.broker.v1.Subscribe
+	(*KeySharedMeta)(nil),               // 20: magnetar.broker.v1.KeySharedMeta
+	(*HashRange)(nil),                   // 21: magnetar.broker.v1.HashRange
+	(*Flow)(nil),                        // 22: magnetar.broker.v1.Flow
+	(*Ack)(nil),                         // 23: magnetar.broker.v1.Ack
+	(*Seek)(nil),                        // 24: magnetar.broker.v1.Seek
+	(*Redeliver)(nil),                   // 25: magnetar.broker.v1.Redeliver
+	(*ConsumeResponse)(nil),             // 26: magnetar.broker.v1.ConsumeResponse
+	(*ReachedEndOfTopic)(nil),           // 27: magnetar.broker.v1.ReachedEndOfTopic
+	(*Unsubscribed)(nil),                // 28: magnetar.broker.v1.Unsubscribed
+	(*Subscribed)(nil),                  // 29: magnetar.broker.v1.Subscribed
+	(*Message)(nil),                     // 30: magnetar.broker.v1.Message
+	(*ActiveChange)(nil),                // 31: magnetar.broker.v1.ActiveChange
+	(*SeekDone)(nil),                    // 32: magnetar.broker.v1.SeekDone
+	(*ConsumerError)(nil),               // 33: magnetar.broker.v1.ConsumerError
+	(*GetLastMessageIdRequest)(nil),     // 34: magnetar.broker.v1.GetLastMessageIdRequest
+	(*GetLastMessageIdResponse)(nil),    // 35: magnetar.broker.v1.GetLastMessageIdResponse
+	nil,                                 // 36: magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	(*pulsarpb.MessageMetadata)(nil),    // 37: magnetar.pulsar.v1.MessageMetadata
 }
 var file_brokerpb_broker_proto_depIdxs = []int32{
-	10, // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
-	11, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
-	35, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	36, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
-	13, // 4: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
-	14, // 5: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
-	15, // 6: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
-	4,  // 7: magnetar.broker.v1.SendReceipt.message_id:type_name -> magnetar.broker.v1.MessageId
+	11, // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
+	12, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
+	36, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	37, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
+	14, // 4: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
+	15, // 5: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
+	16, // 6: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
+	5,  // 7: magnetar.broker.v1.SendReceipt.message_id:type_name -> magnetar.broker.v1.MessageId
 	0,  // 8: magnetar.broker.v1.SendError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	18, // 9: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
-	21, // 10: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
-	22, // 11: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
-	23, // 12: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
-	24, // 13: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
-	17, // 14: magnetar.broker.v1.ConsumeRequest.unsubscribe:type_name -> magnetar.broker.v1.Unsubscribe
+	19, // 9: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
+	22, // 10: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
+	23, // 11: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
+	24, // 12: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
+	25, // 13: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
+	18, // 14: magnetar.broker.v1.ConsumeRequest.unsubscribe:type_name -> magnetar.broker.v1.Unsubscribe
 	1,  // 15: magnetar.broker.v1.Subscribe.type:type_name -> magnetar.broker.v1.SubscriptionType
 	2,  // 16: magnetar.broker.v1.Subscribe.initial_position:type_name -> magnetar.broker.v1.InitialPosition
-	4,  // 17: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
-	19, // 18: magnetar.broker.v1.Subscribe.key_shared:type_name -> magnetar.broker.v1.KeySharedMeta
+	5,  // 17: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
+	20, // 18: magnetar.broker.v1.Subscribe.key_shared:type_name -> magnetar.broker.v1.KeySharedMeta
 	3,  // 19: magnetar.broker.v1.KeySharedMeta.mode:type_name -> magnetar.broker.v1.KeySharedMode
-	20, // 20: magnetar.broker.v1.KeySharedMeta.hash_ranges:type_name -> magnetar.broker.v1.HashRange
-	4,  // 21: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
-	4,  // 22: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
-	4,  // 23: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
-	28, // 24: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
-	29, // 25: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
-	30, // 26: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
-	31, // 27: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
-	32, // 28: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
-	27, // 29: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
-	26, // 30: magnetar.broker.v1.ConsumeResponse.reached_end_of_topic:type_name -> magnetar.broker.v1.ReachedEndOfTopic
-	4,  // 31: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
-	0,  // 32: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	4,  // 33: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
-	5,  // 34: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
-	7,  // 35: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
-	9,  // 36: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
-	16, // 37: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
-	33, // 38: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
-	6,  // 39: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
-	8,  // 40: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
-	12, // 41: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
-	25, // 42: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
-	34, // 43: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
-	39, // [39:44] is the sub-list for method output_type
-	34, // [34:39] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	21, // 20: magnetar.broker.v1.KeySharedMeta.hash_ranges:type_name -> magnetar.broker.v1.HashRange
+	5,  // 21: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
+	4,  // 22: magnetar.broker.v1.Ack.discarded:type_name -> magnetar.broker.v1.DiscardReason
+	5,  // 23: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
+	5,  // 24: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
+	29, // 25: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
+	30, // 26: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
+	31, // 27: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
+	32, // 28: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
+	33, // 29: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
+	28, // 30: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
+	27, // 31: magnetar.broker.v1.ConsumeResponse.reached_end_of_topic:type_name -> magnetar.broker.v1.ReachedEndOfTopic
+	5,  // 32: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
+	0,  // 33: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
+	5,  // 34: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
+	6,  // 35: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
+	8,  // 36: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
+	10, // 37: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
+	17, // 38: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
+	34, // 39: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
+	7,  // 40: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
+	9,  // 41: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
+	13, // 42: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
+	26, // 43: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
+	35, // 44: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
+	40, // [40:45] is the sub-list for method output_type
+	35, // [35:40] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_brokerpb_broker_proto_init() }
@@ -2590,7 +2662,7 @@ func file_brokerpb_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_brokerpb_broker_proto_rawDesc), len(file_brokerpb_broker_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
