@@ -15,7 +15,7 @@ RACE_PKGS     := ./metastore/... ./bookie/... ./broker/... ./client/... ./intern
 PLAIN_PKGS    := ./autoscaler/... ./cmd/... ./e2e/... ./proto/... ./tools/...
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: all build image kube-tools test-kube test test-plain test-race test-e2e test-e2e-long mutate bench bench-peers bench-storage-ab bench-heal fuzz proto proto-check lint run tools clean
+.PHONY: all build image kube-tools test-kube test-pulsar-client-go test test-plain test-race test-e2e test-e2e-long mutate bench bench-peers bench-storage-ab bench-heal fuzz proto proto-check lint run tools clean
 
 all: build
 
@@ -57,7 +57,7 @@ test: proto-check
 	$(MAKE) kube-tools
 	scripts/ensure-chromium.sh
 	$(MAKE) -j2 --output-sync=target test-plain test-race
-	$(MAKE) test-kube
+	$(MAKE) -j2 --output-sync=target test-kube test-pulsar-client-go
 
 # Test artifacts (the console's screenshots) go to test-output/.
 test-plain:
@@ -72,6 +72,12 @@ test-race:
 # of the chart and the autoscaler on them.
 kube-tools:
 	scripts/kube-tools.sh $(BIN)/kube
+
+# pulsar-client-go's own tests (the list in the file) against a
+# standalone, in a network namespace of their own: they expect ports 6650
+# and 8080 (docs/pulsar-compatibility.md).
+test-pulsar-client-go:
+	scripts/pulsar-client-go-tests.sh --netns --strict --list scripts/pulsar-client-go-ci.txt
 
 test-kube: kube-tools
 	$(GO) test -tags kube -count=1 -timeout 20m -v ./e2e/kube/

@@ -3,6 +3,11 @@ package broker
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 )
 
@@ -140,5 +145,33 @@ func TestConsumerMaxOutstanding(t *testing.T) {
 			t.Fatal("take refused without a bound while permits remained")
 		}
 		u.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Message{Message: msg(1000)}})
+	}
+}
+
+// Entries a consumer drops unread are all counted, and logged one line
+// per discardLogEvery per subscription (a consumer dropping a backlog
+// acknowledges entry by entry), the next line telling how many went
+// unnamed.
+func TestDiscardedEntriesLoggedSparingly(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	s := &subscription{t: &topic{s: &Server{metrics: newBrokerMetrics(prometheus.NewRegistry(), "c")}}, log: zap.New(core)}
+	id := func(e int64) []*brokerpb.MessageId { return []*brokerpb.MessageId{{LedgerId: 7, EntryId: e}} }
+	for e := int64(0); e < 100; e++ {
+		s.discarded("c1", id(e), "decryption_error")
+	}
+	var m dto.Metric
+	if err := s.t.s.metrics.discarded.WithLabelValues("decryption_error").Write(&m); err != nil || m.GetCounter().GetValue() != 100 {
+		t.Errorf("counted %v (%v), want 100", m.GetCounter().GetValue(), err)
+	}
+	if n := logs.Len(); n != 1 {
+		t.Fatalf("%d lines for 100 entries within %v, want 1", n, discardLogEvery)
+	}
+	s.discardLog.Lock()
+	s.discardLog.at = s.discardLog.at.Add(-discardLogEvery) // as if that long ago
+	s.discardLog.Unlock()
+	s.discarded("c1", id(100), "decryption_error")
+	lines := logs.All()
+	if len(lines) != 2 || lines[1].ContextMap()["dropped-since-last-line"] != int64(99) {
+		t.Fatalf("lines %+v, want a second one telling of the 99 unnamed", lines)
 	}
 }

@@ -35,6 +35,13 @@ type subscription struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	// discardLog spaces the log lines of discarded.
+	discardLog struct {
+		sync.Mutex
+		at       time.Time // of the last line
+		unlogged int       // entries dropped since, not in a line
+	}
+
 	// traffic counts what was dispatched to the subscription; win is its
 	// last stats window (metrics).
 	traffic traffic
@@ -215,21 +222,39 @@ func (s *subscription) redeliver(c *consumer, ids []*brokerpb.MessageId) {
 
 // discarded records entries a consumer could not read and acknowledges
 // unread (Ack.discarded; Pulsar's CommandAck.validation_error): messages
-// no application received, logged and counted
-// (magnetar_broker_entries_discarded_total). They are acknowledged as any
+// no application received, counted
+// (magnetar_broker_entries_discarded_total) and logged, one line per
+// subscription every discardLogEvery at most (a consumer dropping a whole
+// backlog sends an ACK per entry), naming the first few entries and how
+// many went unnamed since the last line. They are acknowledged as any
 // other.
 func (s *subscription) discarded(consumer string, ids []*brokerpb.MessageId, reason string) {
 	if len(ids) == 0 {
 		return
 	}
 	s.t.s.metrics.discarded.WithLabelValues(reason).Add(float64(len(ids)))
-	pos := make([]string, len(ids))
-	for i, id := range ids {
+	s.discardLog.Lock()
+	now := time.Now()
+	if !s.discardLog.at.IsZero() && now.Sub(s.discardLog.at) < discardLogEvery {
+		s.discardLog.unlogged += len(ids)
+		s.discardLog.Unlock()
+		return
+	}
+	unlogged := s.discardLog.unlogged
+	s.discardLog.at, s.discardLog.unlogged = now, 0
+	s.discardLog.Unlock()
+	named := ids[:min(len(ids), 10)]
+	pos := make([]string, len(named))
+	for i, id := range named {
 		pos[i] = fmt.Sprintf("%d:%d", id.GetLedgerId(), id.GetEntryId())
 	}
 	s.log.Warn("a consumer could not read entries and dropped them", zap.String("consumer", consumer),
-		zap.String("reason", reason), zap.Strings("entries", pos))
+		zap.String("reason", reason), zap.Int("count", len(ids)), zap.Strings("entries", pos),
+		zap.Int("dropped-since-last-line", unlogged))
 }
+
+// discardLogEvery spaces a subscription's lines about dropped entries.
+const discardLogEvery = 10 * time.Second
 
 // ack applies acknowledgements.
 func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {

@@ -1,48 +1,112 @@
 #!/usr/bin/env bash
 # Runs pulsar-client-go's own tests (producer_test.go, consumer_test.go,
 # reader_test.go of the version pinned in go.mod) against a `magnetar
-# standalone` on the ports they expect (127.0.0.1:6650 and 8080), each
+# standalone` on the ports they expect (localhost:6650 and 8080), each
 # test on its own (one failing test's panic would end a shared run), with
-# 35 s for each, with the settings their own standalone has. Prints one line per test, "NAME pass|fail SECONDS", and
-# the counts; docs/pulsar-compatibility.md records a run.
+# 35 s for each, with the settings their own standalone has. Prints one
+# line per test, "NAME pass|fail SECONDS", and the counts;
+# docs/pulsar-compatibility.md records a run.
 #
-#   scripts/pulsar-client-go-tests.sh [REGEXP]   # only the tests matching it
+#   scripts/pulsar-client-go-tests.sh [OPTIONS] [REGEXP]
+#     REGEXP        only the tests matching it
+#     --list FILE   only the tests named in FILE (one per line, # comments)
+#     --strict      exit 1 if any test fails, with the ends of its log and
+#                   of the standalone's
+#     --netns       run the standalone and the tests in a network namespace
+#                   of their own (its own loopback: ports 6650 and 8080 are
+#                   free whatever runs beside; `make test` runs it so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-filter=${1:-.}
-work=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-for port in 6650 8080; do
-  if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
-    echo "127.0.0.1:$port is in use: the tests need it for the standalone" >&2
-    exit 1
-  fi
+filter=. list= strict= netns=
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--list) list=$2; shift 2 ;;
+	--strict) strict=1; shift ;;
+	--netns) netns=1; shift ;;
+	-*) echo "unknown option $1" >&2; exit 2 ;;
+	*) filter=$1; shift ;;
+	esac
 done
+
+# run WORK: starts the standalone, runs the tests (in the namespace, with
+# --netns); the binaries are in WORK.
+run() {
+	local work=$1 dir pass=0 fail=0 failed=() name start result
+	pid=
+	trap '[[ -z $pid ]] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; } || true' EXIT
+	if [[ -n $netns ]]; then
+		ip link set lo up
+	fi
+	for port in 6650 8080; do
+		if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
+			echo "127.0.0.1:$port is in use: the tests need it for the standalone (try --netns)" >&2
+			exit 1
+		fi
+	done
+	dir=$(cat "$work/dir")
+	# The settings of the standalone those tests are written for
+	# (integration-tests/conf/standalone.conf in pulsar-client-go): messages
+	# of 1 MiB at most, Key_Shared by hash range auto-split
+	# (subscriptionKeySharedUseConsistentHashing=false), backlog quotas
+	# checked every 5 s.
+	"$work/magnetar" standalone --data-dir "$work/data" --log-level warn \
+		--max-entry-size 1048576 --key-shared-selector auto-split --retention-check-interval 5s \
+		>"$work/standalone.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 150); do
+		grep -q '^Press Ctrl-C' "$work/standalone.log" && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.2
+	done
+	grep -q '^Press Ctrl-C' "$work/standalone.log" || { cat "$work/standalone.log" >&2; exit 1; }
+	for name in $(cat "$work/tests"); do
+		start=$(date +%s)
+		if (cd "$dir" && timeout 40 "$work/pulsar.test" -test.run "^${name}\$" -test.count 1 -test.timeout 35s >"$work/$name.log" 2>&1); then
+			result=pass pass=$((pass + 1))
+		else
+			result=fail fail=$((fail + 1)) failed+=("$name")
+		fi
+		echo "$name $result $(($(date +%s) - start))"
+	done
+	echo "passed $pass, failed $fail"
+	if [[ -n $strict && $fail -gt 0 ]]; then
+		for name in "${failed[@]}"; do
+			echo "--- $name (last 40 lines)"
+			tail -40 "$work/$name.log"
+		done
+		echo "--- the standalone's log (last 40 lines)"
+		tail -40 "$work/standalone.log"
+		exit 1
+	fi
+}
+
+# Re-entered with the binaries built (in the namespace, with --netns).
+if [[ -n ${PCG_INSIDE:-} ]]; then
+	run "$PCG_INSIDE"
+	exit
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 go build -o "$work/magnetar" ./cmd/magnetar
 go test -c -o "$work/pulsar.test" github.com/apache/pulsar-client-go/pulsar
 dir=$(go list -m -f '{{.Dir}}' github.com/apache/pulsar-client-go)/pulsar
-# The settings of the standalone those tests are written for
-# (integration-tests/conf/standalone.conf in pulsar-client-go): messages of
-# 1 MiB at most, Key_Shared by hash range auto-split
-# (subscriptionKeySharedUseConsistentHashing=false), backlog quotas checked
-# every 5 s.
-"$work/magnetar" standalone --data-dir "$work/data" --log-level warn \
-  --max-entry-size 1048576 --key-shared-selector auto-split --retention-check-interval 5s \
-  > "$work/standalone.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-  grep -q '^Press Ctrl-C' "$work/standalone.log" && break
-  sleep 0.2
-done
-grep -q '^Press Ctrl-C' "$work/standalone.log" || { cat "$work/standalone.log" >&2; exit 1; }
-pass=0 fail=0
-for name in $(grep -h '^func Test' "$dir/producer_test.go" "$dir/consumer_test.go" "$dir/reader_test.go" | sed 's/(.*//; s/func //' | grep -E "$filter"); do
-  start=$(date +%s)
-  if (cd "$dir" && timeout 40 "$work/pulsar.test" -test.run "^${name}\$" -test.count 1 -test.timeout 35s > "$work/$name.log" 2>&1); then
-    result=pass; pass=$((pass + 1))
-  else
-    result=fail; fail=$((fail + 1))
-  fi
-  echo "$name $result $(( $(date +%s) - start ))"
-done
-echo "passed $pass, failed $fail"
+echo "$dir" >"$work/dir"
+grep -h '^func Test' "$dir/producer_test.go" "$dir/consumer_test.go" "$dir/reader_test.go" |
+	sed 's/(.*//; s/func //' | grep -E "$filter" >"$work/tests" || true
+if [[ -n $list ]]; then
+	sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$list" >"$work/listed"
+	missing=$(grep -vxF -f "$work/tests" "$work/listed" || true)
+	if [[ -n $missing ]]; then
+		echo "in $list but not a test of pulsar-client-go: $missing" >&2
+		exit 1
+	fi
+	mv "$work/listed" "$work/tests"
+fi
+if [[ -n $netns ]]; then
+	ns=(unshare --net)
+	[[ $(id -u) == 0 ]] || ns=(unshare --net --map-root-user)
+	PCG_INSIDE=$work "${ns[@]}" "$0" ${strict:+--strict} --netns
+else
+	PCG_INSIDE=$work "$0" ${strict:+--strict}
+fi
