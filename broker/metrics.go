@@ -185,7 +185,7 @@ func newBrokerMetrics(reg prometheus.Registerer, cluster string) *brokerMetrics 
 	for _, c := range []string{"acquired", "released", "lost"} {
 		m.ownership.WithLabelValues(c)
 	}
-	for _, r := range []string{"checksum_mismatch", "decompression_error", "batch_error", "decryption_error"} {
+	for _, r := range []string{"checksum_mismatch", "decompression_error", "batch_error", "decryption_error", "other"} {
 		m.discarded.WithLabelValues(r)
 	}
 	return m

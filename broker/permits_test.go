@@ -78,10 +78,12 @@ func rawProducer(t *testing.T, e *env, topic string) func(md *pulsarpb.MessageMe
 // that does not split, a payload that does not decompress) is dropped as
 // pulsar-client-go drops it: acknowledged with its reason, which the
 // broker logs and counts, so that it does not hold the subscription's
-// backlog (nor a terminated topic's end) for good. An encrypted one is
-// left unacknowledged, as Pulsar's clients leave it by default: a
-// consumer with the key could read it. Each is told to the client's
-// Logger.
+// backlog (nor a terminated topic's end) for good. One that another
+// reader may read (encrypted; claiming more than this client decompresses)
+// is left unacknowledged, as pulsar-client-go leaves an entry it cannot
+// decrypt, and on a shared subscription nacked, as it nacks one, so that
+// another consumer gets it again. A reader acknowledges nothing. Each is
+// told to the client's Logger.
 func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 	e := newEnv(t, nil)
 	const topic = "unreadable-entries"
@@ -89,6 +91,7 @@ func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 	send(&pulsarpb.MessageMetadata{NumMessagesInBatch: proto.Int32(3)}, "not a batch of 3")
 	send(&pulsarpb.MessageMetadata{Compression: pulsarpb.CompressionType_LZ4.Enum(), UncompressedSize: proto.Uint32(100)}, "not LZ4")
 	send(&pulsarpb.MessageMetadata{EncryptionKeys: []*pulsarpb.EncryptionKeys{{Key: proto.String("k"), Value: []byte("wrapped key")}}}, "ciphertext")
+	send(&pulsarpb.MessageMetadata{Compression: pulsarpb.CompressionType_LZ4.Enum(), UncompressedSize: proto.Uint32(100 << 20)}, "a claim over 64 MiB")
 	send(&pulsarpb.MessageMetadata{}, "readable")
 
 	var logs logRecords
@@ -97,14 +100,43 @@ func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctxT(t), 30*time.Second)
+	defer cancel()
+	discarded := func() (batch, lz4 float64) {
+		m := testutil.Scrape(t, e.b.HTTPAddr())
+		batch, _ = m.Value(t, "magnetar_broker_entries_discarded_total", "reason", "batch_error")
+		lz4, _ = m.Value(t, "magnetar_broker_entries_discarded_total", "reason", "decompression_error")
+		return batch, lz4
+	}
+
+	// A reader: nothing acknowledged, nothing counted.
+	r, err := cl.CreateReader(client.ReaderOptions{Topic: topic, StartMessageID: client.EarliestMessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := r.Next(ctx); err != nil || string(m.Payload()) != "readable" {
+		t.Fatalf("reader: %v, %v; want only the readable message", m, err)
+	}
+	r.Close()
+	if b, l := discarded(); b != 0 || l != 0 {
+		t.Fatalf("a reader dropped entries: counted %v batch and %v decompression errors", b, l)
+	}
+	want := []string{
+		"magnetar: a message could not be read and was skipped",
+		"magnetar: a message could not be read and was skipped",
+		"magnetar: a message could not be read and was skipped",
+		"magnetar: a message could not be read and was skipped",
+	}
+	if got := logs.take(); !slices.Equal(got, want) {
+		t.Errorf("reader logged %q, want %q", got, want)
+	}
+
+	// Exclusive: the corrupt entries acknowledged, the others kept.
 	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "s",
 		SubscriptionInitialPosition: client.SubscriptionPositionEarliest})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cons.Close()
-	ctx, cancel := context.WithTimeout(ctxT(t), 20*time.Second)
-	defer cancel()
 	m, err := cons.Receive(ctx)
 	if err != nil || string(m.Payload()) != "readable" {
 		t.Fatalf("got %v, %v; want only the readable message", m, err)
@@ -112,21 +144,44 @@ func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 	if err := cons.Ack(m); err != nil {
 		t.Fatal(err)
 	}
-	// The readable and the two corrupt entries are acknowledged; the
-	// encrypted one is left.
-	testutil.Eventually(t, 20*time.Second, "the corrupt entries acknowledged", func() bool { return statsBacklog(t, e, topic, "s") == 1 })
-	mt := testutil.Scrape(t, e.b.HTTPAddr())
-	mt.Want(t, 1, "magnetar_broker_entries_discarded_total", "reason", "batch_error")
-	mt.Want(t, 1, "magnetar_broker_entries_discarded_total", "reason", "decompression_error")
-	got := logs.messages()
-	want := []string{
-		"magnetar: a message could not be read: dropped (acknowledged)",
-		"magnetar: a message could not be read: dropped (acknowledged)",
-		"magnetar: a message could not be read and was not delivered",
+	cons.Close() // its acknowledgements all applied
+	if got := statsBacklog(t, e, topic, "s"); got != 2 {
+		t.Errorf("backlog %d, want 2: the encrypted entry and the one over the limit", got)
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("logged %q, want %q", got, want)
+	if b, l := discarded(); b != 1 || l != 1 {
+		t.Errorf("counted %v batch and %v decompression errors, want 1 and 1", b, l)
 	}
+	want = []string{
+		"magnetar: a message could not be read and was dropped (acknowledged)",
+		"magnetar: a message could not be read and was dropped (acknowledged)",
+		"magnetar: a message could not be read by this client and was not delivered",
+		"magnetar: a message could not be read by this client and was not delivered",
+	}
+	if got := logs.take(); !slices.Equal(got, want) {
+		t.Errorf("exclusive consumer logged %q, want %q", got, want)
+	}
+
+	// Shared: the kept ones are nacked, and so come again.
+	shared, err := cl.Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "sh", Type: client.Shared,
+		SubscriptionInitialPosition: client.SubscriptionPositionEarliest, NackRedeliveryDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
+	if m, err := shared.Receive(ctx); err != nil || string(m.Payload()) != "readable" {
+		t.Fatalf("shared: %v, %v; want the readable message", m, err)
+	}
+	var kept []string
+	testutil.Eventually(t, 20*time.Second, "the kept entries redelivered", func() bool {
+		kept = append(kept, logs.take()...)
+		n := 0
+		for _, l := range kept {
+			if l == "magnetar: a message could not be read by this client and was not delivered" {
+				n++
+			}
+		}
+		return n >= 4 // each of the two at least twice
+	})
 }
 
 // logRecords is a slog.Handler keeping the messages of the records it
@@ -146,8 +201,11 @@ func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (l *logRecords) messages() []string {
+// take returns the messages kept since the last take.
+func (l *logRecords) take() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.msgs)
+	out := l.msgs
+	l.msgs = nil
+	return out
 }

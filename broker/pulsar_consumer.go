@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
@@ -430,7 +429,7 @@ func (pc *pulsarConn) consumerOf(id uint64) *pulsarConsumer {
 func (pc *pulsarConn) flow(c *pulsarpb.CommandFlow) {
 	if pcons := pc.consumerOf(c.GetConsumerId()); pcons != nil {
 		pcons.releaseActive(pc)
-		pcons.c.addPermits(int(c.GetMessagePermits()))
+		pcons.c.addPermits(int(min(c.GetMessagePermits(), 1<<30)))
 	}
 }
 
@@ -486,11 +485,11 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 				ids = append(ids, one)
 			}
 		}
-		if err == nil && c.ValidationError != nil {
-			pcons.sub.discarded(pcons.c.name, ids, discardReason(c.GetValidationError()))
-		}
 		if err == nil {
 			err = pcons.sub.ack(ids, cumulative)
+		}
+		if err == nil && c.ValidationError != nil {
+			pcons.sub.discarded(pcons.c.name, ids, discardReason(c.GetValidationError()))
 		}
 	}
 	if c.RequestId != nil {
@@ -515,7 +514,7 @@ func discardReason(v pulsarpb.CommandAck_ValidationError) string {
 	case pulsarpb.CommandAck_DecryptionError:
 		return "decryption_error"
 	}
-	return strings.ToLower(v.String())
+	return "other"
 }
 
 func (pc *pulsarConn) redeliver(c *pulsarpb.CommandRedeliverUnacknowledgedMessages) {

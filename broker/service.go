@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -373,6 +372,22 @@ func (v *service) Consume(stream brokerpb.Broker_ConsumeServer) error {
 	}
 }
 
+// discardedLabel is the metric label of a reason for dropping entries:
+// one of a fixed few, whatever a client sends.
+func discardedLabel(r brokerpb.DiscardReason) string {
+	switch r {
+	case brokerpb.DiscardReason_DISCARD_REASON_CHECKSUM_MISMATCH:
+		return "checksum_mismatch"
+	case brokerpb.DiscardReason_DISCARD_REASON_DECOMPRESSION_ERROR:
+		return "decompression_error"
+	case brokerpb.DiscardReason_DISCARD_REASON_BATCH_ERROR:
+		return "batch_error"
+	case brokerpb.DiscardReason_DISCARD_REASON_DECRYPTION_ERROR:
+		return "decryption_error"
+	}
+	return "other"
+}
+
 // consumeRequests handles what a consumer sends after subscribing.
 func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_ConsumeServer, t *topic, sub *subscription, c *consumer) error {
 	for {
@@ -384,12 +399,11 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 		case *brokerpb.ConsumeRequest_Flow:
 			c.addPermits(int(min(r.Flow.Permits, maxReceiverQueue)))
 		case *brokerpb.ConsumeRequest_Ack:
-			if r.Ack.Discarded != brokerpb.DiscardReason_NOT_DISCARDED {
-				sub.discarded(c.name, r.Ack.MessageIds, strings.ToLower(strings.TrimPrefix(r.Ack.Discarded.String(), "DISCARD_")))
-			}
 			if err := sub.ack(r.Ack.MessageIds, r.Ack.Cumulative); err != nil {
 				reason, _, _ := reasonOf(err)
 				c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Error{Error: &brokerpb.ConsumerError{Reason: reason, Message: err.Error()}}})
+			} else if r.Ack.Discarded != brokerpb.DiscardReason_DISCARD_REASON_UNSPECIFIED {
+				sub.discarded(c.name, r.Ack.MessageIds, discardedLabel(r.Ack.Discarded))
 			}
 		case *brokerpb.ConsumeRequest_Redeliver:
 			sub.redeliver(c, r.Redeliver.MessageIds)

@@ -74,6 +74,14 @@ type ClientOptions struct {
 	Logger *slog.Logger
 }
 
+// logger is the Logger of the options, or slog's default at the time.
+func (c *client) logger() *slog.Logger {
+	if c.opts.Logger != nil {
+		return c.opts.Logger
+	}
+	return slog.Default()
+}
+
 // maxBrokerMessageSize is the largest limit a broker may have (its
 // configuration refuses more): the gRPC limits of the client's connections
 // allow it, whatever the client's MaxMessageSize.
@@ -147,9 +155,6 @@ func NewClient(opts ClientOptions) (Client, error) {
 	}
 	if opts.OperationTimeout == 0 {
 		opts.OperationTimeout = 30 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
 	}
 	if opts.OperationTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative operation timeout", ErrInvalidOptions)

@@ -16,5 +16,10 @@
 // namespace to make resends safe). A producer reconnects with backoff when
 // its broker restarts and resends what was not acknowledged, in order.
 // Consumers receive messages at least once: unacknowledged messages come
-// again after a reconnection.
+// again after a reconnection. A message that cannot be read is not
+// delivered: a corrupt one is dropped (acknowledged, with its reason, as
+// pulsar-client-go drops it); one another client may read (encrypted:
+// this client does not decrypt; or over its limits) is left
+// unacknowledged, and nacked on Shared and Key_Shared subscriptions.
+// Both are told to ClientOptions.Logger.
 package client

@@ -391,7 +391,7 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 		// takes, and one given back for 50 taken would leave it owing for
 		// good. The pump, if idle, gives them back at once.
 		pc.consumed(entryPermits(m.GetEntry()))
-		pc.unreadable(m.GetMessageId(), err)
+		pc.unreadable(m, err)
 		select {
 		case pc.signal <- struct{}{}:
 		default:
@@ -450,24 +450,38 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 // is dropped as pulsar-client-go drops it: acknowledged, with the reason
 // (the broker logs and counts it), so that it no longer holds back the
 // subscription (its backlog, the end of a terminated topic, the unacked
-// limits of a shared one), and logged. An encrypted one is left
-// unacknowledged, as Pulsar's clients leave it by default
-// (ConsumerCryptoFailureAction FAIL): dropping it would lose a message
-// that a consumer with the key can read.
-func (pc *partitionConsumer) unreadable(id *brokerpb.MessageId, err error) {
-	log := pc.c.opts.Logger.With("topic", pc.topic, "subscription", pc.sub.GetSubscription(),
+// limits of a shared one), and logged. One that another reader may read
+// (encrypted: this client does not decrypt; or over this client's
+// limits) is not acknowledged, as pulsar-client-go's default
+// (ConsumerCryptoFailureAction FAIL) leaves an entry it cannot decrypt:
+// dropping it would lose a message that another consumer can read. On
+// Shared and Key_Shared it is nacked, as pulsar-client-go nacks it, so
+// that another consumer gets it; on Exclusive and Failover it stays, and
+// a later cumulative acknowledgement covers it.
+func (pc *partitionConsumer) unreadable(m *brokerpb.Message, err error) {
+	id := m.GetMessageId()
+	log := pc.c.logger().With("topic", pc.topic, "subscription", pc.sub.GetSubscription(),
 		"ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", err)
 	var bad *unreadableEntry
-	if !errors.As(err, &bad) || !pc.sub.Durable {
-		// Encrypted; or a reader's, which acknowledges nothing.
-		log.Error("magnetar: a message could not be read and was not delivered")
-		return
+	switch {
+	case !pc.sub.Durable: // a reader: acknowledges nothing
+		log.Error("magnetar: a message could not be read and was skipped")
+	case !errors.As(err, &bad):
+		log.Error("magnetar: a message could not be read by this client and was not delivered")
+		if pc.multi {
+			pc.nack(messageID{ledger: id.GetLedgerId(), entry: id.GetEntryId(), batchIdx: -1, partition: pc.partition}, m.GetRedeliveryCount())
+		}
+	default:
+		err := pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{
+			MessageIds: []*brokerpb.MessageId{{LedgerId: id.GetLedgerId(), EntryId: id.GetEntryId(), Partition: pc.partition, BatchIndex: -1}},
+			Discarded:  bad.reason,
+		}}})
+		if err != nil {
+			log.Error("magnetar: a message could not be read and was dropped; its acknowledgement failed (it comes again)", "ack-error", err)
+			return
+		}
+		log.Error("magnetar: a message could not be read and was dropped (acknowledged)")
 	}
-	log.Error("magnetar: a message could not be read: dropped (acknowledged)")
-	pc.send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{
-		MessageIds: []*brokerpb.MessageId{{LedgerId: id.GetLedgerId(), EntryId: id.GetEntryId(), Partition: id.GetPartition(), BatchIndex: -1}},
-		Discarded:  bad.reason,
-	}}})
 }
 
 // unreadableEntry is an entry that cannot be read by anyone: dropped with
@@ -479,6 +493,15 @@ type unreadableEntry struct {
 
 func (e *unreadableEntry) Error() string { return e.err.Error() }
 func (e *unreadableEntry) Unwrap() error { return e.err }
+
+// corrupt is err as an unreadableEntry, unless it is only beyond this
+// client's limits (entry.ErrUnsupported): another reader may read that.
+func corrupt(reason brokerpb.DiscardReason, err error) error {
+	if errors.Is(err, entry.ErrUnsupported) {
+		return err
+	}
+	return &unreadableEntry{reason, err}
+}
 
 // errEncrypted: the entry's producer encrypted it; this client does not
 // decrypt.
@@ -811,14 +834,14 @@ func entryPermits(data []byte) int {
 func decodeEntry(topic string, partition int32, m *brokerpb.Message) ([]*message, error) {
 	md, payload, err := entry.Decode(m.Entry)
 	if err != nil {
-		return nil, &unreadableEntry{brokerpb.DiscardReason_DISCARD_CHECKSUM_MISMATCH, err}
+		return nil, corrupt(brokerpb.DiscardReason_DISCARD_REASON_CHECKSUM_MISMATCH, err)
 	}
 	if len(md.GetEncryptionKeys()) > 0 {
 		return nil, errEncrypted
 	}
 	if md.GetCompression() != pulsarpb.CompressionType_NONE {
 		if payload, err = entry.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize())); err != nil {
-			return nil, &unreadableEntry{brokerpb.DiscardReason_DISCARD_DECOMPRESSION_ERROR, err}
+			return nil, corrupt(brokerpb.DiscardReason_DISCARD_REASON_DECOMPRESSION_ERROR, err)
 		}
 	}
 	id := messageID{ledger: m.MessageId.LedgerId, entry: m.MessageId.EntryId, batchIdx: -1, partition: partition}
@@ -847,7 +870,7 @@ func decodeEntry(topic string, partition int32, m *brokerpb.Message) ([]*message
 	}
 	singles, err := entry.SplitBatch(payload, int(md.GetNumMessagesInBatch()))
 	if err != nil {
-		return nil, &unreadableEntry{brokerpb.DiscardReason_DISCARD_BATCH_ERROR, err}
+		return nil, corrupt(brokerpb.DiscardReason_DISCARD_REASON_BATCH_ERROR, err)
 	}
 	out := make([]*message, len(singles))
 	for i, s := range singles {

@@ -227,7 +227,7 @@ func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 		subNames = append(subNames, s.name)
 	}
 	hist, err := check.NewWriter(f, check.Meta{Scenario: "pulsar-client-kill-broker", Partitions: parts, Dedup: true,
-		Subscriptions: subNames, Started: time.Now().UnixNano()})
+		Subscriptions: subNames, Started: time.Now().UnixNano(), KeyOrdered: []string{"orders-batched"}})
 	if err != nil {
 		t.Fatal(err)
 	}

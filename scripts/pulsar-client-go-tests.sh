@@ -16,24 +16,44 @@
 #                   of their own (its own loopback: ports 6650 and 8080 are
 #                   free whatever runs beside; `make test` runs it so)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+self=$(realpath "$0")
 filter=. list= strict= netns=
 while [[ $# -gt 0 ]]; do
 	case $1 in
-	--list) list=$2; shift 2 ;;
+	--list) list=$(realpath "$2"); shift 2 ;;
 	--strict) strict=1; shift ;;
 	--netns) netns=1; shift ;;
 	-*) echo "unknown option $1" >&2; exit 2 ;;
 	*) filter=$1; shift ;;
 	esac
 done
+cd "$(dirname "$self")/.."
+
+# Whatever ends the script ends what it started: the standalone (pid),
+# the namespace and all in it (child, an unshare with --kill-child), and
+# removes the work directory (outside only).
+pid= child= work=
+cleanup() {
+	if [[ -n $child ]]; then
+		# unshare --fork ignores SIGTERM (it leaves it to its child).
+		kill -KILL "$child" 2>/dev/null || true
+		wait "$child" 2>/dev/null || true
+	fi
+	if [[ -n $pid ]]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	fi
+	if [[ -n $work && -z ${PCG_INSIDE:-} ]]; then
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 # run WORK: starts the standalone, runs the tests (in the namespace, with
 # --netns); the binaries are in WORK.
 run() {
 	local work=$1 dir pass=0 fail=0 failed=() name start result
-	pid=
-	trap '[[ -z $pid ]] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; } || true' EXIT
 	if [[ -n $netns ]]; then
 		ip link set lo up
 	fi
@@ -60,6 +80,11 @@ run() {
 	done
 	grep -q '^Press Ctrl-C' "$work/standalone.log" || { cat "$work/standalone.log" >&2; exit 1; }
 	for name in $(cat "$work/tests"); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "the standalone died before $name; its log (last 40 lines):" >&2
+			tail -40 "$work/standalone.log" >&2
+			exit 1
+		fi
 		start=$(date +%s)
 		if (cd "$dir" && timeout 40 "$work/pulsar.test" -test.run "^${name}\$" -test.count 1 -test.timeout 35s >"$work/$name.log" 2>&1); then
 			result=pass pass=$((pass + 1))
@@ -69,6 +94,10 @@ run() {
 		echo "$name $result $(($(date +%s) - start))"
 	done
 	echo "passed $pass, failed $fail"
+	if [[ -n $strict && $pass -eq 0 ]]; then
+		echo "no test ran" >&2
+		exit 1
+	fi
 	if [[ -n $strict && $fail -gt 0 ]]; then
 		for name in "${failed[@]}"; do
 			echo "--- $name (last 40 lines)"
@@ -87,7 +116,6 @@ if [[ -n ${PCG_INSIDE:-} ]]; then
 fi
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 go build -o "$work/magnetar" ./cmd/magnetar
 go test -c -o "$work/pulsar.test" github.com/apache/pulsar-client-go/pulsar
 dir=$(go list -m -f '{{.Dir}}' github.com/apache/pulsar-client-go)/pulsar
@@ -98,15 +126,23 @@ if [[ -n $list ]]; then
 	sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$list" >"$work/listed"
 	missing=$(grep -vxF -f "$work/tests" "$work/listed" || true)
 	if [[ -n $missing ]]; then
-		echo "in $list but not a test of pulsar-client-go: $missing" >&2
+		echo "in $list but not a test of pulsar-client-go matching '$filter': $missing" >&2
 		exit 1
 	fi
 	mv "$work/listed" "$work/tests"
 fi
-if [[ -n $netns ]]; then
-	ns=(unshare --net)
-	[[ $(id -u) == 0 ]] || ns=(unshare --net --map-root-user)
-	PCG_INSIDE=$work "${ns[@]}" "$0" ${strict:+--strict} --netns
-else
-	PCG_INSIDE=$work "$0" ${strict:+--strict}
+if [[ -z $netns ]]; then
+	run "$work"
+	exit
 fi
+# A network namespace (its own loopback) and a PID namespace: when the
+# unshare process ends, the kernel ends every process in it.
+ns=(unshare --net --pid --fork --kill-child)
+[[ $(id -u) == 0 ]] || ns+=(--map-root-user)
+if ! "${ns[@]}" true; then
+	echo "cannot make namespaces here (${ns[*]}); without --netns the tests need ports 6650 and 8080 free" >&2
+	exit 1
+fi
+PCG_INSIDE=$work "${ns[@]}" "$self" ${strict:+--strict} --netns &
+child=$!
+wait "$child"

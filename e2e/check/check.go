@@ -514,18 +514,23 @@ func (c *checker) duplicates() {
 }
 
 // producerOrder checks that each producer's ok sends to a partition were
-// acknowledged at increasing positions, in the order they were issued.
+// acknowledged at increasing positions, in the order they were issued
+// (per key for the producers of Meta.KeyOrdered).
 func (c *checker) producerOrder() {
 	type prodPart struct {
 		producer  string
 		partition int32
+		key       string // Meta.KeyOrdered producers only
 	}
 	order := c.kind(&c.r.ProducerOrder)
 	streams := make(map[prodPart][]*Event)
 	for i := range c.h.Sends {
 		s := &c.h.Sends[i]
 		if s.Result == ResultOK && s.ID != nil {
-			k := prodPart{s.Producer, s.ID.Partition}
+			k := prodPart{producer: s.Producer, partition: s.ID.Partition}
+			if slices.Contains(c.h.Meta.KeyOrdered, s.Producer) {
+				k.key = s.Key
+			}
 			streams[k] = append(streams[k], s)
 		}
 	}

@@ -205,6 +205,29 @@ func TestCheck(t *testing.T) {
 			want: map[string]int{"producerOrder": 1},
 		},
 		{
+			name: "producer order of a key-ordered producer, across keys",
+			edit: func(h *History) {
+				// As above, but v1 and v2 have different keys and the
+				// producer orders per key only (key-based batching).
+				h.Meta.KeyOrdered = []string{"a"}
+				h.Sends[0].ID, h.Sends[1].ID = at(0, 2), at(0, 1)
+				h.Recvs[0], h.Recvs[1] = recv("ex", SubExclusive, "ex-1", "v2", 0, 1), recv("ex", SubExclusive, "ex-1", "v1", 0, 2)
+				h.Recvs[5].ID, h.Recvs[7].ID = at(0, 1), at(0, 2)
+			},
+			want: map[string]int{}, pass: true,
+		},
+		{
+			name: "producer order of a key-ordered producer, within a key",
+			edit: func(h *History) {
+				h.Meta.KeyOrdered = []string{"a"}
+				h.Sends[0].ID, h.Sends[1].ID = at(0, 2), at(0, 1)
+				h.Sends[0].Key, h.Sends[1].Key = "same", "same"
+				h.Recvs[0], h.Recvs[1] = recv("ex", SubExclusive, "ex-1", "v2", 0, 1), recv("ex", SubExclusive, "ex-1", "v1", 0, 2)
+				h.Recvs[5].ID, h.Recvs[7].ID = at(0, 1), at(0, 2)
+			},
+			want: map[string]int{"producerOrder": 1},
+		},
+		{
 			name: "failed send read",
 			edit: func(h *History) {
 				h.Sends = append(h.Sends, send("a", 5, "f5", ResultFailed, 0, 0))

@@ -65,7 +65,10 @@
 //     acknowledgements were lost with the broker that had them (the e2e
 //     suite sees that when a broker loses its etcd session).
 //   - Producer order (fails): one producer's ok sends to one partition,
-//     ordered by Seq, must have strictly increasing acknowledged ids.
+//     ordered by Seq, must have strictly increasing acknowledged ids; per
+//     key for the producers named in Meta.KeyOrdered (Pulsar's key-based
+//     batching orders each key's messages, not the producer's: it sends
+//     one batch per key, in the order of their first messages).
 //   - Failed sends read (reported only): a value whose only sends failed
 //     was read anyway, so "failed" was not "known not written". It does not
 //     fail the run, but it means the harness's classification is wrong.

@@ -101,6 +101,10 @@ type Meta struct {
 	Dedup         bool     `json:"dedup"`         // broker deduplication on
 	Subscriptions []string `json:"subscriptions"` // subscriptions created before the first send: each must receive every ok value
 	Started       int64    `json:"started"`       // unix nanoseconds
+	// KeyOrdered names producers that keep order per key only (Pulsar's
+	// key-based batching sends each key's batch in the order of its first
+	// message): their producer order is checked per key.
+	KeyOrdered []string `json:"keyOrdered,omitempty"`
 }
 
 // History is a whole run.

@@ -293,29 +293,33 @@ func (KeySharedMode) EnumDescriptor() ([]byte, []int) {
 	return file_brokerpb_broker_proto_rawDescGZIP(), []int{3}
 }
 
-// Why a consumer dropped an entry it could not read.
+// Why a consumer dropped an entry it could not read (Pulsar's
+// CommandAck.ValidationError).
 type DiscardReason int32
 
 const (
-	DiscardReason_NOT_DISCARDED               DiscardReason = 0
-	DiscardReason_DISCARD_CHECKSUM_MISMATCH   DiscardReason = 1 // the entry's metadata or checksum is unreadable
-	DiscardReason_DISCARD_DECOMPRESSION_ERROR DiscardReason = 2 // its payload does not decompress
-	DiscardReason_DISCARD_BATCH_ERROR         DiscardReason = 3 // its batch does not split into its messages
+	DiscardReason_DISCARD_REASON_UNSPECIFIED         DiscardReason = 0 // not dropped: a plain acknowledgement
+	DiscardReason_DISCARD_REASON_CHECKSUM_MISMATCH   DiscardReason = 1 // the entry's metadata or checksum is unreadable
+	DiscardReason_DISCARD_REASON_DECOMPRESSION_ERROR DiscardReason = 2 // its payload does not decompress
+	DiscardReason_DISCARD_REASON_BATCH_ERROR         DiscardReason = 3 // its batch does not split into its messages
+	DiscardReason_DISCARD_REASON_DECRYPTION_ERROR    DiscardReason = 4 // it does not decrypt (a client that decrypts, told to drop such entries)
 )
 
 // Enum value maps for DiscardReason.
 var (
 	DiscardReason_name = map[int32]string{
-		0: "NOT_DISCARDED",
-		1: "DISCARD_CHECKSUM_MISMATCH",
-		2: "DISCARD_DECOMPRESSION_ERROR",
-		3: "DISCARD_BATCH_ERROR",
+		0: "DISCARD_REASON_UNSPECIFIED",
+		1: "DISCARD_REASON_CHECKSUM_MISMATCH",
+		2: "DISCARD_REASON_DECOMPRESSION_ERROR",
+		3: "DISCARD_REASON_BATCH_ERROR",
+		4: "DISCARD_REASON_DECRYPTION_ERROR",
 	}
 	DiscardReason_value = map[string]int32{
-		"NOT_DISCARDED":               0,
-		"DISCARD_CHECKSUM_MISMATCH":   1,
-		"DISCARD_DECOMPRESSION_ERROR": 2,
-		"DISCARD_BATCH_ERROR":         3,
+		"DISCARD_REASON_UNSPECIFIED":         0,
+		"DISCARD_REASON_CHECKSUM_MISMATCH":   1,
+		"DISCARD_REASON_DECOMPRESSION_ERROR": 2,
+		"DISCARD_REASON_BATCH_ERROR":         3,
+		"DISCARD_REASON_DECRYPTION_ERROR":    4,
 	}
 )
 
@@ -1624,7 +1628,7 @@ func (x *Ack) GetDiscarded() DiscardReason {
 	if x != nil {
 		return x.Discarded
 	}
-	return DiscardReason_NOT_DISCARDED
+	return DiscardReason_DISCARD_REASON_UNSPECIFIED
 }
 
 type Seek struct {
@@ -2502,12 +2506,13 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\n" +
 	"AUTO_SPLIT\x10\x00\x12\n" +
 	"\n" +
-	"\x06STICKY\x10\x01*{\n" +
-	"\rDiscardReason\x12\x11\n" +
-	"\rNOT_DISCARDED\x10\x00\x12\x1d\n" +
-	"\x19DISCARD_CHECKSUM_MISMATCH\x10\x01\x12\x1f\n" +
-	"\x1bDISCARD_DECOMPRESSION_ERROR\x10\x02\x12\x17\n" +
-	"\x13DISCARD_BATCH_ERROR\x10\x032\xf0\x03\n" +
+	"\x06STICKY\x10\x01*\xc2\x01\n" +
+	"\rDiscardReason\x12\x1e\n" +
+	"\x1aDISCARD_REASON_UNSPECIFIED\x10\x00\x12$\n" +
+	" DISCARD_REASON_CHECKSUM_MISMATCH\x10\x01\x12&\n" +
+	"\"DISCARD_REASON_DECOMPRESSION_ERROR\x10\x02\x12\x1e\n" +
+	"\x1aDISCARD_REASON_BATCH_ERROR\x10\x03\x12#\n" +
+	"\x1fDISCARD_REASON_DECRYPTION_ERROR\x10\x042\xf0\x03\n" +
 	"\x06Broker\x12O\n" +
 	"\x06Lookup\x12!.magnetar.broker.v1.LookupRequest\x1a\".magnetar.broker.v1.LookupResponse\x12v\n" +
 	"\x13PartitionedMetadata\x12..magnetar.broker.v1.PartitionedMetadataRequest\x1a/.magnetar.broker.v1.PartitionedMetadataResponse\x12V\n" +

@@ -96,8 +96,11 @@ func lz4LiteralBlock(src []byte) []byte {
 // claims; it is checked against MaxUncompressedSize before allocating, and
 // the result must have exactly that size.
 func Decompress(t pulsarpb.CompressionType, src []byte, size int) ([]byte, error) {
-	if size < 0 || size > MaxUncompressedSize {
+	if size < 0 {
 		return nil, fmt.Errorf("%w: uncompressed size %d", ErrCorrupt, size)
+	}
+	if size > MaxUncompressedSize {
+		return nil, fmt.Errorf("%w: uncompressed size %d, over %d", ErrUnsupported, size, MaxUncompressedSize)
 	}
 	var out []byte
 	var err error
@@ -130,7 +133,7 @@ func Decompress(t pulsarpb.CompressionType, src []byte, size int) ([]byte, error
 			out, err = snappy.Decode(nil, src)
 		}
 	default:
-		return nil, fmt.Errorf("%w: unknown compression type %d", ErrCorrupt, t)
+		return nil, fmt.Errorf("%w: unknown compression type %d", ErrUnsupported, t)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, t, err)

@@ -37,6 +37,13 @@ const headerLen = 2 + 4 + 4
 // ErrCorrupt is returned for bytes that are not a well-formed entry.
 var ErrCorrupt = errors.New("entry: corrupt")
 
+// ErrUnsupported is returned for an entry that may be well formed but that
+// this package does not read: a compression type it does not know, a
+// payload claiming more than MaxUncompressedSize, a batched message's
+// metadata over MaxMetadataSize. A reader without those limits may read
+// it: a consumer must not take it for corrupt and drop it.
+var ErrUnsupported = errors.New("entry: not supported by this reader")
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Encode lays out an entry.
@@ -128,8 +135,11 @@ func SplitBatch(b []byte, n int) ([]Single, error) {
 		}
 		size := binary.BigEndian.Uint32(b)
 		b = b[4:]
-		if size > MaxMetadataSize || int(size) > len(b) {
+		if int64(size) > int64(len(b)) {
 			return nil, fmt.Errorf("%w: batch message %d metadata size %d", ErrCorrupt, i, size)
+		}
+		if size > MaxMetadataSize {
+			return nil, fmt.Errorf("%w: batch message %d metadata of %d bytes, over %d", ErrUnsupported, i, size, MaxMetadataSize)
 		}
 		smm := &pulsarpb.SingleMessageMetadata{}
 		if err := proto.Unmarshal(b[:size], smm); err != nil {
