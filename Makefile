@@ -77,7 +77,7 @@ kube-tools:
 # standalone, in a network namespace of their own: they expect ports 6650
 # and 8080 (docs/pulsar-compatibility.md).
 test-pulsar-client-go:
-	timeout 15m scripts/pulsar-client-go-tests.sh --netns --strict --list scripts/pulsar-client-go-ci.txt
+	timeout --foreground 15m scripts/pulsar-client-go-tests.sh --netns --strict --list scripts/pulsar-client-go-ci.txt
 
 test-kube: kube-tools
 	$(GO) test -tags kube -count=1 -timeout 20m -v ./e2e/kube/

@@ -75,27 +75,35 @@ func rawProducer(t *testing.T, e *env, topic string) func(md *pulsarpb.MessageMe
 }
 
 // Entries the SDK cannot read are not delivered. A corrupt one (a batch
-// that does not split, a payload that does not decompress) is dropped as
-// pulsar-client-go drops it: acknowledged with its reason, which the
-// broker logs and counts, so that it does not hold the subscription's
-// backlog (nor a terminated topic's end) for good. One that another
-// reader may read (encrypted; claiming more than this client decompresses)
+// that does not split, a payload that does not decompress or claims more
+// than it can make) is dropped as pulsar-client-go drops it: acknowledged
+// with its reason, which the broker logs and counts, so that it does not
+// hold the subscription's backlog (nor a terminated topic's end) for good.
+// One that another client may read (encrypted; a chunk of a larger
+// message; a claim over this client's 64 MiB that the payload could make)
 // is left unacknowledged, as pulsar-client-go leaves an entry it cannot
 // decrypt, and on a shared subscription nacked, as it nacks one, so that
-// another consumer gets it again. A reader acknowledges nothing. Each is
-// told to the client's Logger.
+// it comes again. A reader acknowledges nothing. Each is told to the
+// client's Logger.
 func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 	e := newEnv(t, nil)
 	const topic = "unreadable-entries"
 	send := rawProducer(t, e, topic)
+	lz4 := func(claim uint32) *pulsarpb.MessageMetadata {
+		return &pulsarpb.MessageMetadata{Compression: pulsarpb.CompressionType_LZ4.Enum(), UncompressedSize: proto.Uint32(claim)}
+	}
+	// Dropped: their entry ids are 0, 1, 2.
 	send(&pulsarpb.MessageMetadata{NumMessagesInBatch: proto.Int32(3)}, "not a batch of 3")
-	send(&pulsarpb.MessageMetadata{Compression: pulsarpb.CompressionType_LZ4.Enum(), UncompressedSize: proto.Uint32(100)}, "not LZ4")
+	send(lz4(100), "not LZ4")
+	send(lz4(100<<20), "19 bytes cannot make 100 MiB of LZ4")
+	// Kept: 3, 4, 5.
 	send(&pulsarpb.MessageMetadata{EncryptionKeys: []*pulsarpb.EncryptionKeys{{Key: proto.String("k"), Value: []byte("wrapped key")}}}, "ciphertext")
-	send(&pulsarpb.MessageMetadata{Compression: pulsarpb.CompressionType_LZ4.Enum(), UncompressedSize: proto.Uint32(100 << 20)}, "a claim over 64 MiB")
+	send(&pulsarpb.MessageMetadata{Compression: pulsarpb.CompressionType_ZSTD.Enum(), UncompressedSize: proto.Uint32(100 << 20)}, "a ZSTD frame may")
+	send(&pulsarpb.MessageMetadata{NumChunksFromMsg: proto.Int32(2), ChunkId: proto.Int32(0), Uuid: proto.String("u"), TotalChunkMsgSize: proto.Int32(20)}, "first half")
 	send(&pulsarpb.MessageMetadata{}, "readable")
 
-	var logs logRecords
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr(), Logger: slog.New(&logs)})
+	logs := newLogRecords()
+	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + e.b.Addr(), Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +116,11 @@ func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 		lz4, _ = m.Value(t, "magnetar_broker_entries_discarded_total", "reason", "decompression_error")
 		return batch, lz4
 	}
+	const (
+		skipped = "magnetar: a message could not be read and was skipped"
+		dropped = "magnetar: a message could not be read and was dropped (acknowledged)"
+		kept    = "magnetar: a message could not be read by this client and was not delivered"
+	)
 
 	// A reader: nothing acknowledged, nothing counted.
 	r, err := cl.CreateReader(client.ReaderOptions{Topic: topic, StartMessageID: client.EarliestMessageID()})
@@ -121,12 +134,7 @@ func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 	if b, l := discarded(); b != 0 || l != 0 {
 		t.Fatalf("a reader dropped entries: counted %v batch and %v decompression errors", b, l)
 	}
-	want := []string{
-		"magnetar: a message could not be read and was skipped",
-		"magnetar: a message could not be read and was skipped",
-		"magnetar: a message could not be read and was skipped",
-		"magnetar: a message could not be read and was skipped",
-	}
+	want := []string{"0 " + skipped, "1 " + skipped, "2 " + skipped, "3 " + skipped, "4 " + skipped, "5 " + skipped}
 	if got := logs.take(); !slices.Equal(got, want) {
 		t.Errorf("reader logged %q, want %q", got, want)
 	}
@@ -145,18 +153,13 @@ func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons.Close() // its acknowledgements all applied
-	if got := statsBacklog(t, e, topic, "s"); got != 2 {
-		t.Errorf("backlog %d, want 2: the encrypted entry and the one over the limit", got)
+	if got := statsBacklog(t, e, topic, "s"); got != 3 {
+		t.Errorf("backlog %d, want 3: the encrypted entry, the chunk and the ZSTD claim", got)
 	}
-	if b, l := discarded(); b != 1 || l != 1 {
-		t.Errorf("counted %v batch and %v decompression errors, want 1 and 1", b, l)
+	if b, l := discarded(); b != 1 || l != 2 {
+		t.Errorf("counted %v batch and %v decompression errors, want 1 and 2", b, l)
 	}
-	want = []string{
-		"magnetar: a message could not be read and was dropped (acknowledged)",
-		"magnetar: a message could not be read and was dropped (acknowledged)",
-		"magnetar: a message could not be read by this client and was not delivered",
-		"magnetar: a message could not be read by this client and was not delivered",
-	}
+	want = []string{"0 " + dropped, "1 " + dropped, "2 " + dropped, "3 " + kept, "4 " + kept, "5 " + kept}
 	if got := logs.take(); !slices.Equal(got, want) {
 		t.Errorf("exclusive consumer logged %q, want %q", got, want)
 	}
@@ -171,33 +174,41 @@ func TestUnreadableEntriesDroppedOrKept(t *testing.T) {
 	if m, err := shared.Receive(ctx); err != nil || string(m.Payload()) != "readable" {
 		t.Fatalf("shared: %v, %v; want the readable message", m, err)
 	}
-	var kept []string
-	testutil.Eventually(t, 20*time.Second, "the kept entries redelivered", func() bool {
-		kept = append(kept, logs.take()...)
-		n := 0
-		for _, l := range kept {
-			if l == "magnetar: a message could not be read by this client and was not delivered" {
-				n++
-			}
+	times := map[string]int{}
+	testutil.Eventually(t, 20*time.Second, "each kept entry delivered again", func() bool {
+		for _, l := range logs.take() {
+			times[l]++
 		}
-		return n >= 4 // each of the two at least twice
+		return times["3 "+kept] >= 2 && times["4 "+kept] >= 2 && times["5 "+kept] >= 2
 	})
 }
 
-// logRecords is a slog.Handler keeping the messages of the records it
-// gets.
+// logRecords is a slog.Handler keeping, for each record, the value of its
+// "entry" attribute and its message.
 type logRecords struct {
-	mu   sync.Mutex
-	msgs []string
+	mu    *sync.Mutex
+	msgs  *[]string
+	entry string // from WithAttrs
 }
 
+func newLogRecords() *logRecords { return &logRecords{mu: &sync.Mutex{}, msgs: &[]string{}} }
+
 func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *logRecords) WithGroup(string) slog.Handler            { return l }
+func (l *logRecords) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *l
+	for _, a := range as {
+		if a.Key == "entry" {
+			c.entry = a.Value.String()
+		}
+	}
+	return &c
+}
+
 func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.msgs = append(l.msgs, r.Message)
+	*l.msgs = append(*l.msgs, l.entry+" "+r.Message)
 	return nil
 }
 
@@ -205,7 +216,7 @@ func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 func (l *logRecords) take() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := l.msgs
-	l.msgs = nil
+	out := *l.msgs
+	*l.msgs = nil
 	return out
 }

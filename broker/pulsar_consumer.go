@@ -489,7 +489,7 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 			err = pcons.sub.ack(ids, cumulative)
 		}
 		if err == nil && c.ValidationError != nil {
-			pcons.sub.discarded(pcons.c.name, ids, discardReason(c.GetValidationError()))
+			pcons.sub.discarded(pcons.c.name, ids, discardedLabel(discardReason(c.GetValidationError())))
 		}
 	}
 	if c.RequestId != nil {
@@ -501,20 +501,20 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 	}
 }
 
-// discardReason names a Pulsar client's reason for dropping a message
-// unread as Ack.discarded's reasons are named.
-func discardReason(v pulsarpb.CommandAck_ValidationError) string {
+// discardReason is a Pulsar client's reason for dropping a message unread
+// as Ack.discarded gives it.
+func discardReason(v pulsarpb.CommandAck_ValidationError) brokerpb.DiscardReason {
 	switch v {
 	case pulsarpb.CommandAck_UncompressedSizeCorruption, pulsarpb.CommandAck_DecompressionError:
-		return "decompression_error"
+		return brokerpb.DiscardReason_DISCARD_REASON_DECOMPRESSION_ERROR
 	case pulsarpb.CommandAck_ChecksumMismatch:
-		return "checksum_mismatch"
+		return brokerpb.DiscardReason_DISCARD_REASON_CHECKSUM_MISMATCH
 	case pulsarpb.CommandAck_BatchDeSerializeError:
-		return "batch_error"
+		return brokerpb.DiscardReason_DISCARD_REASON_BATCH_ERROR
 	case pulsarpb.CommandAck_DecryptionError:
-		return "decryption_error"
+		return brokerpb.DiscardReason_DISCARD_REASON_DECRYPTION_ERROR
 	}
-	return "other"
+	return brokerpb.DiscardReason_DISCARD_REASON_UNSPECIFIED
 }
 
 func (pc *pulsarConn) redeliver(c *pulsarpb.CommandRedeliverUnacknowledgedMessages) {

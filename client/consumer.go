@@ -176,7 +176,9 @@ type DLQPolicy struct {
 	// MaxDeliveries: a message delivered this many times (redelivery count
 	// MaxDeliveries-1) and still not acknowledged goes to the dead-letter
 	// topic the next time, with its properties plus REAL_TOPIC and
-	// ORIGIN_MESSAGE_ID, and is acknowledged. At least 1.
+	// ORIGIN_MESSAGE_ID, and is acknowledged. At least 1. An entry this
+	// client cannot read (encrypted, chunked; see the package doc) is
+	// never delivered, so never moved.
 	MaxDeliveries uint32
 	// DeadLetterTopic. Default "<topic>-<subscription>-DLQ".
 	DeadLetterTopic string

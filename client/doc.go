@@ -19,7 +19,8 @@
 // again after a reconnection. A message that cannot be read is not
 // delivered: a corrupt one is dropped (acknowledged, with its reason, as
 // pulsar-client-go drops it); one another client may read (encrypted:
-// this client does not decrypt; or over its limits) is left
-// unacknowledged, and nacked on Shared and Key_Shared subscriptions.
-// Both are told to ClientOptions.Logger.
+// this client does not decrypt; a chunk of a chunked message: it does
+// not join chunks; or over its limits) is left unacknowledged, and nacked
+// on Shared and Key_Shared subscriptions (it never goes to the
+// dead-letter topic). Both are told to ClientOptions.Logger.
 package client

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -450,24 +451,32 @@ func (pc *partitionConsumer) received(m *brokerpb.Message) {
 // is dropped as pulsar-client-go drops it: acknowledged, with the reason
 // (the broker logs and counts it), so that it no longer holds back the
 // subscription (its backlog, the end of a terminated topic, the unacked
-// limits of a shared one), and logged. One that another reader may read
-// (encrypted: this client does not decrypt; or over this client's
-// limits) is not acknowledged, as pulsar-client-go's default
-// (ConsumerCryptoFailureAction FAIL) leaves an entry it cannot decrypt:
-// dropping it would lose a message that another consumer can read. On
-// Shared and Key_Shared it is nacked, as pulsar-client-go nacks it, so
-// that another consumer gets it; on Exclusive and Failover it stays, and
-// a later cumulative acknowledgement covers it.
+// limits of a shared one), and logged. One that another client may read
+// (encrypted: this client does not decrypt; a chunk: it does not join
+// them; or over its limits: entry.ErrUnsupported) is not acknowledged, as
+// pulsar-client-go's default (ConsumerCryptoFailureAction FAIL) leaves an
+// entry it cannot decrypt: dropping it would lose a message another
+// client can read. On Shared and Key_Shared it is nacked, as
+// pulsar-client-go nacks it, so that it is delivered again (on Shared
+// maybe to another consumer; Key_Shared sends it to its key's consumer);
+// it never goes to the dead-letter topic. On Exclusive and Failover it
+// stays until a cumulative acknowledgement of a later message covers it.
+// Logged as an error when first delivered, at debug level after.
 func (pc *partitionConsumer) unreadable(m *brokerpb.Message, err error) {
 	id := m.GetMessageId()
 	log := pc.c.logger().With("topic", pc.topic, "subscription", pc.sub.GetSubscription(),
-		"ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", err)
+		"ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "redelivery-count", m.GetRedeliveryCount(), "error", err)
+	level := slog.LevelError
+	if m.GetRedeliveryCount() > 0 {
+		level = slog.LevelDebug
+	}
+	ctx := context.Background()
 	var bad *unreadableEntry
 	switch {
 	case !pc.sub.Durable: // a reader: acknowledges nothing
-		log.Error("magnetar: a message could not be read and was skipped")
+		log.Log(ctx, level, "magnetar: a message could not be read and was skipped")
 	case !errors.As(err, &bad):
-		log.Error("magnetar: a message could not be read by this client and was not delivered")
+		log.Log(ctx, level, "magnetar: a message could not be read by this client and was not delivered")
 		if pc.multi {
 			pc.nack(messageID{ledger: id.GetLedgerId(), entry: id.GetEntryId(), batchIdx: -1, partition: pc.partition}, m.GetRedeliveryCount())
 		}
@@ -477,10 +486,10 @@ func (pc *partitionConsumer) unreadable(m *brokerpb.Message, err error) {
 			Discarded:  bad.reason,
 		}}})
 		if err != nil {
-			log.Error("magnetar: a message could not be read and was dropped; its acknowledgement failed (it comes again)", "ack-error", err)
+			log.Log(ctx, level, "magnetar: a message could not be read and was dropped; its acknowledgement failed (it comes again)", "ack-error", err)
 			return
 		}
-		log.Error("magnetar: a message could not be read and was dropped (acknowledged)")
+		log.Log(ctx, level, "magnetar: a message could not be read and was dropped (acknowledged)")
 	}
 }
 
@@ -504,8 +513,13 @@ func corrupt(reason brokerpb.DiscardReason, err error) error {
 }
 
 // errEncrypted: the entry's producer encrypted it; this client does not
-// decrypt.
-var errEncrypted = errors.New("the message is encrypted (end-to-end encryption is not supported by this client)")
+// decrypt. errChunked: the entry is a chunk of a message a Pulsar producer
+// split; this client does not join chunks (it would deliver each chunk as
+// a message).
+var (
+	errEncrypted = fmt.Errorf("%w: the message is encrypted (end-to-end encryption is not supported by this client)", entry.ErrUnsupported)
+	errChunked   = fmt.Errorf("%w: the message is a chunk of a larger one (chunked messages are not supported by this client)", entry.ErrUnsupported)
+)
 
 // maxWindow bounds the permits a partition consumer grants.
 const maxWindow = 100000
@@ -838,6 +852,9 @@ func decodeEntry(topic string, partition int32, m *brokerpb.Message) ([]*message
 	}
 	if len(md.GetEncryptionKeys()) > 0 {
 		return nil, errEncrypted
+	}
+	if md.GetNumChunksFromMsg() > 1 {
+		return nil, errChunked
 	}
 	if md.GetCompression() != pulsarpb.CompressionType_NONE {
 		if payload, err = entry.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize())); err != nil {

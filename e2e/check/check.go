@@ -539,8 +539,12 @@ func (c *checker) producerOrder() {
 		for i := 1; i < len(ss); i++ {
 			prev, s := ss[i-1], ss[i]
 			if !prev.ID.Less(*s.ID) {
-				order.add("", "%s partition %d: seq %d (value %q) at %s, not after seq %d (value %q) at %s",
-					s.Producer, s.ID.Partition, s.Seq, s.Value, *s.ID, prev.Seq, prev.Value, *prev.ID)
+				scope := ""
+				if slices.Contains(c.h.Meta.KeyOrdered, s.Producer) {
+					scope = fmt.Sprintf(" key %q", s.Key)
+				}
+				order.add("", "%s partition %d%s: seq %d (value %q) at %s, not after seq %d (value %q) at %s",
+					s.Producer, s.ID.Partition, scope, s.Seq, s.Value, *s.ID, prev.Seq, prev.Value, *prev.ID)
 			}
 		}
 	}

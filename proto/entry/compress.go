@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/klauspost/compress/s2"
@@ -92,12 +93,38 @@ func lz4LiteralBlock(src []byte) []byte {
 	return append(out, src...)
 }
 
+// maxExpansion bounds what n bytes of codec t can decompress to, so that
+// a claim beyond it is known corrupt rather than merely too large for
+// this reader: an LZ4 block expands 255 times at most, a deflate stream
+// (zlib) 1032 times, a Snappy block says its length (checked against the
+// claim in Decompress). ZSTD has no such bound short of reading the frame.
+func maxExpansion(t pulsarpb.CompressionType, n int) int64 {
+	switch t {
+	case pulsarpb.CompressionType_NONE:
+		return int64(n)
+	case pulsarpb.CompressionType_LZ4:
+		return 255*int64(n) + 64
+	case pulsarpb.CompressionType_ZLIB:
+		return 1032*int64(n) + 64
+	}
+	return math.MaxInt64
+}
+
 // Decompress reverses Compress. size is the uncompressed size the metadata
 // claims; it is checked against MaxUncompressedSize before allocating, and
 // the result must have exactly that size.
 func Decompress(t pulsarpb.CompressionType, src []byte, size int) ([]byte, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("%w: uncompressed size %d", ErrCorrupt, size)
+	if size < 0 || int64(size) > maxExpansion(t, len(src)) {
+		return nil, fmt.Errorf("%w: uncompressed size %d from %d bytes of %s", ErrCorrupt, size, len(src), t)
+	}
+	if t == pulsarpb.CompressionType_SNAPPY {
+		n, err := s2.DecodedLen(src)
+		if err != nil {
+			return nil, fmt.Errorf("%w: snappy: %v", ErrCorrupt, err)
+		}
+		if n != size {
+			return nil, fmt.Errorf("%w: snappy block of %d bytes, metadata says %d", ErrCorrupt, n, size)
+		}
 	}
 	if size > MaxUncompressedSize {
 		return nil, fmt.Errorf("%w: uncompressed size %d, over %d", ErrUnsupported, size, MaxUncompressedSize)
@@ -125,13 +152,7 @@ func Decompress(t pulsarpb.CompressionType, src []byte, size int) ([]byte, error
 			out, err = dec.DecodeAll(src, make([]byte, 0, size))
 		}
 	case pulsarpb.CompressionType_SNAPPY:
-		var n int
-		if n, err = s2.DecodedLen(src); err == nil {
-			if n != size {
-				return nil, fmt.Errorf("%w: snappy block of %d bytes, metadata says %d", ErrCorrupt, n, size)
-			}
-			out, err = snappy.Decode(nil, src)
-		}
+		out, err = snappy.Decode(nil, src)
 	default:
 		return nil, fmt.Errorf("%w: unknown compression type %d", ErrUnsupported, t)
 	}

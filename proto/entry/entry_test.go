@@ -116,14 +116,41 @@ func TestCompressionRoundTrip(t *testing.T) {
 				}
 			}
 		}
-		// A claim over the cap may be a valid message, too large for
-		// this reader: not corrupt.
-		if _, err := Decompress(ct, []byte{1, 2, 3}, MaxUncompressedSize+1); !errors.Is(err, ErrUnsupported) {
-			t.Fatalf("%s: oversized claim: %v, want ErrUnsupported", ct, err)
+		// Three bytes cannot make 64 MiB, but for ZSTD: only a frame says
+		// (see the table below for claims a payload could make).
+		want := ErrCorrupt
+		if ct == pulsarpb.CompressionType_ZSTD {
+			want = ErrUnsupported
+		}
+		if _, err := Decompress(ct, []byte{1, 2, 3}, MaxUncompressedSize+1); !errors.Is(err, want) {
+			t.Fatalf("%s: oversized claim: %v, want %v", ct, err, want)
 		}
 	}
 	if _, err := Decompress(pulsarpb.CompressionType(9), []byte{1, 2, 3}, 3); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("unknown compression: %v, want ErrUnsupported", err)
+	}
+	// A claim no payload of that size can make is corrupt, over the cap
+	// or not: LZ4 expands 255 times at most, deflate 1032 times, and a
+	// Snappy block says its own length.
+	for _, tc := range []struct {
+		ct   pulsarpb.CompressionType
+		n    int
+		size int
+		want error
+	}{
+		{pulsarpb.CompressionType_LZ4, 19, 100 << 20, ErrCorrupt},
+		{pulsarpb.CompressionType_LZ4, 512 << 10, 100 << 20, ErrUnsupported},
+		{pulsarpb.CompressionType_ZLIB, 19, 100 << 20, ErrCorrupt},
+		{pulsarpb.CompressionType_ZLIB, 128 << 10, 100 << 20, ErrUnsupported},
+		{pulsarpb.CompressionType_ZSTD, 19, 100 << 20, ErrUnsupported},
+	} {
+		if _, err := Decompress(tc.ct, make([]byte, tc.n), tc.size); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %d bytes claiming %d: %v, want %v", tc.ct, tc.n, tc.size, err, tc.want)
+		}
+	}
+	big, _ := Compress(pulsarpb.CompressionType_SNAPPY, make([]byte, 3<<10))
+	if _, err := Decompress(pulsarpb.CompressionType_SNAPPY, big, 100<<20); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("snappy block of 3 KiB claiming 100 MiB: %v, want ErrCorrupt", err)
 	}
 	if _, err := Compress(pulsarpb.CompressionType(9), nil); err == nil {
 		t.Fatal("unknown compression accepted")
