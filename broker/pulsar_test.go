@@ -26,6 +26,7 @@ import (
 	"github.com/magnetar-io/magnetar/broker/internal/pulsarwire"
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/entry"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
@@ -383,6 +384,24 @@ func TestPulsarProtocolAckValidationError(t *testing.T) {
 		t.Fatalf("backlog after dropping one of 2: %d", got)
 	}
 	testutil.Scrape(t, e.b.HTTPAddr()).Want(t, 1, "magnetar_broker_entries_discarded_total", "reason", "checksum_mismatch")
+
+	// Through the client protocol, a reason the broker does not know is
+	// counted under "other": the labels stay a fixed few.
+	stream, err := dialBroker(t, e.b.Addr()).Consume(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Subscribe{Subscribe: &brokerpb.Subscribe{
+		Topic: "raw-discard", Subscription: "g", Durable: true, InitialPosition: brokerpb.InitialPosition_EARLIEST, ReceiverQueueSize: 10}}})
+	if r, err := stream.Recv(); err != nil || r.GetSubscribed() == nil {
+		t.Fatalf("subscribe: %v %v", r, err)
+	}
+	stream.Send(&brokerpb.ConsumeRequest{Request: &brokerpb.ConsumeRequest_Ack{Ack: &brokerpb.Ack{Discarded: brokerpb.DiscardReason(99),
+		MessageIds: []*brokerpb.MessageId{{LedgerId: ids[1].LedgerID(), EntryId: ids[1].EntryID(), BatchIndex: -1}}}}})
+	testutil.Eventually(t, 10*time.Second, "the drop counted", func() bool {
+		v, _ := testutil.Scrape(t, e.b.HTTPAddr()).Value(t, "magnetar_broker_entries_discarded_total", "reason", "other")
+		return v == 1
+	})
 }
 
 // A FLOW's permits count whole, beyond the SDK's cap on a receive queue

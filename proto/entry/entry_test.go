@@ -2,6 +2,7 @@ package entry
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,6 +82,13 @@ func TestBatchRoundTrip(t *testing.T) {
 		if _, err := SplitBatch(buf, n); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("batch split into %d: %v", n, err)
 		}
+	}
+	// A message whose metadata is over MaxMetadataSize but within the
+	// batch may be well formed: too large for this reader, not corrupt.
+	big := binary.BigEndian.AppendUint32(nil, MaxMetadataSize+1)
+	big = append(big, make([]byte, MaxMetadataSize+1)...)
+	if _, err := SplitBatch(big, 1); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("batch message with %d bytes of metadata: %v, want ErrUnsupported", MaxMetadataSize+1, err)
 	}
 }
 
