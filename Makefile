@@ -57,7 +57,7 @@ test: proto-check
 	$(MAKE) kube-tools
 	scripts/ensure-chromium.sh
 	$(MAKE) -j2 --output-sync=target test-plain test-race
-	$(MAKE) test-kube
+	$(MAKE) -j2 --output-sync=target test-kube test-pulsar-client-go
 
 # Test artifacts (the console's screenshots) go to test-output/.
 test-plain:
@@ -75,8 +75,7 @@ kube-tools:
 
 # pulsar-client-go's own tests (the list in the file) against a
 # standalone, in a network namespace of their own: they expect ports 6650
-# and 8080 (docs/pulsar-compatibility.md). Not in `make test` yet: one of
-# them (TestReaderWithSeekByID) failed once in CI.
+# and 8080 (docs/pulsar-compatibility.md).
 test-pulsar-client-go:
 	timeout --foreground 15m scripts/pulsar-client-go-tests.sh --netns --strict --list scripts/pulsar-client-go-ci.txt
 

@@ -178,6 +178,16 @@ type pulsarConn struct {
 		// back), as Pulsar drops them. At most maxClosedProducers (then an
 		// arbitrary one is forgotten for a new one).
 		closedProducers map[uint64]struct{}
+		// seekClosed are the consumers a seek closed (CLOSE_CONSUMER) and
+		// the client has not subscribed again, or closed. A SEEK for one,
+		// sent before the client handled the CLOSE_CONSUMER, is applied to
+		// its subscription and answered, where Pulsar refuses it
+		// ("Consumer not found"): pulsar-client-go's reader created at the
+		// latest message inclusive seeks once while it is created, and a
+		// Seek of the application's right after races the client's own
+		// subscribing again (the client then subscribes again from where
+		// it sought). At most maxClosedProducers, likewise.
+		seekClosed map[uint64]*pulsarConsumer
 	}
 }
 
@@ -248,6 +258,7 @@ func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc.mu.consumerQueue = map[uint64]chan struct{}{}
 	pc.mu.waitingExclusive = map[uint64]chan struct{}{}
 	pc.mu.closedProducers = map[uint64]struct{}{}
+	pc.mu.seekClosed = map[uint64]*pulsarConsumer{}
 	return pc
 }
 

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"sync"
@@ -31,9 +30,14 @@ type pulsarConsumer struct {
 	t   *topic
 	sub *subscription
 	// subscribeRequest is answered (SUCCESS) when the consumer's Subscribed
-	// comes out of its queue; seeks are answered, in order, by SeekDone.
+	// comes out of its queue. seek holds the request id of the seek in
+	// flight, answered when its SeekDone does: one at a time, since a seek
+	// closes the consumer. A request id goes in only while the consumer is
+	// on the connection (both under pulsarConn.mu), and the pump takes it
+	// out only once it has taken the consumer off: no seek is left
+	// unanswered.
 	subscribeRequest uint64
-	seeks            chan uint64
+	seek             chan uint64
 
 	// active holds back ACTIVE_CONSUMER_CHANGE until the consumer's first
 	// FLOW, or activeNoticeDelay after the first notice held, whichever
@@ -107,9 +111,6 @@ func activeConsumerChange(id uint64, isActive bool) *pulsarpb.BaseCommand {
 	return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pulsarpb.CommandActiveConsumerChange{
 		ConsumerId: proto.Uint64(id), IsActive: proto.Bool(isActive)}}
 }
-
-// maxPendingSeeks bounds a consumer's seeks in flight.
-const maxPendingSeeks = 16
 
 // topicNameOrRaw is a topic's full name, or s itself when it does not
 // parse.
@@ -232,7 +233,7 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		if err != nil {
 			return nil, err
 		}
-		return &pulsarConsumer{id: id, c: cons, t: t, sub: sub, subscribeRequest: c.GetRequestId(), seeks: make(chan uint64, maxPendingSeeks)}, nil
+		return &pulsarConsumer{id: id, c: cons, t: t, sub: sub, subscribeRequest: c.GetRequestId(), seek: make(chan uint64, 1)}, nil
 	}()
 	if errors.Is(err, errAlreadyOpen) {
 		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
@@ -249,6 +250,7 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		return
 	}
 	pc.mu.consumers[id] = pcons
+	delete(pc.mu.seekClosed, id)
 	pc.mu.Unlock()
 	pc.wg.Add(1)
 	go pc.consumerPump(pcons)
@@ -265,11 +267,6 @@ const pulsarConsumerMaxOutstanding = 1 << 20
 // is told to close it; it subscribes again.
 func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 	defer pc.wg.Done()
-	// seeked: the seek's SUCCESS is sent and the consumer closed; what was
-	// dispatched to it since (from the new position, before it was
-	// closed) is not sent: the client would take it for messages of the
-	// consumer it subscribes again, which gets them itself.
-	seeked := false
 	for {
 		q, err := pcons.c.next()
 		for _, r := range q {
@@ -277,10 +274,6 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 			case *brokerpb.ConsumeResponse_Subscribed:
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(pcons.subscribeRequest)}}, nil)
 			case *brokerpb.ConsumeResponse_Message:
-				if seeked {
-					pcons.c.sent(r.Message) // not sent: its bytes are no longer outstanding
-					continue
-				}
 				// Not more than the high-water mark queued behind a
 				// client that does not read (whatever permits it gave);
 				// while the pump waits, the consumer's own bound
@@ -293,15 +286,19 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 			case *brokerpb.ConsumeResponse_ActiveChange:
 				pcons.notifyActive(pc, r.ActiveChange.GetIsActive())
 			case *brokerpb.ConsumeResponse_SeekDone:
-				// As Pulsar: the seek is answered, then the consumer is
-				// closed; the client subscribes again from the new position.
-				select {
-				case id := <-pcons.seeks:
-					pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(id)}}, nil)
-				default:
-				}
-				pcons.c.disconnect(errSeeked)
-				seeked = true
+				// As Pulsar, whose subscription disconnects its consumers
+				// before it resets the cursor and answers: the consumer
+				// is closed (CLOSE_CONSUMER) and then the seek answered,
+				// and nothing more is sent for it (what was dispatched to
+				// it from the new position is the next consumer's). So
+				// what the client asks once its seek has returned (a
+				// reader's HasNext: GET_LAST_MESSAGE_ID) is refused until
+				// it has subscribed again from the new position, and then
+				// asked again; answered by the consumer being closed, it
+				// was compared with the client's start from before the
+				// seek.
+				pc.closeConsumerOf(pcons, true)
+				return
 			case *brokerpb.ConsumeResponse_ReachedEndOfTopic:
 				pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_REACHED_END_OF_TOPIC.Enum(), ReachedEndOfTopic: &pulsarpb.CommandReachedEndOfTopic{
 					ConsumerId: proto.Uint64(pcons.id)}}, nil)
@@ -309,29 +306,53 @@ func (pc *pulsarConn) consumerPump(pcons *pulsarConsumer) {
 				pc.log.Debug("consumer error (Pulsar's protocol has no frame for it)")
 			}
 		}
-		if err == nil {
-			continue
+		if err != nil {
+			pc.closeConsumerOf(pcons, false)
+			return
 		}
-		pc.mu.Lock()
-		mine := pc.mu.consumers[pcons.id] == pcons
-		if mine {
-			delete(pc.mu.consumers, pcons.id)
+	}
+}
+
+// closeConsumerOf takes a consumer the broker disconnected off the
+// connection, tells the client (CLOSE_CONSUMER), and then answers the
+// seek in flight: SUCCESS if seekDone, an error if the consumer went
+// before its seek was done. A consumer the client closed meanwhile, or
+// whose connection ended, was dropped already; its seek is still
+// answered (on a connection that ended, the answer goes nowhere).
+func (pc *pulsarConn) closeConsumerOf(pcons *pulsarConsumer, seekDone bool) {
+	pc.mu.Lock()
+	mine := pc.mu.consumers[pcons.id] == pcons
+	if mine {
+		delete(pc.mu.consumers, pcons.id)
+		if seekDone {
+			if len(pc.mu.seekClosed) >= maxClosedProducers {
+				for id := range pc.mu.seekClosed {
+					delete(pc.mu.seekClosed, id)
+					break
+				}
+			}
+			pc.mu.seekClosed[pcons.id] = pcons
 		}
-		pc.mu.Unlock()
-		if !mine {
-			return // closed by the client, or the connection: already dropped
-		}
-		pc.dropConsumer(pcons, errors.Is(err, errSeeked))
+	}
+	pc.mu.Unlock()
+	if mine {
+		pc.dropConsumer(pcons, seekDone)
 		if pc.ctx.Err() == nil {
 			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pulsarpb.CommandCloseConsumer{
 				ConsumerId: proto.Uint64(pcons.id), RequestId: proto.Uint64(noRequestID)}}, nil)
 		}
-		return
+	}
+	// Off the connection: no seek comes in any more.
+	select {
+	case id := <-pcons.seek:
+		if seekDone {
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(id)}}, nil)
+		} else {
+			pc.send(errorCommand(id, errorf(ErrServiceNotReady, "consumer %d closed before its seek was done", pcons.id)), nil)
+		}
+	default:
 	}
 }
-
-// errSeeked disconnects a consumer after a seek.
-var errSeeked = fmt.Errorf("%w: the subscription was reset", ErrTopicClosed)
 
 // sendMessage sends one delivered entry as a MESSAGE frame; the batch's
 // messages already acknowledged are left out of its ack_set.
@@ -531,7 +552,12 @@ func (pc *pulsarConn) redeliver(c *pulsarpb.CommandRedeliverUnacknowledgedMessag
 
 // seek handles SEEK to a message id or a publish time.
 func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
-	pcons := pc.consumerOf(c.GetConsumerId())
+	pc.mu.Lock()
+	pcons, closed := pc.mu.consumers[c.GetConsumerId()], false
+	if pcons == nil {
+		pcons, closed = pc.mu.seekClosed[c.GetConsumerId()], true
+	}
+	pc.mu.Unlock()
 	if pcons == nil {
 		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
 		return
@@ -559,10 +585,34 @@ func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
 		pc.send(errorCommand(c.GetRequestId(), errorf(ErrInvalidArgument, "SEEK without a message id or a publish time")), nil)
 		return
 	}
-	select {
-	case pcons.seeks <- c.GetRequestId():
-	default:
-		pc.send(errorCommand(c.GetRequestId(), errorf(ErrServiceNotReady, "%d seeks already in flight", maxPendingSeeks)), nil)
+	if closed {
+		// A consumer a seek closed, not subscribed again yet (see
+		// seekClosed): its subscription, if it is still the topic's.
+		if sub, err := pcons.t.subscription(pcons.sub.name); err != nil || sub != pcons.sub || pcons.t.isClosed() {
+			pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
+			return
+		}
+		pcons.t.keepNonDurable(pcons.sub) // a reader's, for as long again
+		pcons.sub.seek(target, nil)
+		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
+		return
+	}
+	// Under mu, so that a seek is taken only while the consumer is on the
+	// connection (the pump answers it once it has taken the consumer off).
+	pc.mu.Lock()
+	var err error
+	if pc.mu.consumers[pcons.id] != pcons {
+		err = errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())
+	} else {
+		select {
+		case pcons.seek <- c.GetRequestId():
+		default:
+			err = errorf(ErrServiceNotReady, "consumer %d has a seek in flight", pcons.id)
+		}
+	}
+	pc.mu.Unlock()
+	if err != nil {
+		pc.send(errorCommand(c.GetRequestId(), err), nil)
 		return
 	}
 	pcons.sub.seek(target, pcons.c) // SeekDone answers it, through the pump
@@ -596,6 +646,7 @@ func (pc *pulsarConn) closeConsumer(c *pulsarpb.CommandCloseConsumer) {
 	pc.mu.Lock()
 	pcons := pc.mu.consumers[c.GetConsumerId()]
 	delete(pc.mu.consumers, c.GetConsumerId())
+	delete(pc.mu.seekClosed, c.GetConsumerId())
 	pc.mu.Unlock()
 	if pcons != nil {
 		pc.dropConsumer(pcons, false)

@@ -259,8 +259,8 @@ func TestPulsarProtocolAuthentication(t *testing.T) {
 
 // The consumer side, frame by frame: SUBSCRIBE answered SUCCESS; FLOW
 // lets MESSAGE frames through carrying the stored entries; an ACK with a
-// request id is answered; GET_LAST_MESSAGE_ID; SEEK answered SUCCESS then
-// the consumer closed (the client subscribes again, as with Pulsar);
+// request id is answered; GET_LAST_MESSAGE_ID; SEEK closes the consumer
+// and then answers SUCCESS (the client subscribes again, as with Pulsar);
 // UNSUBSCRIBE refused while another consumer is on the subscription.
 func TestPulsarProtocolConsumer(t *testing.T) {
 	e := newEnv(t, nil)
@@ -332,24 +332,38 @@ func TestPulsarProtocolConsumer(t *testing.T) {
 	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(16),
 		MessagePublishTime: proto.Uint64(0)}}, nil)
 	var success, closed bool
-	for !success || !closed {
+	for !success {
 		got := r.next()
 		switch {
-		case got.GetType() == pulsarpb.BaseCommand_MESSAGE && got.GetMessage().GetConsumerId() == 1 && success:
+		case got.GetType() == pulsarpb.BaseCommand_MESSAGE && got.GetMessage().GetConsumerId() == 1 && closed:
 			// What was dispatched between the reset and the close is the
-			// next consumer's to get (the client takes a MESSAGE after the
-			// seek's answer for one of the consumer it subscribes again).
-			t.Fatalf("MESSAGE for consumer 1 after the seek's SUCCESS: %v", got)
+			// next consumer's to get.
+			t.Fatalf("MESSAGE for consumer 1 after its CLOSE_CONSUMER: %v", got)
 		case got.GetSuccess().GetRequestId() == 16:
+			if !closed {
+				t.Fatal("the seek's SUCCESS before CLOSE_CONSUMER")
+			}
 			success = true
 		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 1:
-			if !success {
-				t.Fatal("CLOSE_CONSUMER before the seek's SUCCESS")
-			}
 			closed = true
 		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER:
 			// The seek resets the subscription for its other consumers too.
 		}
+	}
+	// The seek has returned: what the client asks through the consumer
+	// is refused until it subscribes again (answered, a reader's HasNext
+	// compared the last id with its start from before the seek).
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_GET_LAST_MESSAGE_ID.Enum(), GetLastMessageId: &pulsarpb.CommandGetLastMessageId{
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(17)}}, nil)
+	for {
+		got := r.next()
+		if got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER || got.GetType() == pulsarpb.BaseCommand_MESSAGE && got.GetMessage().GetConsumerId() != 1 {
+			continue // consumer 2's
+		}
+		if got.GetError().GetRequestId() != 17 {
+			t.Fatalf("GET_LAST_MESSAGE_ID through the consumer the seek closed: %v, want an error", got)
+		}
+		break
 	}
 	if got := statsBacklog(t, e, "raw-cons", "s"); got != 5 {
 		t.Fatalf("backlog after seeking to time 0: %d, want 5", got)
@@ -1218,9 +1232,8 @@ func TestPulsarProtocolReaderSeekKeepsPosition(t *testing.T) {
 	subscribe(1) // from the earliest message (-1:-1)
 	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(2),
 		MessagePublishTime: proto.Uint64(uint64(time.Now().Add(time.Hour).UnixMilli()))}}, nil)
-	for closed := false; !closed; {
-		got := r.next()
-		closed = got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 1
+	for answered := false; !answered; { // CLOSE_CONSUMER, then the seek's SUCCESS
+		answered = r.next().GetSuccess().GetRequestId() == 2
 	}
 	subscribe(3) // again from the earliest, as the client does
 	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
@@ -1244,9 +1257,8 @@ func TestPulsarProtocolReaderSeekKeepsPosition(t *testing.T) {
 	// goes once the grace is over (the retention check drops it).
 	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(4),
 		MessagePublishTime: proto.Uint64(0)}}, nil)
-	for closed := false; !closed; {
-		got := r.next()
-		closed = got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 1
+	for answered := false; !answered; { // CLOSE_CONSUMER, then the seek's SUCCESS
+		answered = r.next().GetSuccess().GetRequestId() == 4
 	}
 	subs := func() map[string]json.RawMessage {
 		st, err := adminGetJSON[struct {
@@ -1269,6 +1281,94 @@ func TestPulsarProtocolReaderSeekKeepsPosition(t *testing.T) {
 			t.Fatal("the reader's subscription is still there 30 s after a seek the reader never came back from")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A SEEK for a consumer a seek closed, sent before the client subscribed
+// again, is applied to its subscription and answered (Pulsar refuses it):
+// pulsar-client-go's reader created at the latest message inclusive seeks
+// while it is created, and the application's Seek right after may reach
+// the broker before the client subscribes again. Subscribing again, the
+// consumer starts where that second seek put it. A consumer the client
+// closed itself is not sought.
+func TestPulsarProtocolSeekBeforeResubscribe(t *testing.T) {
+	e := newEnv(t, nil)
+	p, err := e.client().CreateProducer(client.ProducerOptions{Topic: "raw-seek-closed", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ids := produce(t, p, 0, 5)
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	// next skips what a consumer that has no permits may still be told
+	// (PINGs, the exclusive consumer's notice).
+	next := func() *pulsarpb.BaseCommand {
+		t.Helper()
+		for {
+			got := r.next()
+			if got.GetType() != pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE {
+				return got
+			}
+		}
+	}
+	subscribe := func(requestID uint64) {
+		t.Helper()
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+			Topic: proto.String("persistent://public/default/raw-seek-closed"), Subscription: proto.String("reader-y"),
+			SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(), Durable: proto.Bool(false),
+			ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(requestID),
+			StartMessageId: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(math.MaxUint64), EntryId: proto.Uint64(math.MaxUint64)}}}, nil)
+		if got := next(); got.GetSuccess().GetRequestId() != requestID {
+			t.Fatalf("SUBSCRIBE answered %v", got)
+		}
+	}
+	seek := func(requestID uint64, to client.MessageID) {
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(requestID),
+			MessageId: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(to.LedgerID())), EntryId: proto.Uint64(uint64(to.EntryID()))}}}, nil)
+	}
+	subscribe(1)
+	seek(2, ids[4])
+	if got := next(); got.GetType() != pulsarpb.BaseCommand_CLOSE_CONSUMER {
+		t.Fatalf("the seek first answered %v, want CLOSE_CONSUMER", got)
+	}
+	if got := next(); got.GetSuccess().GetRequestId() != 2 {
+		t.Fatalf("the seek answered %v after CLOSE_CONSUMER, want SUCCESS", got)
+	}
+	seek(3, ids[1]) // before subscribing again
+	if got := next(); got.GetSuccess().GetRequestId() != 3 {
+		t.Fatalf("a SEEK for the consumer the first seek closed answered %v, want SUCCESS", got)
+	}
+	subscribe(4)
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
+	for {
+		f, err := r.r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Cmd.GetType() != pulsarpb.BaseCommand_MESSAGE {
+			continue
+		}
+		if got := int64(f.Cmd.GetMessage().GetMessageId().GetEntryId()); got != ids[1].EntryID() {
+			t.Fatalf("first message after subscribing again: entry %d, want %d (where the second seek put it)", got, ids[1].EntryID())
+		}
+		break
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pulsarpb.CommandCloseConsumer{
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(5)}}, nil)
+	for {
+		got := r.next()
+		if got.GetType() == pulsarpb.BaseCommand_MESSAGE {
+			continue
+		}
+		if got.GetSuccess().GetRequestId() != 5 {
+			t.Fatalf("CLOSE_CONSUMER answered %v", got)
+		}
+		break
+	}
+	seek(6, ids[0])
+	if got := r.next(); got.GetError().GetRequestId() != 6 {
+		t.Fatalf("a SEEK for a consumer the client closed answered %v, want an error", got)
 	}
 }
 

@@ -16,7 +16,7 @@
 #                   of the standalone's) or none ran
 #     --netns       run the standalone and the tests in a network namespace
 #                   of their own (its own loopback: ports 6650 and 8080 are
-#                   free whatever runs beside; `make test-pulsar-client-go` runs it so)
+#                   free whatever runs beside; `make test` runs it so)
 set -euo pipefail
 self=$(realpath "$0")
 filter=. list= strict= netns=
