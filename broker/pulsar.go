@@ -186,9 +186,17 @@ type pulsarConn struct {
 		// latest message inclusive seeks once while it is created, and a
 		// Seek of the application's right after races the client's own
 		// subscribing again (the client then subscribes again from where
-		// it sought). At most maxClosedProducers, likewise.
-		seekClosed map[uint64]*pulsarConsumer
+		// it sought), if nothing came between (subscription.seekIdle). A
+		// SUBSCRIBE or CLOSE_CONSUMER of the id forgets it. At most
+		// maxClosedProducers, likewise.
+		seekClosed map[uint64]seekClosedSub
 	}
+}
+
+// seekClosedSub is the subscription of a consumer a seek closed.
+type seekClosedSub struct {
+	t   *topic
+	sub *subscription
 }
 
 // maxClosedProducers bounds a connection's closedProducers.
@@ -258,7 +266,7 @@ func newPulsarConn(s *Server, c net.Conn) *pulsarConn {
 	pc.mu.consumerQueue = map[uint64]chan struct{}{}
 	pc.mu.waitingExclusive = map[uint64]chan struct{}{}
 	pc.mu.closedProducers = map[uint64]struct{}{}
-	pc.mu.seekClosed = map[uint64]*pulsarConsumer{}
+	pc.mu.seekClosed = map[uint64]seekClosedSub{}
 	return pc
 }
 

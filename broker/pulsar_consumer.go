@@ -172,6 +172,9 @@ func subscribeRequest(c *pulsarpb.CommandSubscribe) (*brokerpb.Subscribe, error)
 // subscribe handles SUBSCRIBE.
 func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 	id := c.GetConsumerId()
+	pc.mu.Lock()
+	delete(pc.mu.seekClosed, id) // the client has handled the close
+	pc.mu.Unlock()
 	pcons, err := func() (*pulsarConsumer, error) {
 		pc.mu.Lock()
 		existing := pc.mu.consumers[id]
@@ -250,7 +253,6 @@ func (pc *pulsarConn) subscribe(c *pulsarpb.CommandSubscribe) {
 		return
 	}
 	pc.mu.consumers[id] = pcons
-	delete(pc.mu.seekClosed, id)
 	pc.mu.Unlock()
 	pc.wg.Add(1)
 	go pc.consumerPump(pcons)
@@ -331,7 +333,7 @@ func (pc *pulsarConn) closeConsumerOf(pcons *pulsarConsumer, seekDone bool) {
 					break
 				}
 			}
-			pc.mu.seekClosed[pcons.id] = pcons
+			pc.mu.seekClosed[pcons.id] = seekClosedSub{pcons.t, pcons.sub}
 		}
 	}
 	pc.mu.Unlock()
@@ -507,10 +509,11 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 			}
 		}
 		if err == nil {
-			err = pcons.sub.ack(ids, cumulative)
-		}
-		if err == nil && c.ValidationError != nil {
-			pcons.sub.discarded(pcons.c.name, ids, discardedLabel(discardReason(c.GetValidationError())))
+			var applied []*brokerpb.MessageId
+			applied, err = pcons.sub.ack(ids, cumulative)
+			if c.ValidationError != nil {
+				pcons.sub.discarded(pcons.c.name, applied, discardedLabel(discardReason(c.GetValidationError()))) // what applied
+			}
 		}
 	}
 	if c.RequestId != nil {
@@ -553,19 +556,21 @@ func (pc *pulsarConn) redeliver(c *pulsarpb.CommandRedeliverUnacknowledgedMessag
 // seek handles SEEK to a message id or a publish time.
 func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
 	pc.mu.Lock()
-	pcons, closed := pc.mu.consumers[c.GetConsumerId()], false
-	if pcons == nil {
-		pcons, closed = pc.mu.seekClosed[c.GetConsumerId()], true
-	}
+	pcons := pc.mu.consumers[c.GetConsumerId()]
+	closed, wasClosed := pc.mu.seekClosed[c.GetConsumerId()]
 	pc.mu.Unlock()
-	if pcons == nil {
+	t := closed.t
+	switch {
+	case pcons != nil:
+		t = pcons.t
+	case !wasClosed:
 		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
 		return
 	}
 	var target mledger.Position
 	switch {
 	case c.MessagePublishTime != nil:
-		p, err := pcons.t.findByTime(pc.ctx, int64(c.GetMessagePublishTime()))
+		p, err := t.findByTime(pc.ctx, int64(c.GetMessagePublishTime()))
 		if err != nil {
 			pc.send(errorCommand(c.GetRequestId(), err), nil)
 			return
@@ -575,9 +580,9 @@ func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
 		l, e := int64(c.GetMessageId().GetLedgerId()), int64(c.GetMessageId().GetEntryId())
 		switch {
 		case l < 0 || e < -1: // earliest
-			target = pcons.t.ml.First()
+			target = t.ml.First()
 		case l == math.MaxInt64: // latest
-			target = pcons.t.ml.Next(pcons.t.ml.LastConfirmed())
+			target = t.ml.Next(t.ml.LastConfirmed())
 		default:
 			target = mledger.Position{Ledger: l, Entry: e}
 		}
@@ -585,15 +590,14 @@ func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
 		pc.send(errorCommand(c.GetRequestId(), errorf(ErrInvalidArgument, "SEEK without a message id or a publish time")), nil)
 		return
 	}
-	if closed {
+	if pcons == nil {
 		// A consumer a seek closed, not subscribed again yet (see
-		// seekClosed): its subscription, if it is still the topic's.
-		if sub, err := pcons.t.subscription(pcons.sub.name); err != nil || sub != pcons.sub || pcons.t.isClosed() {
+		// seekClosed): its subscription, if it is still the topic's and
+		// no consumer is on it (Pulsar refuses them all).
+		if sub, err := t.subscription(closed.sub.name); err != nil || sub != closed.sub || !closed.sub.seekIdle(target) {
 			pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
 			return
 		}
-		pcons.t.keepNonDurable(pcons.sub) // a reader's, for as long again
-		pcons.sub.seek(target, nil)
 		pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUCCESS.Enum(), Success: &pulsarpb.CommandSuccess{RequestId: proto.Uint64(c.GetRequestId())}}, nil)
 		return
 	}

@@ -399,6 +399,21 @@ func TestPulsarProtocolAckValidationError(t *testing.T) {
 	}
 	testutil.Scrape(t, e.b.HTTPAddr()).Want(t, 1, "magnetar_broker_entries_discarded_total", "reason", "checksum_mismatch")
 
+	// An ACK of which part applies (an id past the last message is
+	// refused, the others stand): what applied is counted.
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ACK.Enum(), Ack: &pulsarpb.CommandAck{ConsumerId: proto.Uint64(1),
+		AckType: pulsarpb.CommandAck_Individual.Enum(), RequestId: proto.Uint64(3), ValidationError: pulsarpb.CommandAck_DecompressionError.Enum(),
+		MessageId: []*pulsarpb.MessageIdData{
+			{LedgerId: proto.Uint64(uint64(ids[1].LedgerID())), EntryId: proto.Uint64(uint64(ids[1].EntryID() + 100))},
+			{LedgerId: proto.Uint64(uint64(ids[1].LedgerID())), EntryId: proto.Uint64(uint64(ids[1].EntryID()))}}}}, nil)
+	if got := r.next().GetAckResponse(); got.GetRequestId() != 3 || got.Error == nil {
+		t.Fatalf("ACK with an id past the last message answered %v, want an error", got)
+	}
+	if got := statsBacklog(t, e, "raw-discard", "s"); got != 0 {
+		t.Fatalf("backlog after an ACK of which one id applied: %d, want 0", got)
+	}
+	testutil.Scrape(t, e.b.HTTPAddr()).Want(t, 1, "magnetar_broker_entries_discarded_total", "reason", "decompression_error")
+
 	// Through the client protocol, a reason the broker does not know is
 	// counted under "other": the labels stay a fixed few.
 	stream, err := dialBroker(t, e.b.Addr()).Consume(ctxT(t))
@@ -1289,8 +1304,9 @@ func TestPulsarProtocolReaderSeekKeepsPosition(t *testing.T) {
 // pulsar-client-go's reader created at the latest message inclusive seeks
 // while it is created, and the application's Seek right after may reach
 // the broker before the client subscribes again. Subscribing again, the
-// consumer starts where that second seek put it. A consumer the client
-// closed itself is not sought.
+// consumer starts where that second seek put it. Refused, as by Pulsar,
+// while another consumer is on the subscription, once the subscription
+// went, and for a consumer the client closed itself.
 func TestPulsarProtocolSeekBeforeResubscribe(t *testing.T) {
 	e := newEnv(t, nil)
 	p, err := e.client().CreateProducer(client.ProducerOptions{Topic: "raw-seek-closed", DisableBatching: true})
@@ -1301,33 +1317,42 @@ func TestPulsarProtocolSeekBeforeResubscribe(t *testing.T) {
 	ids := produce(t, p, 0, 5)
 	r := dialPulsar(t, e.b.Addr())
 	r.connect()
-	// next skips what a consumer that has no permits may still be told
-	// (PINGs, the exclusive consumer's notice).
+	// next skips what consumers may be told besides answers (the
+	// exclusive consumer's notice, and MESSAGE frames sent before a
+	// CLOSE_CONSUMER's answer).
 	next := func() *pulsarpb.BaseCommand {
 		t.Helper()
 		for {
 			got := r.next()
-			if got.GetType() != pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE {
+			if got.GetType() != pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE && got.GetType() != pulsarpb.BaseCommand_MESSAGE {
 				return got
 			}
 		}
 	}
-	subscribe := func(requestID uint64) {
+	subscribe := func(consumerID, requestID uint64) {
 		t.Helper()
 		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
 			Topic: proto.String("persistent://public/default/raw-seek-closed"), Subscription: proto.String("reader-y"),
 			SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(), Durable: proto.Bool(false),
-			ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(requestID),
+			ConsumerId: proto.Uint64(consumerID), RequestId: proto.Uint64(requestID),
 			StartMessageId: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(math.MaxUint64), EntryId: proto.Uint64(math.MaxUint64)}}}, nil)
 		if got := next(); got.GetSuccess().GetRequestId() != requestID {
 			t.Fatalf("SUBSCRIBE answered %v", got)
+		}
+	}
+	closeConsumer := func(consumerID, requestID uint64) {
+		t.Helper()
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pulsarpb.CommandCloseConsumer{
+			ConsumerId: proto.Uint64(consumerID), RequestId: proto.Uint64(requestID)}}, nil)
+		if got := next(); got.GetSuccess().GetRequestId() != requestID {
+			t.Fatalf("CLOSE_CONSUMER answered %v", got)
 		}
 	}
 	seek := func(requestID uint64, to client.MessageID) {
 		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEEK.Enum(), Seek: &pulsarpb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(requestID),
 			MessageId: &pulsarpb.MessageIdData{LedgerId: proto.Uint64(uint64(to.LedgerID())), EntryId: proto.Uint64(uint64(to.EntryID()))}}}, nil)
 	}
-	subscribe(1)
+	subscribe(1, 1)
 	seek(2, ids[4])
 	if got := next(); got.GetType() != pulsarpb.BaseCommand_CLOSE_CONSUMER {
 		t.Fatalf("the seek first answered %v, want CLOSE_CONSUMER", got)
@@ -1335,12 +1360,19 @@ func TestPulsarProtocolSeekBeforeResubscribe(t *testing.T) {
 	if got := next(); got.GetSuccess().GetRequestId() != 2 {
 		t.Fatalf("the seek answered %v after CLOSE_CONSUMER, want SUCCESS", got)
 	}
-	seek(3, ids[1]) // before subscribing again
+	seek(3, ids[1]) // before subscribing again, nobody on the subscription
 	if got := next(); got.GetSuccess().GetRequestId() != 3 {
 		t.Fatalf("a SEEK for the consumer the first seek closed answered %v, want SUCCESS", got)
 	}
-	subscribe(4)
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
+	// Another consumer joins the subscription: a SEEK for the closed one
+	// is refused now, and the newcomer starts where the second seek put
+	// the subscription.
+	subscribe(2, 4)
+	seek(5, ids[0])
+	if got := next(); got.GetError().GetRequestId() != 5 {
+		t.Fatalf("a SEEK for the closed consumer while another is on its subscription answered %v, want an error", got)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(2), MessagePermits: proto.Uint32(10)}}, nil)
 	for {
 		f, err := r.r.Read()
 		if err != nil {
@@ -1350,24 +1382,20 @@ func TestPulsarProtocolSeekBeforeResubscribe(t *testing.T) {
 			continue
 		}
 		if got := int64(f.Cmd.GetMessage().GetMessageId().GetEntryId()); got != ids[1].EntryID() {
-			t.Fatalf("first message after subscribing again: entry %d, want %d (where the second seek put it)", got, ids[1].EntryID())
+			t.Fatalf("first message on the subscription after the seeks: entry %d, want %d (where the second seek put it)", got, ids[1].EntryID())
 		}
 		break
 	}
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pulsarpb.CommandCloseConsumer{
-		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(5)}}, nil)
-	for {
-		got := r.next()
-		if got.GetType() == pulsarpb.BaseCommand_MESSAGE {
-			continue
-		}
-		if got.GetSuccess().GetRequestId() != 5 {
-			t.Fatalf("CLOSE_CONSUMER answered %v", got)
-		}
-		break
+	// Its last consumer gone, the reader's subscription goes: refused.
+	closeConsumer(2, 6)
+	seek(7, ids[0])
+	if got := next(); got.GetError().GetRequestId() != 7 {
+		t.Fatalf("a SEEK for the closed consumer of a subscription that went answered %v, want an error", got)
 	}
-	seek(6, ids[0])
-	if got := r.next(); got.GetError().GetRequestId() != 6 {
+	subscribe(1, 8)
+	closeConsumer(1, 9)
+	seek(10, ids[0])
+	if got := next(); got.GetError().GetRequestId() != 10 {
 		t.Fatalf("a SEEK for a consumer the client closed answered %v, want an error", got)
 	}
 }

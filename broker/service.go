@@ -399,11 +399,13 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 		case *brokerpb.ConsumeRequest_Flow:
 			c.addPermits(int(min(r.Flow.Permits, maxReceiverQueue)))
 		case *brokerpb.ConsumeRequest_Ack:
-			if err := sub.ack(r.Ack.MessageIds, r.Ack.Cumulative); err != nil {
+			applied, err := sub.ack(r.Ack.MessageIds, r.Ack.Cumulative)
+			if err != nil {
 				reason, _, _ := reasonOf(err)
 				c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Error{Error: &brokerpb.ConsumerError{Reason: reason, Message: err.Error()}}})
-			} else if r.Ack.Discarded != brokerpb.DiscardReason_DISCARD_REASON_UNSPECIFIED {
-				sub.discarded(c.name, r.Ack.MessageIds, discardedLabel(r.Ack.Discarded))
+			}
+			if r.Ack.Discarded != brokerpb.DiscardReason_DISCARD_REASON_UNSPECIFIED {
+				sub.discarded(c.name, applied, discardedLabel(r.Ack.Discarded)) // what applied
 			}
 		case *brokerpb.ConsumeRequest_Redeliver:
 			sub.redeliver(c, r.Redeliver.MessageIds)

@@ -256,52 +256,35 @@ func (s *subscription) discarded(consumer string, ids []*brokerpb.MessageId, rea
 // discardLogEvery spaces a subscription's lines about dropped entries.
 const discardLogEvery = 10 * time.Second
 
-// ack applies acknowledgements.
-func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
+// ack applies acknowledgements: a bad id is reported (the first error),
+// and the others are applied all the same (they arrived together, grouped
+// by the client). applied are the ids applied (ids itself when all were).
+func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) (applied []*brokerpb.MessageId, err error) {
 	s.mu.Lock()
 	multi := isMulti(s.mu.typ)
 	s.mu.Unlock()
 	if cumulative && multi {
-		return errorf(ErrNotAllowed, "cumulative acknowledgement is not allowed on shared and key_shared subscriptions: acknowledge each message")
+		return nil, errorf(ErrNotAllowed, "cumulative acknowledgement is not allowed on shared and key_shared subscriptions: acknowledge each message")
 	}
 	last := s.t.ml.LastConfirmed()
 	var acked []mledger.Position
 	var firstErr error
-	fail := func(err error) {
-		if firstErr == nil {
+	for i, id := range ids {
+		p := mledger.Position{Ledger: id.LedgerId, Entry: id.EntryId}
+		stands, err := s.ackOne(id, p, last, cumulative)
+		if err != nil && firstErr == nil {
 			firstErr = err
+			applied = append(make([]*brokerpb.MessageId, 0, len(ids)-1), ids[:i]...)
+		}
+		if stands {
+			acked = append(acked, p)
+			if firstErr != nil {
+				applied = append(applied, id)
+			}
 		}
 	}
-	// A bad id is reported; the others are applied all the same (they
-	// arrived together, grouped by the client).
-	for _, id := range ids {
-		p := mledger.Position{Ledger: id.LedgerId, Entry: id.EntryId}
-		if last.Before(p) || p.Entry < 0 {
-			fail(errorf(ErrInvalidArgument, "acknowledgement of %v, after the last message %v", p, last))
-			continue
-		}
-		batch := id.BatchIndex >= 0 && id.BatchSize > 1
-		switch {
-		case cumulative && batch && id.BatchIndex < id.BatchSize-1:
-			// Everything before this entry, and this batch up to the index.
-			s.cur.AckCumulative(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
-			for i := int32(0); i <= id.BatchIndex; i++ {
-				if err := s.cur.AckBatchIndex(p, int(i), int(id.BatchSize)); err != nil {
-					fail(errorf(ErrInvalidArgument, "%v", err))
-					break
-				}
-			}
-		case cumulative:
-			s.cur.AckCumulative(p)
-		case batch:
-			if err := s.cur.AckBatchIndex(p, int(id.BatchIndex), int(id.BatchSize)); err != nil {
-				fail(errorf(ErrInvalidArgument, "%v", err))
-				continue
-			}
-		default:
-			s.cur.Ack(p)
-		}
-		acked = append(acked, p)
+	if firstErr == nil {
+		applied = ids
 	}
 	if multi {
 		s.mu.Lock()
@@ -313,7 +296,36 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) error {
 	if len(acked) > 0 {
 		s.checkEnd() // the backlog of a terminated topic may be empty now
 	}
-	return firstErr
+	return applied, firstErr
+}
+
+// ackOne applies one acknowledgement of the message at p (last is the
+// topic's last entry); stands if it applied, even with an error (a
+// cumulative one up to a batch index, whose entries before stand).
+func (s *subscription) ackOne(id *brokerpb.MessageId, p, last mledger.Position, cumulative bool) (stands bool, err error) {
+	if last.Before(p) || p.Entry < 0 {
+		return false, errorf(ErrInvalidArgument, "acknowledgement of %v, after the last message %v", p, last)
+	}
+	batch := id.BatchIndex >= 0 && id.BatchSize > 1
+	switch {
+	case cumulative && batch && id.BatchIndex < id.BatchSize-1:
+		// Everything before this entry, and this batch up to the index.
+		s.cur.AckCumulative(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
+		for i := int32(0); i <= id.BatchIndex; i++ {
+			if err := s.cur.AckBatchIndex(p, int(i), int(id.BatchSize)); err != nil {
+				return true, errorf(ErrInvalidArgument, "%v", err)
+			}
+		}
+	case cumulative:
+		s.cur.AckCumulative(p)
+	case batch:
+		if err := s.cur.AckBatchIndex(p, int(id.BatchIndex), int(id.BatchSize)); err != nil {
+			return false, errorf(ErrInvalidArgument, "%v", err)
+		}
+	default:
+		s.cur.Ack(p)
+	}
+	return true, nil
 }
 
 // checkEnd tells every consumer that it reached the end of the topic
@@ -358,12 +370,7 @@ var testHookEndDecided atomic.Pointer[func()]
 // from p on after it (see advance; the Shared dispatcher queues under mu).
 func (s *subscription) seek(p mledger.Position, by *consumer) {
 	s.mu.Lock()
-	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
-	s.resetMultiLocked()
-	s.rewindLocked()
-	for _, c := range s.mu.consumers {
-		c.rearmEnd() // told again once acknowledged to the end
-	}
+	s.resetLocked(p)
 	if by != nil {
 		by.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_SeekDone{SeekDone: &brokerpb.SeekDone{}}})
 	}
@@ -379,6 +386,35 @@ func (s *subscription) seek(p mledger.Position, by *consumer) {
 	for _, c := range others {
 		c.disconnect(errorf(ErrTopicClosed, "subscription %s was reset: reconnect", s.name))
 	}
+}
+
+// resetLocked resets the cursor so that delivery restarts at p (seek's
+// part under mu).
+func (s *subscription) resetLocked(p mledger.Position) {
+	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
+	s.resetMultiLocked()
+	s.rewindLocked()
+	for _, c := range s.mu.consumers {
+		c.rearmEnd() // told again once acknowledged to the end
+	}
+}
+
+// seekIdle resets the subscription to p, as seek does, only while no
+// consumer is on it and it is neither closed nor being dropped (one step
+// under mu: none joins meanwhile); a reader's is then kept as long again
+// as keepNonDurable keeps it. For a SEEK through a consumer a seek has
+// just closed (pulsarConn.mu.seekClosed): false if anything came between.
+func (s *subscription) seekIdle(p mledger.Position) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed || s.mu.dropping || len(s.mu.consumers) > 0 {
+		return false
+	}
+	if !s.durable {
+		s.mu.keepUntil = time.Now().Add(seekReattachGrace)
+	}
+	s.resetLocked(p)
+	return true
 }
 
 // expire acknowledges, up to a bounded number, the entries published

@@ -444,12 +444,7 @@ func (t *topic) publishEntry(ctx context.Context, p *producer, send *brokerpb.Se
 		send.HighestSequenceId > 0 && md.GetHighestSequenceId() != send.HighestSequenceId) {
 		raw = nil
 	}
-	md.ProducerName = proto.String(p.name)
-	md.SequenceId = proto.Uint64(send.SequenceId)
 	highest := max(send.SequenceId, send.HighestSequenceId)
-	if send.HighestSequenceId > 0 {
-		md.HighestSequenceId = proto.Uint64(send.HighestSequenceId)
-	}
 	t.publishMu.Lock()
 	defer t.publishMu.Unlock()
 	t.mu.Lock()
@@ -498,6 +493,12 @@ func (t *topic) publishEntry(ctx context.Context, p *producer, send *brokerpb.Se
 	}
 	data, err := raw, error(nil)
 	if raw == nil {
+		// Encoded again, with what the broker writes (raw has it already).
+		md.ProducerName = proto.String(p.name)
+		md.SequenceId = proto.Uint64(send.SequenceId)
+		if send.HighestSequenceId > 0 {
+			md.HighestSequenceId = proto.Uint64(send.HighestSequenceId)
+		}
 		md.PublishTime = proto.Uint64(uint64(now))
 		data, err = entry.Encode(md, send.Payload)
 	}
