@@ -135,6 +135,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 30s ./proto/entry
 	$(GO) test -run '^$$' -fuzz FuzzSplitBatch -fuzztime 30s ./proto/entry
 	$(GO) test -run '^$$' -fuzz FuzzDecompress -fuzztime 30s ./proto/entry
+	$(GO) test -run '^$$' -fuzz FuzzDecodeMetadata -fuzztime 30s ./proto/entry
 	$(GO) test -run '^$$' -fuzz FuzzAddEntries -fuzztime 30s ./internal/wirecodec
 	$(GO) test -run '^$$' -fuzz FuzzProduce -fuzztime 30s ./internal/wirecodec
 	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s ./broker/internal/pulsarwire

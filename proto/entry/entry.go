@@ -91,9 +91,12 @@ func DecodeUnchecked(b []byte) (*pulsarpb.MessageMetadata, []byte, error) {
 	if n > MaxMetadataSize || int(n) > len(b)-headerLen {
 		return nil, nil, fmt.Errorf("%w: metadata size %d in %d bytes", ErrCorrupt, n, len(b))
 	}
-	md := &pulsarpb.MessageMetadata{}
-	if err := proto.Unmarshal(b[headerLen:headerLen+int(n)], md); err != nil {
-		return nil, nil, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+	md := decodeMetadata(b[headerLen : headerLen+int(n)])
+	if md == nil {
+		md = &pulsarpb.MessageMetadata{}
+		if err := proto.Unmarshal(b[headerLen:headerLen+int(n)], md); err != nil {
+			return nil, nil, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+		}
 	}
 	return md, b[headerLen+int(n):], nil
 }
