@@ -48,8 +48,10 @@ type metadata struct {
 // bytes field, where proto.Unmarshal makes one per field set, through
 // reflection; or returns nil for proto.Unmarshal to decode it: any other
 // field (properties among them), a wire type not the field's, a
-// compression this version does not know (proto2 keeps it as an unknown
-// field), a required field missing, anything malformed. What it returns
+// compression this version does not know (what an enum keeps of an
+// unknown or oversized value is left to proto.Unmarshal: protobuf-go
+// stores it truncated in the field today), a required field missing,
+// anything malformed. What it returns
 // equals what proto.Unmarshal gives (FuzzDecodeMetadata compares them).
 // Strings and bytes are copied, as proto.Unmarshal copies them.
 func decodeMetadata(b []byte) *pulsarpb.MessageMetadata {

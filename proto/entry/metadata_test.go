@@ -39,10 +39,27 @@ func TestDecodeMetadataCommon(t *testing.T) {
 		if !proto.Equal(got, md) {
 			t.Fatalf("%d: decoded %v, want %v", i, got, md)
 		}
+		clear(b) // what was decoded does not alias the input
+		if !proto.Equal(got, md) {
+			t.Fatalf("%d: decoded %v, changed with its input, want %v", i, got, md)
+		}
+	}
+	// Fields given twice (the last wins, an empty one still present), and
+	// varints wider than their field (truncated, as proto.Unmarshal does).
+	b := twiceAndWide()
+	want := &pulsarpb.MessageMetadata{}
+	if err := proto.Unmarshal(b, want); err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeMetadata(b); got == nil || !proto.Equal(got, want) {
+		t.Fatalf("fields twice and wide varints: decoded %v, want %v", got, want)
+	}
+	if want.GetUncompressedSize() != 7 || want.GetNumMessagesInBatch() != 7 || want.SchemaVersion == nil || len(want.SchemaVersion) != 0 {
+		t.Fatalf("proto.Unmarshal gave %v: the cases above test nothing", want)
 	}
 	// The one pulsar-client-go sends unbatched: the message and its
 	// producer name, where proto.Unmarshal makes one object per field.
-	b, _ := proto.Marshal(commonMetadata()[0])
+	b, _ = proto.Marshal(commonMetadata()[0])
 	if n := testing.AllocsPerRun(100, func() { decodeMetadata(b) }); n > 2 {
 		t.Fatalf("%v allocations to decode an unbatched message's metadata, want 2", n)
 	}
@@ -56,6 +73,10 @@ func TestDecodeMetadataFallsBack(t *testing.T) {
 	withProps.Properties = []*pulsarpb.KeyValue{{Key: proto.String("k"), Value: proto.String("v")}}
 	noPublish := proto.Clone(base).(*pulsarpb.MessageMetadata)
 	noPublish.PublishTime = nil
+	noProducer := proto.Clone(base).(*pulsarpb.MessageMetadata)
+	noProducer.ProducerName = nil
+	noSequence := proto.Clone(base).(*pulsarpb.MessageMetadata)
+	noSequence.SequenceId = nil
 	mustMarshal := func(md *pulsarpb.MessageMetadata) []byte {
 		b, err := proto.MarshalOptions{AllowPartial: true}.Marshal(md)
 		if err != nil {
@@ -65,12 +86,16 @@ func TestDecodeMetadataFallsBack(t *testing.T) {
 	}
 	baseBytes := mustMarshal(base)
 	for name, b := range map[string][]byte{
-		"properties":           mustMarshal(withProps),
-		"publish time missing": mustMarshal(noPublish),
-		"unknown compression":  protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), baseBytes...), mdCompression, protowire.VarintType), 9),
-		"sequence id as bytes": protowire.AppendBytes(protowire.AppendTag(append([]byte(nil), baseBytes...), mdSequenceID, protowire.BytesType), []byte{1}),
-		"unknown field":        protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), baseBytes...), 200, protowire.VarintType), 1),
-		"truncated":            baseBytes[:len(baseBytes)-1],
+		"properties":            mustMarshal(withProps),
+		"publish time missing":  mustMarshal(noPublish),
+		"producer name missing": mustMarshal(noProducer),
+		"sequence id missing":   mustMarshal(noSequence),
+		"a fixed32 field":       protowire.AppendFixed32(protowire.AppendTag(append([]byte(nil), baseBytes...), 100, protowire.Fixed32Type), 1),
+		"a group":               protowire.AppendTag(protowire.AppendTag(append([]byte(nil), baseBytes...), 101, protowire.StartGroupType), 101, protowire.EndGroupType),
+		"unknown compression":   protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), baseBytes...), mdCompression, protowire.VarintType), 9),
+		"sequence id as bytes":  protowire.AppendBytes(protowire.AppendTag(append([]byte(nil), baseBytes...), mdSequenceID, protowire.BytesType), []byte{1}),
+		"unknown field":         protowire.AppendVarint(protowire.AppendTag(append([]byte(nil), baseBytes...), 200, protowire.VarintType), 1),
+		"truncated":             baseBytes[:len(baseBytes)-1],
 	} {
 		if got := decodeMetadata(b); got != nil {
 			t.Errorf("%s: decoded by hand (%v); proto.Unmarshal should", name, got)
@@ -95,12 +120,32 @@ func entryOf(mb []byte) []byte {
 	return append(b, mb...)
 }
 
+// twiceAndWide is metadata with its string and bytes fields given twice,
+// the second time empty, and varints wider than their fields.
+func twiceAndWide() []byte {
+	var b []byte
+	b = protowire.AppendTag(b, mdProducerName, protowire.BytesType)
+	b = protowire.AppendString(b, "first")
+	for _, f := range []protowire.Number{mdProducerName, mdPartitionKey, mdSchemaVersion, mdOrderingKey} {
+		b = protowire.AppendTag(b, f, protowire.BytesType)
+		b = protowire.AppendBytes(b, []byte("x"))
+		b = protowire.AppendTag(b, f, protowire.BytesType)
+		b = protowire.AppendBytes(b, nil)
+	}
+	for _, f := range []protowire.Number{mdSequenceID, mdPublishTime, mdUncompressedSize, mdNumMessagesInBatch, mdDeliverAtTime} {
+		b = protowire.AppendTag(b, f, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1<<32|7)
+	}
+	return b
+}
+
 func FuzzDecodeMetadata(f *testing.F) {
 	for _, md := range commonMetadata() {
 		b, _ := proto.Marshal(md)
 		f.Add(b)
 	}
 	f.Add([]byte{0x0a, 0x01, 'p', 0x10, 0x01, 0x18, 0x02, 0x0a, 0x01, 'q'}) // producer name twice
+	f.Add(twiceAndWide())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got := decodeMetadata(b)
 		if got == nil {
