@@ -28,19 +28,22 @@ const (
 	mdNullPartitionKey   = 30
 )
 
-// metadata is a MessageMetadata with room for its scalar fields, so that
-// decodeMetadata allocates them with it, once.
+// metadata is a MessageMetadata with room for its scalar fields and
+// strings, so that decodeMetadata allocates them with it, once.
 type metadata struct {
-	md                                     pulsarpb.MessageMetadata
+	md                         pulsarpb.MessageMetadata
+	v                          metadataValues
+	producerName, partitionKey string
+}
+
+// metadataValues are the scalar fields decodeMetadata decodes.
+type metadataValues struct {
 	sequenceID, publishTime, eventTime, hi uint64
 	uncompressedSize                       uint32
 	numMessages                            int32
 	deliverAt                              int64
 	compression                            pulsarpb.CompressionType
 	keyB64, nullValue, nullKey             bool
-	producerName, partitionKey             string
-	sawProducer, sawSequence, sawPublish   bool
-	sawPartitionKey                        bool
 }
 
 // decodeMetadata decodes a MessageMetadata made of the fields most
@@ -51,12 +54,15 @@ type metadata struct {
 // compression this version does not know (what an enum keeps of an
 // unknown or oversized value is left to proto.Unmarshal: protobuf-go
 // stores it truncated in the field today), a required field missing,
-// anything malformed. What it returns
-// equals what proto.Unmarshal gives (FuzzDecodeMetadata compares them).
-// Strings and bytes are copied, as proto.Unmarshal copies them.
+// anything malformed. What it returns equals what proto.Unmarshal gives
+// (FuzzDecodeMetadata compares them). It allocates nothing until it has
+// read the whole message: falling back costs no more than
+// proto.Unmarshal. Strings and bytes are copied, as proto.Unmarshal
+// copies them.
 func decodeMetadata(b []byte) *pulsarpb.MessageMetadata {
-	m := &metadata{}
-	md := &m.md
+	var v metadataValues
+	var set uint32 // bit n: field n seen
+	var producer, key, schema, ordering []byte
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -65,68 +71,106 @@ func decodeMetadata(b []byte) *pulsarpb.MessageMetadata {
 		b = b[n:]
 		switch typ {
 		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
+			x, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return nil
 			}
 			b = b[n:]
 			switch num {
 			case mdSequenceID:
-				m.sequenceID, md.SequenceId, m.sawSequence = v, &m.sequenceID, true
+				v.sequenceID = x
 			case mdPublishTime:
-				m.publishTime, md.PublishTime, m.sawPublish = v, &m.publishTime, true
+				v.publishTime = x
 			case mdCompression:
-				if _, known := pulsarpb.CompressionType_name[int32(v)]; !known || v > math.MaxInt32 {
+				if _, known := pulsarpb.CompressionType_name[int32(x)]; !known || x > math.MaxInt32 {
 					return nil
 				}
-				m.compression, md.Compression = pulsarpb.CompressionType(int32(v)), &m.compression
+				v.compression = pulsarpb.CompressionType(int32(x))
 			case mdUncompressedSize:
-				m.uncompressedSize, md.UncompressedSize = uint32(v), &m.uncompressedSize
+				v.uncompressedSize = uint32(x)
 			case mdNumMessagesInBatch:
-				m.numMessages, md.NumMessagesInBatch = int32(v), &m.numMessages
+				v.numMessages = int32(x)
 			case mdEventTime:
-				m.eventTime, md.EventTime = v, &m.eventTime
+				v.eventTime = x
 			case mdPartitionKeyB64:
-				m.keyB64, md.PartitionKeyB64Encoded = protowire.DecodeBool(v), &m.keyB64
+				v.keyB64 = protowire.DecodeBool(x)
 			case mdDeliverAtTime:
-				m.deliverAt, md.DeliverAtTime = int64(v), &m.deliverAt
+				v.deliverAt = int64(x)
 			case mdHighestSequenceID:
-				m.hi, md.HighestSequenceId = v, &m.hi
+				v.hi = x
 			case mdNullValue:
-				m.nullValue, md.NullValue = protowire.DecodeBool(v), &m.nullValue
+				v.nullValue = protowire.DecodeBool(x)
 			case mdNullPartitionKey:
-				m.nullKey, md.NullPartitionKey = protowire.DecodeBool(v), &m.nullKey
+				v.nullKey = protowire.DecodeBool(x)
 			default:
 				return nil
 			}
 		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+			x, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return nil
 			}
 			b = b[n:]
 			switch num {
 			case mdProducerName:
-				m.producerName, m.sawProducer = string(v), true
+				producer = x
 			case mdPartitionKey:
-				m.partitionKey, m.sawPartitionKey = string(v), true
+				key = x
 			case mdSchemaVersion:
-				md.SchemaVersion = append(make([]byte, 0, len(v)), v...)
+				schema = x
 			case mdOrderingKey:
-				md.OrderingKey = append(make([]byte, 0, len(v)), v...)
+				ordering = x
 			default:
 				return nil
 			}
 		default:
 			return nil
 		}
+		set |= 1 << num // num < 32: any other returned above
 	}
-	if !m.sawProducer || !m.sawSequence || !m.sawPublish {
+	has := func(n protowire.Number) bool { return set&(1<<n) != 0 }
+	if !has(mdProducerName) || !has(mdSequenceID) || !has(mdPublishTime) {
 		return nil // required: proto.Unmarshal says which is missing
 	}
-	md.ProducerName = &m.producerName
-	if m.sawPartitionKey {
+	m := &metadata{v: v, producerName: string(producer)}
+	md, p := &m.md, &m.v
+	md.ProducerName, md.SequenceId, md.PublishTime = &m.producerName, &p.sequenceID, &p.publishTime
+	if has(mdPartitionKey) {
+		m.partitionKey = string(key)
 		md.PartitionKey = &m.partitionKey
+	}
+	if has(mdCompression) {
+		md.Compression = &p.compression
+	}
+	if has(mdUncompressedSize) {
+		md.UncompressedSize = &p.uncompressedSize
+	}
+	if has(mdNumMessagesInBatch) {
+		md.NumMessagesInBatch = &p.numMessages
+	}
+	if has(mdEventTime) {
+		md.EventTime = &p.eventTime
+	}
+	if has(mdSchemaVersion) {
+		md.SchemaVersion = append(make([]byte, 0, len(schema)), schema...)
+	}
+	if has(mdPartitionKeyB64) {
+		md.PartitionKeyB64Encoded = &p.keyB64
+	}
+	if has(mdOrderingKey) {
+		md.OrderingKey = append(make([]byte, 0, len(ordering)), ordering...)
+	}
+	if has(mdDeliverAtTime) {
+		md.DeliverAtTime = &p.deliverAt
+	}
+	if has(mdHighestSequenceID) {
+		md.HighestSequenceId = &p.hi
+	}
+	if has(mdNullValue) {
+		md.NullValue = &p.nullValue
+	}
+	if has(mdNullPartitionKey) {
+		md.NullPartitionKey = &p.nullKey
 	}
 	return md
 }

@@ -101,6 +101,12 @@ func TestDecodeMetadataFallsBack(t *testing.T) {
 			t.Errorf("%s: decoded by hand (%v); proto.Unmarshal should", name, got)
 		}
 	}
+	// Falling back costs nothing before proto.Unmarshal does the work
+	// (messages with properties are common).
+	props := mustMarshal(withProps)
+	if n := testing.AllocsPerRun(100, func() { decodeMetadata(props) }); n != 0 {
+		t.Fatalf("%v allocations before falling back, want 0", n)
+	}
 	// Through DecodeUnchecked: the same as proto.Unmarshal gives, error
 	// included.
 	if _, _, err := DecodeUnchecked(entryOf(mustMarshal(noPublish))); err == nil {
