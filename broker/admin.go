@@ -185,7 +185,12 @@ func (s *Server) deleteTopic(ctx context.Context, n topicname.Name, force bool) 
 		}
 	}
 	if n.PartitionIndex() < 0 {
-		if err := s.store.Delete(ctx, metastore.SchemaKey(topicPath(n))); err != nil {
+		// A non-persistent topic's schemas are its persistent namesake's
+		// too (schemaPath): they stay.
+		if !n.Persistent() {
+			return s.dropTopicGrants(ctx, n)
+		}
+		if err := s.store.Delete(ctx, metastore.SchemaKey(schemaPath(n))); err != nil {
 			return fmt.Errorf("%s is deleted, but its schemas are not: %w", n, err)
 		}
 		if err := s.dropTopicGrants(ctx, n); err != nil {
@@ -199,12 +204,14 @@ func (s *Server) deleteTopic(ctx context.Context, n topicname.Name, force bool) 
 
 func (t *topic) setSettings(set settings) {
 	t.mu.Lock()
-	t.mu.set = set
+	t.mu.set = t.applicable(set)
 	if !set.blocksProducers() {
 		t.mu.quotaBlock = nil // the quota that blocked is gone
 	}
 	t.mu.Unlock()
-	t.ml.SetConfig(t.mlConfig())
+	if t.ml != nil {
+		t.ml.SetConfig(t.mlConfig())
+	}
 }
 
 // delete removes the topic's subscriptions, ledgers and metadata, then
@@ -223,6 +230,9 @@ func (t *topic) delete(ctx context.Context, force bool) error {
 		if err := t.removeSubscription(ctx, s.name, true); err != nil {
 			return err
 		}
+	}
+	if t.ml == nil { // non-persistent: nothing stored
+		return t.close(ctx)
 	}
 	refs := t.ml.Ledgers()
 	if err := t.close(ctx); err != nil {
@@ -256,6 +266,11 @@ type topicStats struct {
 	MsgThroughputOut float64                      `json:"msgThroughputOut"`
 	Publishers       []map[string]any             `json:"publishers"`
 	Subscriptions    map[string]subscriptionStats `json:"subscriptions"`
+	// Non-persistent topics only: messages dropped over the last stats
+	// window (per second) and since the topic was loaded, summed over its
+	// subscriptions.
+	MsgDropRate    *float64 `json:"msgDropRate,omitempty"`
+	MsgDropCounter *int64   `json:"msgDropCounter,omitempty"`
 }
 
 func (t *topic) stats() topicStats {
@@ -264,9 +279,13 @@ func (t *topic) stats() topicStats {
 	st.MsgInCounter, st.BytesInCounter, st.MsgOutCounter, st.BytesOutCounter = c.msgIn, c.bytesIn, c.msgOut, c.bytesOut
 	r, _, _ := t.win.get()
 	st.MsgRateIn, st.MsgRateOut, st.MsgThroughputIn, st.MsgThroughputOut = r.MsgIn, r.MsgOut, r.BytesIn, r.BytesOut
-	for _, ref := range t.ml.Ledgers() {
-		st.StorageSize += ref.Size
-		st.Entries += ref.Entries
+	if t.ml == nil {
+		st.MsgDropRate, st.MsgDropCounter = &r.MsgDropped, &c.msgDropped
+	} else {
+		for _, ref := range t.ml.Ledgers() {
+			st.StorageSize += ref.Size
+			st.Entries += ref.Entries
+		}
 	}
 	t.mu.Lock()
 	for name, p := range t.mu.producers {
@@ -293,6 +312,16 @@ const maxDeletedRanges = 10000
 // Magnetar's own fields added (a ledger's closed and createdAt, a cursor's
 // ackHoles and durable).
 func (t *topic) internalStats() map[string]any {
+	if t.ml == nil {
+		// Pulsar's for a non-persistent topic: the entries it was sent, and
+		// each subscription with an empty cursor.
+		cursors := map[string]any{}
+		for _, s := range t.subscriptions() {
+			cursors[s.name] = map[string]any{}
+		}
+		return map[string]any{"entriesAddedCounter": t.traffic.entriesIn.Load(), "numberOfEntries": 0, "totalSize": 0,
+			"ledgers": []any{}, "cursors": cursors}
+	}
 	ledgers := []map[string]any{}
 	var entries, size int64
 	var current *metapb.LedgerRef

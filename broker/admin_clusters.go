@@ -10,6 +10,7 @@ import (
 	"github.com/magnetar-io/magnetar/broker/admin"
 	"github.com/magnetar-io/magnetar/internal/health"
 	"github.com/magnetar-io/magnetar/metastore"
+	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
 // The clusters, brokers and broker-stats resources of the admin API
@@ -61,9 +62,8 @@ func (b adminBackend) OwnedNamespaces(ctx context.Context, broker string) ([]str
 		if owner != broker {
 			return nil
 		}
-		parts := strings.SplitN(strings.TrimPrefix(kv.Key, metastore.OwnersPrefix), "/", 3)
-		if len(parts) == 3 {
-			out = append(out, parts[0]+"/"+parts[1])
+		if n, err := topicname.ParsePath(strings.TrimPrefix(kv.Key, metastore.OwnersPrefix)); err == nil {
+			out = append(out, n.NamespaceName())
 		}
 		return nil
 	})
@@ -98,14 +98,17 @@ func (b adminBackend) Load(ctx context.Context) (admin.Load, error) {
 		CPU: me.CPU, Topics: len(b.s.loadedTopics())}, nil
 }
 
-func (b adminBackend) OwnedTopicStats() map[string]map[string]any {
-	out := map[string]map[string]any{}
+func (b adminBackend) OwnedTopicStats() map[string]map[string]map[string]any {
+	out := map[string]map[string]map[string]any{}
 	for _, t := range b.s.loadedTopics() {
-		ns := t.name.NamespaceName()
+		ns, d := t.name.NamespaceName(), t.name.Domain.String()
 		if out[ns] == nil {
-			out[ns] = map[string]any{}
+			out[ns] = map[string]map[string]any{}
 		}
-		out[ns][t.name.String()] = t.stats()
+		if out[ns][d] == nil {
+			out[ns][d] = map[string]any{}
+		}
+		out[ns][d][t.name.String()] = t.stats()
 	}
 	return out
 }

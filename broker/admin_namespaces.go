@@ -40,8 +40,8 @@ func (b adminBackend) SetPolicies(ctx context.Context, ns string, fn func(*metap
 	return b.s.setPolicies(ctx, ns, fn)
 }
 
-func (b adminBackend) TopicList(ctx context.Context, ns string) ([]string, error) {
-	return b.s.md.topicList(ctx, ns)
+func (b adminBackend) TopicList(ctx context.Context, ns string, d topicname.Domain) ([]string, error) {
+	return b.s.md.topicList(ctx, ns, d)
 }
 
 func (b adminBackend) UnloadNamespace(ctx context.Context, ns string) (int, error) {
@@ -62,6 +62,12 @@ func (b adminBackend) UnsubscribeNamespace(r *http.Request, ns, sub string) erro
 }
 
 // withPath is the redirect's URL with another path (and no query).
+// adminPath is the path of topic n in the admin API (unescaped):
+// /admin/v2/persistent/tenant/namespace/topic, or non-persistent.
+func adminPath(n topicname.Name) string {
+	return "/admin/v2/" + n.Domain.String() + "/" + n.NamespaceName() + "/" + n.Local
+}
+
 func (e *redirectError) withPath(path string) string {
 	u, err := url.Parse(e.url)
 	if err != nil {
@@ -81,7 +87,7 @@ func (s *Server) forNamespaceSubscriptions(r *http.Request, ns, sub, suffix, met
 	if _, err := s.md.policies(ctx, ns); err != nil {
 		return err
 	}
-	names, err := s.md.topicList(ctx, ns)
+	names, err := s.md.topicList(ctx, ns, topicname.Persistent) // non-persistent ones keep no backlog
 	if err != nil {
 		return err
 	}
@@ -108,7 +114,7 @@ func (s *Server) forNamespaceSubscriptions(r *http.Request, ns, sub, suffix, met
 
 // onSubscriptionsOf is forNamespaceSubscriptions for one topic.
 func (s *Server) onSubscriptionsOf(ctx context.Context, r *http.Request, n topicname.Name, sub, suffix, method string, fn func(*topic, *subscription) error) error {
-	base := "/admin/v2/persistent/" + n.NamespaceName() + "/" + n.Local
+	base := adminPath(n)
 	err := s.ownedElsewhere(ctx, topicPath(n), r)
 	var redirect *redirectError
 	if errors.As(err, &redirect) {

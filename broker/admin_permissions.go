@@ -22,11 +22,11 @@ func (b adminBackend) UpdatePolicies(ctx context.Context, ns string, fn func(*me
 // created later under its name does not inherit them.
 func (s *Server) dropTopicGrants(ctx context.Context, n topicname.Name) error {
 	p, err := s.md.policies(ctx, n.NamespaceName())
-	if err != nil || p.TopicPermissions[n.Local] == nil {
+	if err != nil || p.TopicPermissions[n.LocalPath()] == nil {
 		return err
 	}
 	return s.md.updatePolicies(ctx, n.NamespaceName(), func(p *metapb.NamespacePolicies) error {
-		delete(p.TopicPermissions, n.Local)
+		delete(p.TopicPermissions, n.LocalPath())
 		return nil
 	})
 }

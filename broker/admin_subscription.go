@@ -66,6 +66,9 @@ func (b adminBackend) DeleteSubscription(r *http.Request, n topicname.Name, sub 
 }
 
 func (b adminBackend) ResetCursorToTime(r *http.Request, n topicname.Name, sub string, ts int64) error {
+	if err := requirePersistent(n, "reset cursor"); err != nil {
+		return err
+	}
 	return b.s.onPartitions(r, n, nil, func(t *topic) error {
 		one, err := t.subscription(sub)
 		if err != nil {
@@ -81,6 +84,9 @@ func (b adminBackend) ResetCursorToTime(r *http.Request, n topicname.Name, sub s
 }
 
 func (b adminBackend) ClearBacklog(r *http.Request, n topicname.Name, sub string) error {
+	if err := requirePersistent(n, "clear backlog"); err != nil {
+		return err
+	}
 	return b.s.onPartitions(r, n, nil, func(t *topic) error {
 		one, err := t.subscription(sub)
 		if err != nil {
@@ -92,6 +98,9 @@ func (b adminBackend) ClearBacklog(r *http.Request, n topicname.Name, sub string
 }
 
 func (b adminBackend) ExpireMessages(r *http.Request, n topicname.Name, sub string, cutoff int64) error {
+	if err := requirePersistent(n, "expire messages"); err != nil {
+		return err
+	}
 	return b.s.onPartitions(r, n, nil, func(t *topic) error {
 		one, err := t.subscription(sub)
 		if err != nil {
@@ -102,6 +111,9 @@ func (b adminBackend) ExpireMessages(r *http.Request, n topicname.Name, sub stri
 }
 
 func (b adminBackend) ExpireAllSubscriptions(r *http.Request, n topicname.Name, cutoff int64) error {
+	if err := requirePersistent(n, "expire messages"); err != nil {
+		return err
+	}
 	return b.s.onPartitions(r, n, nil, func(t *topic) error {
 		for _, sub := range t.subscriptions() {
 			if !sub.durable {
@@ -116,6 +128,9 @@ func (b adminBackend) ExpireAllSubscriptions(r *http.Request, n topicname.Name, 
 }
 
 func (b adminBackend) ResetCursor(r *http.Request, n topicname.Name, sub string, p mledger.Position) error {
+	if err := requirePersistent(n, "reset cursor"); err != nil {
+		return err
+	}
 	_, one, err := b.s.adminPartitionSubscription(r, n, sub)
 	if err != nil {
 		return err
@@ -125,6 +140,9 @@ func (b adminBackend) ResetCursor(r *http.Request, n topicname.Name, sub string,
 }
 
 func (b adminBackend) Skip(r *http.Request, n topicname.Name, sub string, count int) error {
+	if err := requirePersistent(n, "skip messages"); err != nil {
+		return err
+	}
 	t, one, err := b.s.adminPartitionSubscription(r, n, sub)
 	if err != nil {
 		return err
@@ -133,6 +151,9 @@ func (b adminBackend) Skip(r *http.Request, n topicname.Name, sub string, count 
 }
 
 func (b adminBackend) Peek(r *http.Request, n topicname.Name, sub string, pos int) (mledger.Entry, error) {
+	if err := requirePersistent(n, "peek messages"); err != nil {
+		return mledger.Entry{}, err
+	}
 	t, one, err := b.s.adminPartitionSubscription(r, n, sub)
 	if err != nil {
 		return mledger.Entry{}, err
@@ -181,7 +202,7 @@ func (s *Server) createSubscriptionOnPartition(r *http.Request, pn topicname.Nam
 	err := s.ownedElsewhere(ctx, topicPath(pn), r)
 	var redirect *redirectError
 	if errors.As(err, &redirect) {
-		return s.putJSON(ctx, redirect.withPath("/admin/v2/persistent/"+pn.NamespaceName()+"/"+pn.Local+"/subscription/"+name), start.Body())
+		return s.putJSON(ctx, redirect.withPath(adminPath(pn)+"/subscription/"+name), start.Body())
 	}
 	if err != nil {
 		return err
@@ -279,6 +300,12 @@ func (t *topic) createSubscription(ctx context.Context, name string, start admin
 		return errorf(ErrConflict, "subscription %s already exists on %s", name, t.name)
 	}
 	req := &brokerpb.Subscribe{Subscription: name, Durable: true, InitialPosition: brokerpb.InitialPosition_LATEST}
+	if t.ml == nil {
+		// Non-persistent: kept, empty, until unsubscribed or the topic
+		// unloads; it gets what is published from now on.
+		_, err := t.getOrCreateSubscription(ctx, req)
+		return err
+	}
 	seek := false
 	if !start.Earliest && !start.Latest {
 		switch first, last := t.ml.First(), t.ml.LastConfirmed(); {
@@ -344,7 +371,7 @@ func (s *Server) onPartitions(r *http.Request, n topicname.Name, body []byte, fn
 		}
 		return fn(t)
 	}
-	prefix := "/admin/v2/persistent/" + n.NamespaceName() + "/" + n.Local
+	prefix := adminPath(n)
 	var errs []error
 	missing := 0
 	for i := 0; i < parts; i++ {
@@ -353,7 +380,7 @@ func (s *Server) onPartitions(r *http.Request, n topicname.Name, body []byte, fn
 		var redirect *redirectError
 		switch {
 		case errors.As(err, &redirect):
-			u := redirect.withPath("/admin/v2/persistent/" + pn.NamespaceName() + "/" + pn.Local + strings.TrimPrefix(r.URL.Path, prefix))
+			u := redirect.withPath(adminPath(pn) + strings.TrimPrefix(r.URL.Path, prefix))
 			if r.URL.RawQuery != "" {
 				u += "?" + r.URL.RawQuery
 			}

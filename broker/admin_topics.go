@@ -16,15 +16,17 @@ import (
 
 // The topics resource of the admin API (broker/admin/topics.go).
 
-func (b adminBackend) PartitionedTopics(ctx context.Context, ns string) ([]string, error) {
-	return b.s.md.partitionedTopics(ctx, ns)
+func (b adminBackend) PartitionedTopics(ctx context.Context, ns string, d topicname.Domain) ([]string, error) {
+	return b.s.md.partitionedTopics(ctx, ns, d)
 }
 
 func (b adminBackend) Owners(ctx context.Context) (map[string]string, error) {
 	owners := map[string]string{}
 	err := b.s.store.ListAll(ctx, metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
 		owner, _, _ := strings.Cut(string(kv.Value), "\n")
-		owners["persistent://"+strings.TrimPrefix(kv.Key, metastore.OwnersPrefix)] = owner
+		if n, err := topicname.ParsePath(strings.TrimPrefix(kv.Key, metastore.OwnersPrefix)); err == nil {
+			owners[n.String()] = owner
+		}
 		return nil
 	})
 	return owners, err
@@ -73,7 +75,19 @@ func (b adminBackend) InternalStats(r *http.Request, n topicname.Name) (any, err
 	return b.s.forPartitions(r, n, "internalStats", func(t *topic) (any, error) { return t.internalStats(), nil })
 }
 
+// requirePersistent refuses on a non-persistent topic an admin call that
+// needs stored messages (Pulsar's 405).
+func requirePersistent(n topicname.Name, what string) error {
+	if n.Persistent() {
+		return nil
+	}
+	return errorf(ErrNonPersistent, "%s: %s stores no messages", what, n)
+}
+
 func (b adminBackend) InternalInfo(r *http.Request, n topicname.Name) (any, error) {
+	if err := requirePersistent(n, "internal info"); err != nil {
+		return nil, err
+	}
 	t, err := b.s.adminPartition(r, n)
 	if err != nil {
 		return nil, err
@@ -82,6 +96,9 @@ func (b adminBackend) InternalInfo(r *http.Request, n topicname.Name) (any, erro
 }
 
 func (b adminBackend) LastMessageID(r *http.Request, n topicname.Name) (mledger.Position, error) {
+	if err := requirePersistent(n, "last message id"); err != nil {
+		return mledger.Position{}, err
+	}
 	t, err := b.s.adminPartition(r, n)
 	if err != nil {
 		return mledger.Position{}, err
@@ -90,6 +107,9 @@ func (b adminBackend) LastMessageID(r *http.Request, n topicname.Name) (mledger.
 }
 
 func (b adminBackend) Terminate(r *http.Request, n topicname.Name) (mledger.Position, error) {
+	if err := requirePersistent(n, "terminate"); err != nil {
+		return mledger.Position{}, err
+	}
 	t, err := b.s.adminPartition(r, n)
 	if err != nil {
 		return mledger.Position{}, err
@@ -98,6 +118,9 @@ func (b adminBackend) Terminate(r *http.Request, n topicname.Name) (mledger.Posi
 }
 
 func (b adminBackend) TerminatePartitions(r *http.Request, n topicname.Name) (map[int]mledger.Position, error) {
+	if err := requirePersistent(n, "terminate"); err != nil {
+		return nil, err
+	}
 	return b.s.terminatePartitions(r, n)
 }
 
@@ -119,7 +142,7 @@ func (s *Server) terminatePartitions(r *http.Request, n topicname.Name) (map[int
 		var redirect *redirectError
 		switch {
 		case errors.As(err, &redirect):
-			body, err := s.peerCall(ctx, http.MethodPost, redirect.withPath("/admin/v2/persistent/"+pn.NamespaceName()+"/"+pn.Local+"/terminate"), nil)
+			body, err := s.peerCall(ctx, http.MethodPost, redirect.withPath(adminPath(pn)+"/terminate"), nil)
 			if err != nil {
 				return nil, fmt.Errorf("partition %d: %w", i, err)
 			}
@@ -147,6 +170,9 @@ func (s *Server) terminatePartitions(r *http.Request, n topicname.Name) (map[int
 }
 
 func (b adminBackend) MessageIDAt(r *http.Request, n topicname.Name, ts int64) (mledger.Position, error) {
+	if err := requirePersistent(n, "message id by time"); err != nil {
+		return mledger.Position{}, err
+	}
 	t, err := b.s.adminPartition(r, n)
 	if err != nil {
 		return mledger.Position{}, err
@@ -162,6 +188,9 @@ func (b adminBackend) MessageIDAt(r *http.Request, n topicname.Name, ts int64) (
 }
 
 func (b adminBackend) Entry(r *http.Request, n topicname.Name, p mledger.Position) (mledger.Entry, error) {
+	if err := requirePersistent(n, "get message"); err != nil {
+		return mledger.Entry{}, err
+	}
 	t, err := b.s.adminPartition(r, n)
 	if err != nil {
 		return mledger.Entry{}, err
@@ -221,20 +250,22 @@ func (md *metadata) updatePartitions(ctx context.Context, n topicname.Name, part
 	}
 }
 
-// partitionedTopics lists a namespace's partitioned topics.
-func (md *metadata) partitionedTopics(ctx context.Context, ns string) ([]string, error) {
+// partitionedTopics lists a namespace's partitioned topics of domain d.
+func (md *metadata) partitionedTopics(ctx context.Context, ns string, d topicname.Domain) ([]string, error) {
 	parts, err := md.listChildren(ctx, metastore.PartitionedKey(ns+"/"))
 	out := make([]string, 0, len(parts))
 	for _, p := range parts {
-		out = append(out, "persistent://"+ns+"/"+p)
+		if n, err := topicname.ParsePath(ns + "/" + p); err == nil && n.Domain == d {
+			out = append(out, n.String())
+		}
 	}
 	return out, err
 }
 
-// topicList is Pulsar's topic list of a namespace: the non-partitioned
-// topics and every partition of the partitioned ones.
-func (md *metadata) topicList(ctx context.Context, ns string) ([]string, error) {
-	names, err := md.topics(ctx, ns)
+// topicList is Pulsar's topic list of a namespace, of domain d: the
+// non-partitioned topics and every partition of the partitioned ones.
+func (md *metadata) topicList(ctx context.Context, ns string, d topicname.Domain) ([]string, error) {
+	names, err := md.topics(ctx, ns, d)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +369,7 @@ func (s *Server) eachPartition(r *http.Request, n topicname.Name, parts int, wha
 		err := s.ownedElsewhere(r.Context(), topicPath(pn), r)
 		var redirect *redirectError
 		if errors.As(err, &redirect) {
-			if out[pn.String()], err = s.fetchJSON(r.Context(), redirect.withPath("/admin/v2/persistent/"+pn.NamespaceName()+"/"+pn.Local+"/"+what)); err != nil {
+			if out[pn.String()], err = s.fetchJSON(r.Context(), redirect.withPath(adminPath(pn)+"/"+what)); err != nil {
 				return nil, err
 			}
 			continue

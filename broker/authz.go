@@ -150,7 +150,7 @@ func (z *authorizer) check(ctx context.Context, tenant, ns string, topic topicna
 		}
 	}
 	if topic.Local != "" {
-		a.topic = topic.Base().Local
+		a.topic = topic.Base().LocalPath()
 	}
 	return decide(a)
 }

@@ -33,6 +33,7 @@ var (
 	ErrInvalidMessage       = errs.ErrInvalidMessage
 	ErrInvalidArgument      = errs.ErrInvalidArgument
 	ErrNotAllowed           = errs.ErrNotAllowed
+	ErrNonPersistent        = errs.ErrNonPersistent
 	ErrNotOwner             = errors.New("topic not owned by this broker")
 	ErrServiceNotReady      = errs.ErrServiceNotReady
 	ErrTopicClosed          = errors.New("topic closed")
@@ -128,6 +129,7 @@ var restErrorTable = []struct {
 	{ErrPartitionedTopic, "PARTITIONED_TOPIC", http.StatusMethodNotAllowed},
 	{ErrNotEmpty, "NOT_EMPTY", http.StatusConflict},
 	{ErrNoSchema, "SCHEMA_NOT_FOUND", http.StatusNotFound},
+	{ErrNonPersistent, "NOT_ALLOWED", http.StatusMethodNotAllowed},
 	{autorecovery.ErrUnknownBookie, "BOOKIE_NOT_FOUND", http.StatusNotFound},
 	{autorecovery.ErrTooFewBookies, "NOT_ENOUGH_BOOKIES", http.StatusPreconditionFailed},
 	{autorecovery.ErrNotDraining, "NOT_DRAINING", http.StatusConflict},

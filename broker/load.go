@@ -11,6 +11,9 @@ import (
 // since it was loaded; rates come from differences between two readings.
 type traffic struct {
 	msgIn, bytesIn, entriesIn, msgOut, bytesOut atomic.Int64
+	// msgDropped: messages of a non-persistent topic that no consumer
+	// could take when they were published.
+	msgDropped atomic.Int64
 }
 
 // published counts one entry of msgs messages stored.
@@ -26,19 +29,22 @@ func (c *traffic) dispatched(msgs int) { c.msgOut.Add(int64(msgs)) }
 // sent counts the bytes of an entry sent to a consumer.
 func (c *traffic) sent(bytes int) { c.bytesOut.Add(int64(bytes)) }
 
+// dropped counts messages of a non-persistent topic nobody could take.
+func (c *traffic) dropped(msgs int) { c.msgDropped.Add(int64(msgs)) }
+
 type trafficReading struct {
-	at                                          time.Time
-	msgIn, bytesIn, entriesIn, msgOut, bytesOut int64
+	at                                                      time.Time
+	msgIn, bytesIn, entriesIn, msgOut, bytesOut, msgDropped int64
 }
 
 func (c *traffic) read(now time.Time) trafficReading {
 	return trafficReading{at: now, msgIn: c.msgIn.Load(), bytesIn: c.bytesIn.Load(), entriesIn: c.entriesIn.Load(),
-		msgOut: c.msgOut.Load(), bytesOut: c.bytesOut.Load()}
+		msgOut: c.msgOut.Load(), bytesOut: c.bytesOut.Load(), msgDropped: c.msgDropped.Load()}
 }
 
 // rates are per second between two readings.
 type rates struct {
-	MsgIn, BytesIn, MsgOut, EntriesIn, BytesOut float64
+	MsgIn, BytesIn, MsgOut, EntriesIn, BytesOut, MsgDropped float64
 }
 
 func (r trafficReading) since(prev trafficReading) rates {
@@ -51,8 +57,9 @@ func (r trafficReading) since(prev trafficReading) rates {
 		BytesIn: float64(r.bytesIn-prev.bytesIn) / d,
 		MsgOut:  float64(r.msgOut-prev.msgOut) / d,
 
-		EntriesIn: float64(r.entriesIn-prev.entriesIn) / d,
-		BytesOut:  float64(r.bytesOut-prev.bytesOut) / d,
+		EntriesIn:  float64(r.entriesIn-prev.entriesIn) / d,
+		BytesOut:   float64(r.bytesOut-prev.bytesOut) / d,
+		MsgDropped: float64(r.msgDropped-prev.msgDropped) / d,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -523,7 +524,7 @@ func (s *Server) unloadNamespace(ctx context.Context, ns string) (int, error) {
 	n := 0
 	var errs []error
 	for _, o := range all {
-		tn, err := topicname.Parse("persistent://" + o.path)
+		tn, err := topicname.ParsePath(o.path)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -531,7 +532,7 @@ func (s *Server) unloadNamespace(ctx context.Context, ns string) (int, error) {
 		if o.owner == s.id {
 			err = s.unloadTopic(ctx, tn)
 		} else {
-			err = s.unloadRemote(ctx, o.owner, o.path)
+			err = s.unloadRemote(ctx, o.owner, tn)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", o.path, err))
@@ -542,8 +543,8 @@ func (s *Server) unloadNamespace(ctx context.Context, ns string) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// unloadRemote asks broker owner to unload partition path.
-func (s *Server) unloadRemote(ctx context.Context, owner, path string) error {
+// unloadRemote asks broker owner to unload partition n.
+func (s *Server) unloadRemote(ctx context.Context, owner string, n topicname.Name) error {
 	var info brokerInfo
 	kv, err := s.store.Get(ctx, metastore.BrokerAvailableKey(owner))
 	if err == nil {
@@ -552,7 +553,8 @@ func (s *Server) unloadRemote(ctx context.Context, owner, path string) error {
 	if err != nil || info.HTTP == "" {
 		return errorf(ErrServiceNotReady, "broker %s serves no admin API now", owner)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+info.HTTP+"/admin/v2/persistent/"+path+"/unload", nil)
+	u := url.URL{Scheme: "http", Host: info.HTTP, Path: adminPath(n) + "/unload"}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), nil)
 	if err != nil {
 		return err
 	}

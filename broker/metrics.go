@@ -270,8 +270,10 @@ type subFigures struct {
 
 func (t *topic) figures() (topicFigures, []subFigures) {
 	f := topicFigures{topics: 1}
-	for _, ref := range t.ml.Ledgers() {
-		f.logicalSize += ref.Size
+	if t.ml != nil {
+		for _, ref := range t.ml.Ledgers() {
+			f.logicalSize += ref.Size
+		}
 	}
 	t.mu.Lock()
 	f.producers = int64(len(t.mu.producers))
@@ -294,7 +296,10 @@ func (t *topic) figures() (topicFigures, []subFigures) {
 }
 
 func (s *subscription) figures() subFigures {
-	f := subFigures{name: s.name, backlog: s.backlog(), holes: int64(s.cur.Stats().Holes)}
+	f := subFigures{name: s.name, backlog: s.backlog()}
+	if s.cur != nil {
+		f.holes = int64(s.cur.Stats().Holes)
+	}
 	f.rates, _, _ = s.win.get()
 	f.msgOutTotal, f.bytesOutTotal = s.traffic.msgOut.Load(), s.traffic.bytesOut.Load()
 	s.mu.Lock()

@@ -177,12 +177,14 @@ func (md *metadata) deleteNamespace(ctx context.Context, ns string) error {
 	if _, err := md.policies(ctx, ns); err != nil {
 		return err
 	}
-	topics, err := md.topics(ctx, ns)
-	if err != nil {
-		return err
-	}
-	if len(topics) > 0 {
-		return errorf(ErrNotEmpty, "namespace %s still has topics %v", ns, topics)
+	for _, d := range []topicname.Domain{topicname.Persistent, topicname.NonPersistent} {
+		topics, err := md.topics(ctx, ns, d)
+		if err != nil {
+			return err
+		}
+		if len(topics) > 0 {
+			return errorf(ErrNotEmpty, "namespace %s still has topics %v", ns, topics)
+		}
 	}
 	return md.store.Delete(ctx, metastore.NamespaceKey(ns))
 }
@@ -269,8 +271,9 @@ func (md *metadata) settings(p *metapb.NamespacePolicies) settings {
 	return s
 }
 
-// topicPath is "tenant/namespace/topic", the form used in keys.
-func topicPath(n topicname.Name) string { return n.Tenant + "/" + n.Namespace + "/" + n.Local }
+// topicPath is the form of a topic's name used in keys (topicname.Name.Path):
+// "tenant/namespace/topic", or "tenant/namespace/non-persistent/topic".
+func topicPath(n topicname.Name) string { return n.Path() }
 
 // partitions returns the partition count of a partitioned topic, 0 for
 // others.
@@ -311,28 +314,42 @@ func (md *metadata) createPartitioned(ctx context.Context, n topicname.Name, par
 }
 
 // topicExists reports whether a (non-partitioned) topic or partition has
-// storage.
+// storage; a non-persistent one, whether a broker has it loaded.
 func (md *metadata) topicExists(ctx context.Context, n topicname.Name) (bool, error) {
-	_, err := md.store.Get(ctx, metastore.ManagedLedgerKey(topicPath(n)))
+	key := metastore.ManagedLedgerKey(topicPath(n))
+	if !n.Persistent() {
+		key = metastore.OwnerKey(topicPath(n))
+	}
+	_, err := md.store.Get(ctx, key)
 	if errors.Is(err, metastore.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
-// topics lists a namespace's topics: partitioned ones by their base name,
-// others by name.
-func (md *metadata) topics(ctx context.Context, ns string) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
-	parts, err := md.listChildren(ctx, metastore.PartitionedKey(ns+"/"))
+// topics lists a namespace's topics of domain d: partitioned ones by their
+// base name, others by name. Persistent topics are those with storage;
+// non-persistent ones, those a broker has loaded.
+func (md *metadata) topics(ctx context.Context, ns string, d topicname.Domain) ([]string, error) {
+	out, err := md.partitionedTopics(ctx, ns, d)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range parts {
-		n := "persistent://" + ns + "/" + p
+	seen := map[string]bool{}
+	for _, n := range out {
 		seen[n] = true
-		out = append(out, n)
+	}
+	if d == topicname.NonPersistent {
+		prefix := metastore.OwnersPrefix + ns + "/"
+		err := md.store.ListAll(ctx, prefix, metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
+			n, err := topicname.ParsePath(ns + "/" + strings.TrimPrefix(kv.Key, prefix))
+			if err != nil || n.Persistent() || n.PartitionIndex() >= 0 && seen[n.Base().String()] {
+				return nil
+			}
+			out = append(out, n.String())
+			return nil
+		})
+		return out, err
 	}
 	err = md.store.ListAll(ctx, metastore.TopicsPrefix+ns+"/", metastore.ListOptions{KeysOnly: true}, func(kv metastore.KV) error {
 		rest := strings.TrimPrefix(kv.Key, metastore.TopicsPrefix+ns+"/")

@@ -860,14 +860,29 @@ func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace)
 		if _, err := pc.s.md.policies(pc.ctx, ns); err != nil {
 			return nil, err
 		}
-		if c.GetMode() == pulsarpb.CommandGetTopicsOfNamespace_NON_PERSISTENT {
-			return nil, nil // every topic is persistent
-		}
 		tenant, _, _ := strings.Cut(ns, "/")
 		if err := pc.s.authz.check(pc.ctx, tenant, ns, topicname.Name{}, opLookup, ""); err != nil {
 			return nil, err
 		}
-		return pc.s.md.topicList(pc.ctx, ns)
+		var out []string
+		for _, d := range []topicname.Domain{topicname.Persistent, topicname.NonPersistent} {
+			switch c.GetMode() {
+			case pulsarpb.CommandGetTopicsOfNamespace_PERSISTENT:
+				if d != topicname.Persistent {
+					continue
+				}
+			case pulsarpb.CommandGetTopicsOfNamespace_NON_PERSISTENT:
+				if d != topicname.NonPersistent {
+					continue
+				}
+			}
+			list, err := pc.s.md.topicList(pc.ctx, ns, d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, list...)
+		}
+		return out, nil
 	}()
 	if err != nil {
 		pc.send(errorCommand(c.GetRequestId(), err), nil)

@@ -470,7 +470,7 @@ func (pc *pulsarConn) ack(c *pulsarpb.CommandAck) {
 		for _, id := range c.GetMessageId() {
 			base := &brokerpb.MessageId{LedgerId: int64(id.GetLedgerId()), EntryId: int64(id.GetEntryId()), Partition: id.GetPartition(), BatchIndex: -1}
 			set := id.GetAckSet()
-			if len(set) == 0 {
+			if len(set) == 0 || pcons.t.ml == nil { // non-persistent: sub.ack does nothing with them
 				ids = append(ids, base)
 				continue
 			}
@@ -567,6 +567,11 @@ func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
 		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
 		return
 	}
+	if t.ml == nil {
+		// Pulsar answers success and does nothing.
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNonPersistent, "seek: %s stores no messages to go back to", t.name)), nil)
+		return
+	}
 	var target mledger.Position
 	switch {
 	case c.MessagePublishTime != nil:
@@ -626,6 +631,10 @@ func (pc *pulsarConn) lastMessageID(c *pulsarpb.CommandGetLastMessageId) {
 	pcons := pc.consumerOf(c.GetConsumerId())
 	if pcons == nil {
 		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNotAllowed, "no consumer %d on this connection", c.GetConsumerId())), nil)
+		return
+	}
+	if pcons.t.ml == nil { // as Pulsar
+		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNonPersistent, "%s stores no messages: it has no last message id", pcons.t.name)), nil)
 		return
 	}
 	last := pcons.t.ml.LastConfirmed()

@@ -24,9 +24,20 @@ import (
 // ErrNoSchema: the topic has no schema (or not the version asked for).
 var ErrNoSchema = errs.ErrNoSchema
 
+// schemaPath keys a topic's schemas: the path of its base name in the
+// persistent domain. Pulsar keys them by name without the domain
+// (TopicName.getSchemaName), so persistent://t/ns/x and
+// non-persistent://t/ns/x have one schema, and the admin API's
+// /admin/v2/schemas/t/ns/x reaches both.
+func schemaPath(n topicname.Name) string {
+	b := n.Base()
+	b.Domain = topicname.Persistent
+	return b.Path()
+}
+
 // Schemas, as Pulsar's clients register them. A topic's versions are kept
-// at metastore.SchemaKey(base name), so a partitioned topic's partitions
-// share them. A producer's or consumer's schema (or GET_OR_CREATE_SCHEMA,
+// at metastore.SchemaKey(schemaPath), so a partitioned topic's partitions
+// share them, and so do a topic's persistent and non-persistent forms. A producer's or consumer's schema (or GET_OR_CREATE_SCHEMA,
 // or the admin REST) gets the version equal to it, or becomes a new
 // version when its type is the latest version's and, for a struct schema
 // (Avro, JSON), its definition is compatible with the versions kept as
@@ -183,7 +194,7 @@ func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info 
 		if len(b) > maxSchemasSize {
 			return 0, errorf(ErrIncompatibleSchema, "the topic's schemas would take %d bytes, over the %d kept", len(b), maxSchemasSize)
 		}
-		_, err = s.store.CompareAndSwap(ctx, metastore.SchemaKey(topicPath(n.Base())), b, rev)
+		_, err = s.store.CompareAndSwap(ctx, metastore.SchemaKey(schemaPath(n)), b, rev)
 		if err == nil {
 			return all.First + int64(len(all.Versions)) - 1, nil
 		}
@@ -217,7 +228,7 @@ func (s *Server) deleteSchemas(ctx context.Context, n topicname.Name) (int64, er
 			return 0, errorf(ErrNoSchema, "%s has no schema", n)
 		}
 		next := &metapb.TopicSchemas{First: latest + 1}
-		_, err = s.store.CompareAndSwap(ctx, metastore.SchemaKey(topicPath(n.Base())), marshal(next), rev)
+		_, err = s.store.CompareAndSwap(ctx, metastore.SchemaKey(schemaPath(n)), marshal(next), rev)
 		if err == nil {
 			return latest, nil
 		}
@@ -235,7 +246,7 @@ type topicSchemas struct{ *metapb.TopicSchemas }
 // them at (metastore.MustNotExist when there are none yet).
 func (s *Server) schemas(ctx context.Context, n topicname.Name) (topicSchemas, int64, error) {
 	all := &metapb.TopicSchemas{}
-	rev, err := getProto(ctx, s.store, metastore.SchemaKey(topicPath(n.Base())), all)
+	rev, err := getProto(ctx, s.store, metastore.SchemaKey(schemaPath(n)), all)
 	switch {
 	case errors.Is(err, metastore.ErrNotFound):
 		return topicSchemas{all}, metastore.MustNotExist, nil

@@ -85,6 +85,9 @@ func (v *service) GetLastMessageId(ctx context.Context, req *brokerpb.GetLastMes
 	if err := v.s.authz.checkTopic(ctx, n, opConsume, ""); err != nil {
 		return nil, err
 	}
+	if !n.Persistent() {
+		return nil, errorf(ErrNonPersistent, "%s stores no messages: it has no last message id", n)
+	}
 	t, err := v.s.getTopic(ctx, n, false)
 	if err != nil {
 		return nil, err
@@ -410,6 +413,11 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 		case *brokerpb.ConsumeRequest_Redeliver:
 			sub.redeliver(c, r.Redeliver.MessageIds)
 		case *brokerpb.ConsumeRequest_Seek:
+			if t.ml == nil {
+				err := errorf(ErrNonPersistent, "seek: %s stores no messages to go back to", t.name)
+				c.push(&brokerpb.ConsumeResponse{Response: &brokerpb.ConsumeResponse_Error{Error: &brokerpb.ConsumerError{Reason: brokerpb.ErrorReason_NOT_ALLOWED, Message: err.Error()}}})
+				continue
+			}
 			var target mledger.Position
 			switch s := r.Seek.Target.(type) {
 			case *brokerpb.Seek_MessageId:

@@ -21,11 +21,13 @@ import (
 // subscriptions have one active consumer; a dispatcher goroutine reads from
 // the cursor's read position and sends entries to it, never more messages
 // than it granted permits for. Shared and Key_Shared subscriptions deliver
-// to all their consumers (dispatch_shared.go).
+// to all their consumers (dispatch_shared.go). A non-persistent topic's
+// subscriptions have no cursor and no dispatcher: the publisher hands
+// them each entry (deliverNow, nonpersistent.go).
 type subscription struct {
 	t       *topic
 	name    string
-	cur     *cursor.Cursor
+	cur     *cursor.Cursor // nil on a non-persistent topic
 	durable bool
 	log     *zap.Logger
 
@@ -76,6 +78,10 @@ func newSubscription(t *topic, name string, cur *cursor.Cursor, durable bool) *s
 	s := &subscription{t: t, name: name, cur: cur, durable: durable,
 		log:  t.log.With(zap.String("subscription", name)),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if cur == nil {
+		close(s.done) // non-persistent: no dispatcher
+		return s
+	}
 	go s.dispatch()
 	return s
 }
@@ -200,7 +206,9 @@ func (s *subscription) electLocked() (changed bool) {
 // unacknowledged message is sent again.
 func (s *subscription) rewindLocked() {
 	s.mu.gen++
-	s.cur.SetReadPosition(s.t.ml.Next(s.cur.MarkDelete()))
+	if s.cur != nil {
+		s.cur.SetReadPosition(s.t.ml.Next(s.cur.MarkDelete()))
+	}
 	s.signal()
 }
 
@@ -208,6 +216,9 @@ func (s *subscription) rewindLocked() {
 // failover subscriptions everything unacknowledged, if c is active; for
 // Shared and Key_Shared the entries listed (all c holds if none is).
 func (s *subscription) redeliver(c *consumer, ids []*brokerpb.MessageId) {
+	if s.cur == nil {
+		return // non-persistent: nothing is kept to deliver again
+	}
 	s.mu.Lock()
 	if isMulti(s.mu.typ) {
 		s.mu.Unlock()
@@ -265,6 +276,9 @@ func (s *subscription) ack(ids []*brokerpb.MessageId, cumulative bool) (applied 
 	s.mu.Unlock()
 	if cumulative && multi {
 		return nil, errorf(ErrNotAllowed, "cumulative acknowledgement is not allowed on shared and key_shared subscriptions: acknowledge each message")
+	}
+	if s.cur == nil {
+		return ids, nil // non-persistent: nothing to acknowledge, as Pulsar
 	}
 	last := s.t.ml.LastConfirmed()
 	var acked []mledger.Position
@@ -338,7 +352,7 @@ func (s *subscription) ackOne(id *brokerpb.MessageId, p, last mledger.Position, 
 // notice decided before a seek is queued before its SeekDone (which the
 // SDK takes as "not at the end"), never after it.
 func (s *subscription) checkEnd() {
-	if !s.t.ml.Terminated() {
+	if s.t.ml == nil || !s.t.ml.Terminated() {
 		return
 	}
 	s.mu.Lock()
@@ -391,6 +405,9 @@ func (s *subscription) seek(p mledger.Position, by *consumer) {
 // resetLocked resets the cursor so that delivery restarts at p (seek's
 // part under mu).
 func (s *subscription) resetLocked(p mledger.Position) {
+	if s.cur == nil {
+		return // non-persistent: seeks are refused before they get here
+	}
 	s.cur.Reset(mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1})
 	s.resetMultiLocked()
 	s.rewindLocked()
@@ -456,6 +473,9 @@ func (s *subscription) expire(ctx context.Context, cutoff int64) {
 //
 // It does not wait for the cursor's persist (checkEnd calls it under mu).
 func (s *subscription) backlog() int64 {
+	if s.cur == nil {
+		return 0 // non-persistent
+	}
 	md, after := s.cur.Acked()
 	return max(s.t.ml.EntriesBetween(md, s.t.ml.LastConfirmed())-after, 0)
 }
@@ -475,6 +495,9 @@ func (s *subscription) close(ctx context.Context) error {
 	<-s.done
 	for _, c := range consumers {
 		c.disconnect(errorf(ErrTopicClosed, "subscription %s is closing", s.name))
+	}
+	if s.cur == nil {
+		return nil
 	}
 	return s.cur.Close(ctx)
 }
@@ -666,6 +689,11 @@ type subscriptionStats struct {
 	// (to be found again by scanning the partition).
 	MsgDelayed     int  `json:"msgDelayed"`
 	DelayedSpilled bool `json:"delayedSpilled"`
+	// Non-persistent topics only: messages dropped because no consumer
+	// could take them, over the last stats window (per second, Pulsar's)
+	// and since the subscription was created.
+	MsgDropRate    *float64 `json:"msgDropRate,omitempty"`
+	MsgDropCounter *int64   `json:"msgDropCounter,omitempty"`
 }
 
 // pulsarSubType names subscription types as Pulsar's stats do.
@@ -675,10 +703,17 @@ var pulsarSubType = map[brokerpb.SubscriptionType]string{
 }
 
 func (s *subscription) stats() subscriptionStats {
-	cs := s.cur.Stats()
-	st := subscriptionStats{
-		MsgBacklog: s.backlog(), MarkDeletePosition: cs.MarkDelete.String(), ReadPosition: cs.ReadPos.String(),
-		AckHoles: cs.Holes, IndividuallyAcked: cs.AckedAfterMarkDelete, Durable: s.durable, CursorLedger: cs.CursorLedger,
+	var st subscriptionStats
+	if s.cur == nil {
+		r, _, _ := s.win.get()
+		dropped := s.traffic.msgDropped.Load()
+		st = subscriptionStats{Durable: s.durable, MsgDropRate: &r.MsgDropped, MsgDropCounter: &dropped}
+	} else {
+		cs := s.cur.Stats()
+		st = subscriptionStats{
+			MsgBacklog: s.backlog(), MarkDeletePosition: cs.MarkDelete.String(), ReadPosition: cs.ReadPos.String(),
+			AckHoles: cs.Holes, IndividuallyAcked: cs.AckedAfterMarkDelete, Durable: s.durable, CursorLedger: cs.CursorLedger,
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

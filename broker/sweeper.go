@@ -65,9 +65,9 @@ func (s *Server) sweep(ctx context.Context, grace time.Duration) ([]int64, error
 // isOrphan decides for one ledger of a topic; false when this broker
 // cannot tell (the topic is owned elsewhere).
 func (s *Server) isOrphan(ctx context.Context, id int64, path, cursor string) (bool, error) {
-	n, err := topicname.Parse(path)
-	if err != nil {
-		return false, nil
+	n, err := topicname.ParsePath(path)
+	if err != nil || !n.Persistent() {
+		return false, nil // not a ledger's topic
 	}
 	exists, err := s.md.topicExists(ctx, n)
 	if err != nil {

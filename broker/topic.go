@@ -27,11 +27,13 @@ import (
 
 // topic is one topic partition (or non-partitioned topic) served by this
 // broker: its managed ledger, producers, subscriptions and deduplication
-// state.
+// state. A non-persistent topic (nonpersistent.go) has no managed ledger
+// (ml is nil), no cursors and no deduplication: what it is sent goes at
+// once to the consumers that can take it.
 type topic struct {
 	s     *Server
 	name  topicname.Name
-	path  string // tenant/namespace/topic
+	path  string // topicPath(name)
 	ml    *mledger.ManagedLedger
 	guard *metastore.Guard
 	log   *zap.Logger
@@ -53,6 +55,9 @@ type topic struct {
 	// dedupWriteMu makes deduplication snapshots one write at a time, so
 	// that they are stored in the order they were taken. Taken before mu.
 	dedupWriteMu sync.Mutex
+	// np is a non-persistent topic's message numbering; guarded by
+	// publishMu.
+	np npState
 
 	mu struct {
 		sync.Mutex
@@ -78,7 +83,19 @@ type topic struct {
 		exclusive *producer
 		waiters   []*exclusiveWaiter
 		epoch     uint64
+		// npIdle: a non-persistent topic had no producer and no
+		// subscription at the last retention check.
+		npIdle bool
 	}
+}
+
+// applicable is set as this topic applies it: a non-persistent topic does
+// not deduplicate (it stores no sequence ids).
+func (t *topic) applicable(set settings) settings {
+	if !t.name.Persistent() {
+		set.dedup = false
+	}
+	return set
 }
 
 // exclusiveWaiter is a WaitForExclusive producer waiting for the topic;
@@ -116,11 +133,16 @@ func (s *Server) loadTopic(ctx context.Context, n topicname.Name, create bool) (
 	}
 	t := &topic{s: s, name: n, path: path, guard: guard, log: s.log.With(zap.String("topic", n.String())),
 		latency: newBuckets(latencyBoundsUs), entrySize: newBuckets(entrySizeBounds)}
-	t.mu.set = s.md.settings(pol)
+	t.mu.set = t.applicable(s.md.settings(pol))
 	t.mu.producers = map[string]*producer{}
 	t.mu.subs = map[string]*subscription{}
 	t.mu.clock = time.Now
 	t.mu.dedup = newDedupTable(s.cfg.dedupLimits(), t.mu.clock())
+	if !n.Persistent() {
+		t.np = newNPState()
+		t.log.Info("topic loaded")
+		return t, nil
+	}
 	ml, err := mledger.Open(ctx, path, t.mlConfig(), mledger.Deps{Store: s.store, Ledgers: s.ledgers, Guard: guard, Cache: s.cache,
 		StorageReads: &s.storageReads, OnFenced: func() { s.goBackground(func() { s.unloadLost(t) }) }, Log: s.log})
 	if err != nil {
@@ -259,7 +281,7 @@ func (t *topic) addProducerAccess(p *producer, mode pulsarpb.ProducerAccessMode)
 	if err := t.mu.quotaBlock; err != nil {
 		return nil, err
 	}
-	if t.ml.Terminating() { // lock-free: an append's callback takes t.mu under the managed ledger's lock
+	if t.ml != nil && t.ml.Terminating() { // lock-free: an append's callback takes t.mu under the managed ledger's lock
 		return nil, errorf(ErrTopicTerminated, "%s was terminated: it takes no more producers", t.name)
 	}
 	if _, busy := t.mu.producers[p.name]; busy {
@@ -389,7 +411,7 @@ func (t *topic) removeProducer(p *producer) {
 	}
 	// The topic free: the first WaitForExclusive producer has it, unless
 	// it is being terminated.
-	if len(t.mu.waiters) > 0 && t.ml.Terminating() { // lock-free, as in addProducerAccess
+	if len(t.mu.waiters) > 0 && t.ml != nil && t.ml.Terminating() { // lock-free, as in addProducerAccess
 		for _, w := range t.mu.waiters {
 			w.granted <- errorf(ErrTopicTerminated, "%s was terminated", t.name)
 		}
@@ -519,6 +541,10 @@ func (t *topic) publishEntry(ctx context.Context, p *producer, send *brokerpb.Se
 		return
 	}
 	msgs := max(int(md.GetNumMessagesInBatch()), 1)
+	if t.ml == nil {
+		cb(t.publishNonPersistent(data, msgs, md), false, nil)
+		return
+	}
 	start := time.Now()
 	t.ml.AppendAsync(ctx, data, func(pos mledger.Position, err error) {
 		if err == nil {
@@ -679,7 +705,10 @@ func (t *topic) getOrCreateSubscription(ctx context.Context, req *brokerpb.Subsc
 	}
 	if sub == nil {
 		var cur *cursor.Cursor
-		if req.Durable {
+		switch {
+		case t.ml == nil:
+			// Non-persistent: no cursor.
+		case req.Durable:
 			initial := t.ml.LastConfirmed()
 			if req.InitialPosition == brokerpb.InitialPosition_EARLIEST {
 				first := t.ml.First()
@@ -689,13 +718,15 @@ func (t *topic) getOrCreateSubscription(ctx context.Context, req *brokerpb.Subsc
 			if cur, _, err = cursor.Open(ctx, t.ml, req.Subscription, initial, t.cursorDeps()); err != nil {
 				return nil, err
 			}
-		} else {
+		default:
 			cur = cursor.NewEphemeral(t.ml, req.Subscription, t.readerStart(req))
 		}
 		t.mu.Lock()
 		if existing := t.mu.subs[req.Subscription]; existing != nil {
 			t.mu.Unlock()
-			cur.Close(ctx) // lost a race with another subscriber
+			if cur != nil {
+				cur.Close(ctx) // lost a race with another subscriber
+			}
 			sub = existing
 		} else {
 			sub = newSubscription(t, req.Subscription, cur, req.Durable)
@@ -763,7 +794,9 @@ func (t *topic) dropNonDurable(sub *subscription) {
 		return
 	}
 	sub.close(context.Background())
-	sub.cur.Delete(context.Background())
+	if sub.cur != nil {
+		sub.cur.Delete(context.Background())
+	}
 }
 
 // seekReattachGrace is how long a non-durable subscription waits at least
@@ -800,6 +833,9 @@ func (t *topic) removeSubscription(ctx context.Context, name string, force bool)
 	delete(t.mu.subs, name)
 	t.mu.Unlock()
 	sub.close(ctx)
+	if sub.cur == nil {
+		return nil // non-persistent
+	}
 	return sub.cur.Delete(ctx)
 }
 
@@ -832,6 +868,9 @@ func (t *topic) persist(ctx context.Context) {
 	if h := testHookPersist.Load(); h != nil {
 		(*h)(t.name.String(), ctx)
 	}
+	if t.ml == nil {
+		return // non-persistent: nothing to persist
+	}
 	for _, s := range t.subscriptions() {
 		if err := s.cur.Persist(ctx); err != nil && !errors.Is(err, cursor.ErrClosed) {
 			t.log.Warn("cursor persist failed", zap.String("subscription", s.name), zap.Error(err))
@@ -844,6 +883,10 @@ func (t *topic) persist(ctx context.Context) {
 
 // retain expires messages past the TTL and trims consumed ledgers.
 func (t *topic) retain(ctx context.Context) {
+	if t.ml == nil {
+		t.retainNonPersistent(ctx)
+		return
+	}
 	t.mu.Lock()
 	ttl, ret := t.mu.set.messageTTL, t.mu.set.retention
 	dedupAfter, keepDedup := t.mu.dedup.keepAfter()

@@ -252,9 +252,26 @@ func readJSON(r *http.Request, v any, optional bool) error {
 // nsOf is the namespace of the path ({tenant}/{ns}).
 func nsOf(r *http.Request) string { return r.PathValue("tenant") + "/" + r.PathValue("ns") }
 
-// TopicOf is the topic of the path ({tenant}/{ns}/{topic}).
+// domains are the topic domains of the admin paths: /admin/v2/persistent
+// and /admin/v2/non-persistent (and /lookup/v2/topic/...) serve the same
+// calls.
+var domains = []topicname.Domain{topicname.Persistent, topicname.NonPersistent}
+
+// TopicOf is the topic of the path ({tenant}/{ns}/{topic}), in the domain
+// the path names.
 func TopicOf(r *http.Request) (topicname.Name, error) {
-	return topicname.Parse("persistent://" + nsOf(r) + "/" + r.PathValue("topic"))
+	return topicname.Parse(domainOf(r).String() + "://" + nsOf(r) + "/" + r.PathValue("topic"))
+}
+
+// domainOf is the topic domain of a path under /admin/v2/{domain}/ or
+// /lookup/v2/topic/{domain}/.
+func domainOf(r *http.Request) topicname.Domain {
+	for _, prefix := range []string{"/admin/v2/", "/lookup/v2/topic/"} {
+		if strings.HasPrefix(r.URL.Path, prefix+topicname.NonPersistent.String()+"/") {
+			return topicname.NonPersistent
+		}
+	}
+	return topicname.Persistent
 }
 
 // nonNil answers a list, empty rather than null.

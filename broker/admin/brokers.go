@@ -39,8 +39,9 @@ type Brokers interface {
 	// Load is this broker's traffic over its last registration interval.
 	Load(ctx context.Context) (Load, error)
 	// OwnedTopicStats are the stats of the topic partitions this broker owns,
-	// by namespace and full topic name, in the broker's JSON.
-	OwnedTopicStats() map[string]map[string]any
+	// by namespace, domain ("persistent", "non-persistent") and full topic
+	// name, in the broker's JSON.
+	OwnedTopicStats() map[string]map[string]map[string]any
 }
 
 // CacheStats are the entry cache's size and counters.
@@ -172,7 +173,7 @@ func brokerRoutes(h route, z Rules, b Brokers) {
 		return map[string]any{
 			"webServiceUrl": u.Web, "webServiceUrlTls": u.WebTLS,
 			"pulsarServiceUrl": u.Broker, "pulsarServiceUrlTls": u.BrokerTLS,
-			"persistentTopicsEnabled": true, "nonPersistentTopicsEnabled": false,
+			"persistentTopicsEnabled": true, "nonPersistentTopicsEnabled": true,
 			"cpu":       map[string]float64{"usage": me.CPU * 100, "limit": float64(runtime.NumCPU()) * 100},
 			"msgRateIn": me.MsgRateIn, "msgRateOut": me.MsgRateOut, "msgThroughputIn": me.BytesRateIn,
 			"numTopics": me.Topics, "lastUpdate": time.Now().UnixMilli(),
@@ -185,8 +186,8 @@ func brokerRoutes(h route, z Rules, b Brokers) {
 	// bundle (one per namespace), as Pulsar lays them out.
 	h("GET /admin/v2/broker-stats/topics", z.Superuser, func(r *http.Request) (any, error) {
 		out := map[string]map[string]map[string]map[string]any{}
-		for ns, topics := range b.OwnedTopicStats() {
-			out[ns] = map[string]map[string]map[string]any{bundleRange: {"persistent": topics}}
+		for ns, byDomain := range b.OwnedTopicStats() {
+			out[ns] = map[string]map[string]map[string]any{bundleRange: byDomain}
 		}
 		return out, nil
 	})

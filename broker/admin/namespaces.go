@@ -14,6 +14,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/broker/internal/errs"
 	"github.com/magnetar-io/magnetar/proto/metapb"
+	"github.com/magnetar-io/magnetar/proto/topicname"
 )
 
 // Namespaces is what the namespaces resource asks of the broker: the
@@ -39,7 +40,7 @@ type Namespaces interface {
 	SetPolicies(ctx context.Context, ns string, fn func(*metapb.NamespacePolicies) error) error
 	// TopicList is Pulsar's topic list of a namespace: the
 	// non-partitioned topics and every partition of the partitioned ones.
-	TopicList(ctx context.Context, ns string) ([]string, error)
+	TopicList(ctx context.Context, ns string, d topicname.Domain) ([]string, error)
 	// UnloadNamespace unloads the namespace's topics this broker owns,
 	// and says how many.
 	UnloadNamespace(ctx context.Context, ns string) (int, error)
@@ -146,11 +147,31 @@ func namespaceRoutes(h route, z Rules, b Namespaces) {
 	h("DELETE "+nsBase, z.TenantAdmin, func(r *http.Request) (any, error) {
 		return nil, b.DeleteNamespace(r.Context(), nsOf(r))
 	})
+	// Pulsar's mode: PERSISTENT (the default), NON_PERSISTENT or ALL.
 	h("GET "+nsBase+"/topics", z.NamespaceLookup, func(r *http.Request) (any, error) {
+		var want []topicname.Domain
+		switch mode := r.URL.Query().Get("mode"); mode {
+		case "", "PERSISTENT":
+			want = []topicname.Domain{topicname.Persistent}
+		case "NON_PERSISTENT":
+			want = []topicname.Domain{topicname.NonPersistent}
+		case "ALL":
+			want = domains
+		default:
+			return nil, errorf(errs.ErrInvalidArgument, "mode %q: want PERSISTENT, NON_PERSISTENT or ALL", mode)
+		}
 		if _, err := b.Policies(r.Context(), nsOf(r)); err != nil {
 			return nil, err
 		}
-		return nonNil(b.TopicList(r.Context(), nsOf(r)))
+		out := []string{}
+		for _, d := range want {
+			list, err := b.TopicList(r.Context(), nsOf(r), d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, list...)
+		}
+		return out, nil
 	})
 
 	// Retention.
@@ -481,7 +502,9 @@ func policiesJSON(cluster, ns string, p *metapb.NamespacePolicies) map[string]an
 	}
 	destination := map[string]any{}
 	for topic, tp := range p.TopicPermissions {
-		destination["persistent://"+ns+"/"+topic] = actionsJSON(tp.GetRoles())
+		if n, err := topicname.ParsePath(ns + "/" + topic); err == nil {
+			destination[n.String()] = actionsJSON(tp.GetRoles())
+		}
 	}
 	mode := "None"
 	if p.SubscriptionPrefix {

@@ -61,67 +61,70 @@ func permissionRoutes(h route, z Rules, b Permissions) {
 			return nil
 		})
 	})
-	// A topic's permissions: its own grants merged with its namespace's,
-	// as Pulsar answers.
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/permissions", z.TopicAdmin, func(r *http.Request) (any, error) {
-		n, err := grantTopic(r)
-		if err != nil {
-			return nil, err
-		}
-		p, err := b.Policies(r.Context(), nsOf(r))
-		if err != nil {
-			return nil, err
-		}
-		out := actionsJSON(p.NamespacePermissions)
-		for role, a := range p.TopicPermissions[n.Local].GetRoles() {
-			for _, act := range a.GetActions() {
-				if !slices.Contains(out[role], act) {
-					out[role] = append(out[role], act)
+	for _, d := range domains {
+		topicBase := "/admin/v2/" + d.String() + "/{tenant}/{ns}/{topic}"
+		// A topic's permissions: its own grants merged with its namespace's,
+		// as Pulsar answers.
+		h("GET "+topicBase+"/permissions", z.TopicAdmin, func(r *http.Request) (any, error) {
+			n, err := grantTopic(r)
+			if err != nil {
+				return nil, err
+			}
+			p, err := b.Policies(r.Context(), nsOf(r))
+			if err != nil {
+				return nil, err
+			}
+			out := actionsJSON(p.NamespacePermissions)
+			for role, a := range p.TopicPermissions[n.LocalPath()].GetRoles() {
+				for _, act := range a.GetActions() {
+					if !slices.Contains(out[role], act) {
+						out[role] = append(out[role], act)
+					}
 				}
 			}
-		}
-		return out, nil
-	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/permissions/{role}", z.TopicAdmin, func(r *http.Request) (any, error) {
-		n, err := grantTopic(r)
-		if err != nil {
-			return nil, err
-		}
-		actions, err := readGrant(r)
-		if err != nil {
-			return nil, err
-		}
-		return nil, b.UpdatePolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
-			if p.TopicPermissions == nil {
-				p.TopicPermissions = map[string]*metapb.RolePermissions{}
-			}
-			tp := p.TopicPermissions[n.Local]
-			if tp == nil {
-				tp = &metapb.RolePermissions{Roles: map[string]*metapb.Actions{}}
-				p.TopicPermissions[n.Local] = tp
-			}
-			tp.Roles[r.PathValue("role")] = &metapb.Actions{Actions: actions}
-			return checkGrantCount(p)
+			return out, nil
 		})
-	})
-	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/permissions/{role}", z.TopicAdmin, func(r *http.Request) (any, error) {
-		n, err := grantTopic(r)
-		if err != nil {
-			return nil, err
-		}
-		role := r.PathValue("role")
-		return nil, b.UpdatePolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
-			tp := p.TopicPermissions[n.Local]
-			if _, ok := tp.GetRoles()[role]; !ok {
-				return errorf(errs.ErrNotFound, "role %q has no grant on %s", role, n)
+		h("POST "+topicBase+"/permissions/{role}", z.TopicAdmin, func(r *http.Request) (any, error) {
+			n, err := grantTopic(r)
+			if err != nil {
+				return nil, err
 			}
-			delete(tp.Roles, role)
-			if len(tp.Roles) == 0 {
-				delete(p.TopicPermissions, n.Local)
+			actions, err := readGrant(r)
+			if err != nil {
+				return nil, err
 			}
-			return nil
+			return nil, b.UpdatePolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
+				if p.TopicPermissions == nil {
+					p.TopicPermissions = map[string]*metapb.RolePermissions{}
+				}
+				tp := p.TopicPermissions[n.LocalPath()]
+				if tp == nil {
+					tp = &metapb.RolePermissions{Roles: map[string]*metapb.Actions{}}
+					p.TopicPermissions[n.LocalPath()] = tp
+				}
+				tp.Roles[r.PathValue("role")] = &metapb.Actions{Actions: actions}
+				return checkGrantCount(p)
+			})
 		})
-	})
+		h("DELETE "+topicBase+"/permissions/{role}", z.TopicAdmin, func(r *http.Request) (any, error) {
+			n, err := grantTopic(r)
+			if err != nil {
+				return nil, err
+			}
+			role := r.PathValue("role")
+			return nil, b.UpdatePolicies(r.Context(), nsOf(r), func(p *metapb.NamespacePolicies) error {
+				tp := p.TopicPermissions[n.LocalPath()]
+				if _, ok := tp.GetRoles()[role]; !ok {
+					return errorf(errs.ErrNotFound, "role %q has no grant on %s", role, n)
+				}
+				delete(tp.Roles, role)
+				if len(tp.Roles) == 0 {
+					delete(p.TopicPermissions, n.LocalPath())
+				}
+				return nil
+			})
+		})
+	}
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/subscriptionAuthMode", z.TenantAdmin, func(r *http.Request) (any, error) {
 		p, err := b.Policies(r.Context(), nsOf(r))
 		if err != nil {

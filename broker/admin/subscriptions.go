@@ -155,7 +155,15 @@ func readSubscriptionStart(r *http.Request) (SubscriptionStart, error) {
 // partition; skip, peek and a reset to a message id take one partition,
 // and a partitioned topic's name is refused (405), as in Pulsar.
 func subscriptionRoutes(h route, z Rules, b Subscriptions) {
-	const subBase = "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}"
+	for _, d := range domains {
+		subscriptionDomainRoutes(h, z, b, "/admin/v2/"+d.String()+"/{tenant}/{ns}/{topic}")
+	}
+}
+
+// subscriptionDomainRoutes serves the subscriptions of the topics under
+// topicBase, of one domain.
+func subscriptionDomainRoutes(h route, z Rules, b Subscriptions, topicBase string) {
+	subBase := topicBase + "/subscription/{sub}"
 	// onTopic runs fn with the topic of the path.
 	onTopic := func(fn func(r *http.Request, n topicname.Name) (any, error)) handler {
 		return func(r *http.Request) (any, error) {
@@ -166,7 +174,7 @@ func subscriptionRoutes(h route, z Rules, b Subscriptions) {
 			return fn(r, n)
 		}
 	}
-	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", z.TopicConsume, onTopic(func(r *http.Request, n topicname.Name) (any, error) {
+	h("GET "+topicBase+"/subscriptions", z.TopicConsume, onTopic(func(r *http.Request, n topicname.Name) (any, error) {
 		return b.Subscriptions(r, n)
 	}))
 	h("PUT "+subBase, z.TopicConsume, onTopic(func(r *http.Request, n topicname.Name) (any, error) {
@@ -237,7 +245,7 @@ func subscriptionRoutes(h route, z Rules, b Subscriptions) {
 		}
 		return nil, b.ExpireMessages(r, n, r.PathValue("sub"), cutoff)
 	})
-	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/all_subscription/expireMessages/{seconds}", z.TopicConsume, func(r *http.Request) (any, error) {
+	h("POST "+topicBase+"/all_subscription/expireMessages/{seconds}", z.TopicConsume, func(r *http.Request) (any, error) {
 		cutoff, err := expiryCutoff(r)
 		if err != nil {
 			return nil, err

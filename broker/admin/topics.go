@@ -25,10 +25,12 @@ import (
 type Topics interface {
 	// Policies are a namespace's stored policies (Namespaces).
 	Policies(ctx context.Context, ns string) (*metapb.NamespacePolicies, error)
-	// TopicList is Pulsar's topic list of a namespace (Namespaces).
-	TopicList(ctx context.Context, ns string) ([]string, error)
-	// PartitionedTopics lists a namespace's partitioned topics.
-	PartitionedTopics(ctx context.Context, ns string) ([]string, error)
+	// TopicList is Pulsar's topic list of a namespace, of domain d
+	// (Namespaces).
+	TopicList(ctx context.Context, ns string, d topicname.Domain) ([]string, error)
+	// PartitionedTopics lists a namespace's partitioned topics of domain
+	// d.
+	PartitionedTopics(ctx context.Context, ns string, d topicname.Domain) ([]string, error)
 	// Owners maps every owned topic partition to its owner.
 	Owners(ctx context.Context) (map[string]string, error)
 	// CreateTopic creates non-partitioned topic n (errs.ErrConflict if
@@ -103,37 +105,39 @@ var topicPolicyNames = []string{
 // partitions to brokers one by one, not by hash ranges of bundles.
 const bundleRange = "0x00000000_0xffffffff"
 
-// topicRoutes serves topics under Pulsar's /admin/v2/persistent paths and
-// the topic lookup under /lookup/v2/topic.
+// topicRoutes serves topics under Pulsar's /admin/v2/persistent and
+// /admin/v2/non-persistent paths and the topic lookup under
+// /lookup/v2/topic.
 func topicRoutes(h route, z Rules, b Topics) {
-	const topicBase = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
+	for _, d := range domains {
+		topicDomainRoutes(h, z, b, d)
+	}
+	// Ownership.
+	h("GET /admin/v2/owners", z.Superuser, func(r *http.Request) (any, error) {
+		return b.Owners(r.Context())
+	})
+}
+
+// topicDomainRoutes serves the topics of one domain. The calls that need
+// stored messages are refused on non-persistent topics by the backend
+// (errs.ErrNonPersistent).
+func topicDomainRoutes(h route, z Rules, b Topics, d topicname.Domain) {
+	nsBase := "/admin/v2/" + d.String() + "/{tenant}/{ns}"
+	topicBase := nsBase + "/{topic}"
 	// Lists: the non-partitioned topics and every partition of the
 	// partitioned ones (Pulsar's getList), and the partitioned ones by
 	// their names.
-	h("GET /admin/v2/persistent/{tenant}/{ns}", z.NamespaceLookup, func(r *http.Request) (any, error) {
+	h("GET "+nsBase, z.NamespaceLookup, func(r *http.Request) (any, error) {
 		if _, err := b.Policies(r.Context(), nsOf(r)); err != nil {
 			return nil, err
 		}
-		return nonNil(b.TopicList(r.Context(), nsOf(r)))
+		return nonNil(b.TopicList(r.Context(), nsOf(r), d))
 	})
-	h("GET /admin/v2/persistent/{tenant}/{ns}/partitioned", z.NamespaceLookup, func(r *http.Request) (any, error) {
+	h("GET "+nsBase+"/partitioned", z.NamespaceLookup, func(r *http.Request) (any, error) {
 		if _, err := b.Policies(r.Context(), nsOf(r)); err != nil {
 			return nil, err
 		}
-		return nonNil(b.PartitionedTopics(r.Context(), nsOf(r)))
-	})
-	// Every topic is persistent: there are no non-persistent ones to list,
-	// and nothing else under non-persistent:// exists.
-	for _, p := range []string{"GET /admin/v2/non-persistent/{tenant}/{ns}", "GET /admin/v2/non-persistent/{tenant}/{ns}/partitioned"} {
-		h(p, z.NamespaceLookup, func(r *http.Request) (any, error) {
-			if _, err := b.Policies(r.Context(), nsOf(r)); err != nil {
-				return nil, err
-			}
-			return []string{}, nil
-		})
-	}
-	h("/admin/v2/non-persistent/", anyone, func(r *http.Request) (any, error) {
-		return nil, fmt.Errorf("%w: non-persistent topics: Magnetar stores every topic (use persistent://)", errs.ErrNotImplemented)
+		return nonNil(b.PartitionedTopics(r.Context(), nsOf(r), d))
 	})
 
 	// Creation, partitions, deletion.
@@ -324,10 +328,6 @@ func topicRoutes(h route, z Rules, b Topics) {
 		})
 	}
 
-	// Ownership.
-	h("GET /admin/v2/owners", z.Superuser, func(r *http.Request) (any, error) {
-		return b.Owners(r.Context())
-	})
 	h("PUT "+topicBase+"/unload", z.TopicAdmin, func(r *http.Request) (any, error) {
 		n, err := TopicOf(r)
 		if err != nil {
@@ -342,14 +342,14 @@ func topicRoutes(h route, z Rules, b Topics) {
 		}
 		return nil, b.UnloadTopic(r, n)
 	})
-	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}", z.TopicLookup, func(r *http.Request) (any, error) {
+	h("GET /lookup/v2/topic/"+d.String()+"/{tenant}/{ns}/{topic}", z.TopicLookup, func(r *http.Request) (any, error) {
 		n, err := TopicOf(r)
 		if err != nil {
 			return nil, err
 		}
 		return b.LookupTopic(r.Context(), n)
 	})
-	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}/bundle", z.TopicLookup, func(r *http.Request) (any, error) {
+	h("GET /lookup/v2/topic/"+d.String()+"/{tenant}/{ns}/{topic}/bundle", z.TopicLookup, func(r *http.Request) (any, error) {
 		if _, err := b.Policies(r.Context(), nsOf(r)); err != nil {
 			return nil, err
 		}

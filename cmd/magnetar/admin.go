@@ -181,13 +181,28 @@ func (a *adminClient) print(data []byte) error {
 	return enc.Encode(v)
 }
 
-// topicPath turns a topic name into its admin path.
+// topicPath turns a topic name into its admin path:
+// /admin/v2/persistent/... or /admin/v2/non-persistent/...
 func topicPath(s string) (string, error) {
 	n, err := topicname.Parse(s)
 	if err != nil {
 		return "", err
 	}
-	return "/admin/v2/persistent/" + n.Tenant + "/" + n.Namespace + "/" + url.PathEscape(n.Local), nil
+	return "/admin/v2/" + n.Domain.String() + "/" + n.Tenant + "/" + n.Namespace + "/" + url.PathEscape(n.Local), nil
+}
+
+// topicDomains are the domains a topic list covers: pulsar-admin's
+// --topic-domain (persistent or non_persistent), both when it is "".
+func topicDomains(flag string) ([]topicname.Domain, error) {
+	switch flag {
+	case "":
+		return []topicname.Domain{topicname.Persistent, topicname.NonPersistent}, nil
+	case "persistent":
+		return []topicname.Domain{topicname.Persistent}, nil
+	case "non_persistent", "non-persistent":
+		return []topicname.Domain{topicname.NonPersistent}, nil
+	}
+	return nil, fmt.Errorf("--topic-domain %q: want persistent or non_persistent", flag)
 }
 
 func nsPath(s string) (string, error) {
@@ -415,13 +430,42 @@ func newAdminCmd(g *globals) *cobra.Command {
 
 	topics := &cobra.Command{Use: "topics", Short: "Topics and subscriptions"}
 	grants(topics, "TOPIC", topicPath)
-	sub(topics, "list TENANT/NAMESPACE", "List topics", 1, func(ctx context.Context, as []string) error {
-		p, err := nsPath(as[0])
-		if err != nil {
-			return err
+	// list and list-partitioned-topics: the topics of each domain asked
+	// for, one list.
+	var topicDomain string
+	listTopics := func(suffix string) func(context.Context, []string) error {
+		return func(ctx context.Context, as []string) error {
+			p, err := nsPath(as[0])
+			if err != nil {
+				return err
+			}
+			ds, err := topicDomains(topicDomain)
+			if err != nil {
+				return err
+			}
+			all := []string{}
+			for _, d := range ds {
+				err := a.do(ctx, "GET", strings.Replace(p, "/namespaces/", "/"+d.String()+"/", 1)+suffix, nil, func(data []byte, _ http.Header) error {
+					var names []string
+					if err := json.Unmarshal(data, &names); err != nil {
+						return fmt.Errorf("topic list: %w", err)
+					}
+					all = append(all, names...)
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			out, _ := json.Marshal(all)
+			return a.print(out)
 		}
-		return a.call(ctx, "GET", strings.Replace(p, "/namespaces/", "/persistent/", 1), nil)
-	})
+	}
+	lt := sub(topics, "list TENANT/NAMESPACE", "List topics (a partitioned topic's partitions)", 1, listTopics(""))
+	lpt := sub(topics, "list-partitioned-topics TENANT/NAMESPACE", "List partitioned topics", 1, listTopics("/partitioned"))
+	for _, c := range []*cobra.Command{lt, lpt} {
+		c.Flags().StringVar(&topicDomain, "topic-domain", "", "persistent or non_persistent (default both)")
+	}
 	// fill puts the flags into a path suffix's placeholders (set below,
 	// once the flags exist).
 	var fill func(string) (string, error)
@@ -552,14 +596,7 @@ func newAdminCmd(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return a.call(ctx, "GET", strings.Replace(p, "/admin/v2/persistent/", "/lookup/v2/topic/persistent/", 1), nil)
-	})
-	sub(topics, "list-partitioned-topics TENANT/NAMESPACE", "List partitioned topics", 1, func(ctx context.Context, as []string) error {
-		p, err := nsPath(as[0])
-		if err != nil {
-			return err
-		}
-		return a.call(ctx, "GET", strings.Replace(p, "/namespaces/", "/persistent/", 1)+"/partitioned", nil)
+		return a.call(ctx, "GET", strings.Replace(p, "/admin/v2/", "/lookup/v2/topic/", 1), nil)
 	})
 	fill = func(s string) (string, error) {
 		if strings.Contains(s, "{sub}") {
@@ -613,12 +650,14 @@ func newAdminCmd(g *globals) *cobra.Command {
 
 	// Schemas, by topic.
 	schemas := &cobra.Command{Use: "schemas", Short: "Topics' schemas"}
+	// A topic's schemas, shared by its persistent and non-persistent
+	// forms (as in Pulsar).
 	schemaPath := func(topic string) (string, error) {
-		p, err := topicPath(topic)
+		n, err := topicname.Parse(topic)
 		if err != nil {
 			return "", err
 		}
-		return strings.Replace(p, "/admin/v2/persistent/", "/admin/v2/schemas/", 1), nil
+		return "/admin/v2/schemas/" + n.Tenant + "/" + n.Namespace + "/" + url.PathEscape(n.Local), nil
 	}
 	var schemaVersion int64
 	sg := sub(schemas, "get TOPIC", "Show a topic's latest schema, or --version N", 1, func(ctx context.Context, as []string) error {

@@ -219,6 +219,40 @@ func TestStandaloneCommand(t *testing.T) {
 	if err := run(ctx, io.Discard, "admin", "topics", "partitioned-terminate", "first", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "not a partitioned topic") {
 		t.Fatalf("admin topics partitioned-terminate of a plain topic: %v", err)
 	}
+	// Non-persistent topics: the verbs take their names; lists cover both
+	// domains unless --topic-domain says one; what needs stored messages is
+	// refused.
+	const np = "non-persistent://public/default/np-cli"
+	if err := run(ctx, io.Discard, "admin", "topics", "create", np, "--admin-url", admin); err != nil {
+		t.Fatalf("admin topics create %s: %v", np, err)
+	}
+	for _, tc := range []struct {
+		args    []string
+		want    string
+		wantNot string
+	}{
+		{[]string{"topics", "list", "public/default"}, np, ""},
+		{[]string{"topics", "list", "public/default"}, `"persistent://public/default/first"`, ""},
+		{[]string{"topics", "list", "public/default", "--topic-domain", "non_persistent"}, np, "persistent://public/default/first"},
+		{[]string{"topics", "list", "public/default", "--topic-domain", "persistent"}, "persistent://public/default/first", np},
+		{[]string{"topics", "stats", np}, `"msgDropRate"`, ""},
+		{[]string{"topics", "lookup", np}, `"brokerUrl"`, ""},
+	} {
+		buf.Reset()
+		if err := run(ctx, &buf, append(append([]string{"admin"}, tc.args...), "--admin-url", admin)...); err != nil ||
+			!strings.Contains(buf.String(), tc.want) || tc.wantNot != "" && strings.Contains(buf.String(), tc.wantNot) {
+			t.Fatalf("admin %v: %v\n%s\nwant %s, not %q", tc.args, err, buf.String(), tc.want, tc.wantNot)
+		}
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "list", "public/default", "--topic-domain", "both", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "--topic-domain") {
+		t.Fatalf("admin topics list --topic-domain both: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "last-message-id", np, "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "non-persistent") {
+		t.Fatalf("admin topics last-message-id of a non-persistent topic: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "topics", "delete", np, "--admin-url", admin); err != nil {
+		t.Fatalf("admin topics delete %s: %v", np, err)
+	}
 	buf.Reset()
 	if err := run(ctx, &buf, "perf", "produce", "perf", "-n", "2000", "--rate", "0", "--url", url); err != nil {
 		t.Fatalf("perf produce: %v", err)

@@ -1,7 +1,8 @@
 // Package topicname parses and formats topic names as Pulsar writes them:
-// persistent://tenant/namespace/topic, with the short forms "topic"
-// (tenant "public", namespace "default") and "tenant/namespace/topic".
-// Partition i of a partitioned topic T is the topic "T-partition-i".
+// persistent://tenant/namespace/topic or non-persistent://tenant/namespace/topic,
+// with the short forms "topic" (tenant "public", namespace "default") and
+// "tenant/namespace/topic", both persistent. Partition i of a partitioned
+// topic T is the topic "T-partition-i".
 package topicname
 
 import (
@@ -15,10 +16,11 @@ import (
 
 // Defaults of the short form.
 const (
-	DefaultTenant    = "public"
-	DefaultNamespace = "default"
-	persistentScheme = "persistent://"
-	partitionSuffix  = "-partition-"
+	DefaultTenant       = "public"
+	DefaultNamespace    = "default"
+	persistentScheme    = "persistent://"
+	nonPersistentScheme = "non-persistent://"
+	partitionSuffix     = "-partition-"
 	// MaxLength caps a full topic name.
 	MaxLength = 512
 )
@@ -26,8 +28,30 @@ const (
 // ErrInvalid is wrapped by every parse error.
 var ErrInvalid = errors.New("invalid topic name")
 
+// Domain is a topic's kind, the scheme of its full name.
+type Domain uint8
+
+const (
+	// Persistent topics store every message until it is consumed (or
+	// retention deletes it). The zero Domain.
+	Persistent Domain = iota
+	// NonPersistent topics store nothing: a message goes to the consumers
+	// connected when it is published, or is dropped.
+	NonPersistent
+)
+
+// String is the domain as Pulsar spells it ("persistent",
+// "non-persistent"), as in admin paths.
+func (d Domain) String() string {
+	if d == NonPersistent {
+		return "non-persistent"
+	}
+	return "persistent"
+}
+
 // Name is a parsed topic name.
 type Name struct {
+	Domain    Domain
 	Tenant    string
 	Namespace string
 	// Local is the topic's name in its namespace, with the partition
@@ -40,22 +64,26 @@ func Parse(s string) (Name, error) {
 	if len(s) > MaxLength {
 		return Name{}, fmt.Errorf("%w: %d bytes, at most %d", ErrInvalid, len(s), MaxLength)
 	}
-	rest := s
+	rest, domain := s, Persistent
 	if i := strings.Index(s, "://"); i >= 0 {
-		if s[:i+3] != persistentScheme {
-			return Name{}, fmt.Errorf("%w: %q: only persistent:// topics are supported", ErrInvalid, s)
+		switch s[:i+3] {
+		case persistentScheme:
+		case nonPersistentScheme:
+			domain = NonPersistent
+		default:
+			return Name{}, fmt.Errorf("%w: %q: the scheme must be persistent:// or non-persistent://", ErrInvalid, s)
 		}
 		rest = s[i+3:]
 		if strings.Count(rest, "/") != 2 {
-			return Name{}, fmt.Errorf("%w: %q: want persistent://tenant/namespace/topic", ErrInvalid, s)
+			return Name{}, fmt.Errorf("%w: %q: want %stenant/namespace/topic", ErrInvalid, s, s[:i+3])
 		}
 	}
 	var n Name
 	switch parts := strings.Split(rest, "/"); len(parts) {
 	case 1:
-		n = Name{Tenant: DefaultTenant, Namespace: DefaultNamespace, Local: parts[0]}
+		n = Name{Domain: domain, Tenant: DefaultTenant, Namespace: DefaultNamespace, Local: parts[0]}
 	case 3:
-		n = Name{Tenant: parts[0], Namespace: parts[1], Local: parts[2]}
+		n = Name{Domain: domain, Tenant: parts[0], Namespace: parts[1], Local: parts[2]}
 	default:
 		return Name{}, fmt.Errorf("%w: %q: want topic, tenant/namespace/topic or persistent://tenant/namespace/topic", ErrInvalid, s)
 	}
@@ -148,7 +176,46 @@ func (n Name) ContainsPartitionSuffix() bool { return strings.Contains(n.Local, 
 
 // String is the full form.
 func (n Name) String() string {
-	return persistentScheme + n.Tenant + "/" + n.Namespace + "/" + n.Local
+	scheme := persistentScheme
+	if n.Domain == NonPersistent {
+		scheme = nonPersistentScheme
+	}
+	return scheme + n.Tenant + "/" + n.Namespace + "/" + n.Local
+}
+
+// Persistent reports whether the topic stores its messages.
+func (n Name) Persistent() bool { return n.Domain != NonPersistent }
+
+// nonPersistentSegment marks a non-persistent topic's path.
+const nonPersistentSegment = "non-persistent"
+
+// Path is the form of the name in metadata keys: "tenant/namespace/topic"
+// for a persistent topic, "tenant/namespace/non-persistent/topic" for a
+// non-persistent one. A topic's local name has no '/', so the two never
+// meet, and a namespace's topics of both kinds share the prefix
+// "tenant/namespace/". ParsePath reads it back.
+func (n Name) Path() string { return n.Tenant + "/" + n.Namespace + "/" + n.LocalPath() }
+
+// LocalPath is the part of Path after the namespace: the local name, or
+// "non-persistent/" and the local name. It keys what a namespace holds
+// per topic (topic permissions).
+func (n Name) LocalPath() string {
+	if n.Domain == NonPersistent {
+		return nonPersistentSegment + "/" + n.Local
+	}
+	return n.Local
+}
+
+// ParsePath parses what Path returns.
+func ParsePath(p string) (Name, error) {
+	parts := strings.Split(p, "/")
+	switch {
+	case len(parts) == 3:
+		return Parse(persistentScheme + p)
+	case len(parts) == 4 && parts[2] == nonPersistentSegment:
+		return Parse(nonPersistentScheme + parts[0] + "/" + parts[1] + "/" + parts[3])
+	}
+	return Name{}, fmt.Errorf("%w: path %q: want tenant/namespace/topic or tenant/namespace/%s/topic", ErrInvalid, p, nonPersistentSegment)
 }
 
 // NamespaceName is "tenant/namespace".

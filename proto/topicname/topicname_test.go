@@ -11,6 +11,8 @@ func TestParse(t *testing.T) {
 		{"acme/orders/t.1", "persistent://acme/orders/t.1"},
 		{"persistent://acme/orders/events-v2", "persistent://acme/orders/events-v2"},
 		{"persistent://public/default/t-partition-3", "persistent://public/default/t-partition-3"},
+		{"non-persistent://acme/orders/t", "non-persistent://acme/orders/t"},
+		{"non-persistent://public/default/t-partition-0", "non-persistent://public/default/t-partition-0"},
 	} {
 		n, err := Parse(tc.in)
 		if err != nil || n.String() != tc.want {
@@ -22,7 +24,8 @@ func TestParse(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{
-		"", "a/b", "a/b/c/d", "non-persistent://public/default/t", "persistent://public/t",
+		"", "a/b", "a/b/c/d", "non-persistent://public/t", "non-persistent://t", "Persistent://a/b/c",
+		"non-persistent://a/b/c/d", "persistent://public/t",
 		"persistent://pub lic/default/t", "pub/ns/", "/ns/t", "t\x00", "t?x", "http://a/b/c",
 		string(make([]byte, MaxLength+1)),
 	} {
@@ -48,8 +51,45 @@ func TestPartitions(t *testing.T) {
 	}
 }
 
+// TestDomains: the domain is part of the name: the same local name is two
+// topics, with two paths, and the short forms are persistent.
+func TestDomains(t *testing.T) {
+	p, _ := Parse("persistent://a/b/c")
+	np, err := Parse("non-persistent://a/b/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Domain != Persistent || np.Domain != NonPersistent || !p.Persistent() || np.Persistent() || p == np {
+		t.Fatalf("domains: %+v %+v", p, np)
+	}
+	if p.Path() != "a/b/c" || np.Path() != "a/b/non-persistent/c" {
+		t.Fatalf("paths %q %q", p.Path(), np.Path())
+	}
+	if short, _ := Parse("a/b/c"); short != p {
+		t.Fatalf("short form %+v", short)
+	}
+	if part := np.Partition(2); part.Domain != NonPersistent || part.Base() != np || part.String() != "non-persistent://a/b/c-partition-2" {
+		t.Fatalf("partition %+v", part)
+	}
+	if Persistent.String() != "persistent" || NonPersistent.String() != "non-persistent" {
+		t.Fatal(Persistent, NonPersistent)
+	}
+	for _, n := range []Name{p, np, np.Partition(0)} {
+		back, err := ParsePath(n.Path())
+		if err != nil || back != n {
+			t.Errorf("ParsePath(%q) = %+v, %v; want %+v", n.Path(), back, err, n)
+		}
+	}
+	for _, bad := range []string{"a/b", "a/b/x/c", "a/b/non-persistent/c/d", "a/b/c?"} {
+		if _, err := ParsePath(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParsePath(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add("persistent://a/b/c")
+	f.Add("non-persistent://a/b/c")
 	f.Add("t-partition-1")
 	f.Fuzz(func(t *testing.T, s string) {
 		n, err := Parse(s)
@@ -59,6 +99,10 @@ func FuzzParse(f *testing.F) {
 		again, err := Parse(n.String())
 		if err != nil || again != n {
 			t.Fatalf("%q parsed to %v, which does not round-trip: %v", s, n, err)
+		}
+		back, err := ParsePath(n.Path())
+		if err != nil || back != n {
+			t.Fatalf("%q: path %q does not round-trip: %v, %v", s, n.Path(), back, err)
 		}
 	})
 }

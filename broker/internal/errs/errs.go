@@ -28,6 +28,11 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: what the request creates exists already.
 	ErrConflict = errors.New("already exists")
+	// ErrNonPersistent refuses on a non-persistent topic what needs its
+	// messages stored (a seek, a peek, a backlog to skip or expire, the
+	// last message id, termination). A kind of ErrNotAllowed; HTTP 405,
+	// as Pulsar answers.
+	ErrNonPersistent = fmt.Errorf("%w on a non-persistent topic", ErrNotAllowed)
 )
 
 // Errors of the admin REST API alone; they never reach the client
