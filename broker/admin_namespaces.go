@@ -61,13 +61,13 @@ func (b adminBackend) UnsubscribeNamespace(r *http.Request, ns, sub string) erro
 	})
 }
 
-// withPath is the redirect's URL with another path (and no query).
 // adminPath is the path of topic n in the admin API (unescaped):
 // /admin/v2/persistent/tenant/namespace/topic, or non-persistent.
 func adminPath(n topicname.Name) string {
 	return "/admin/v2/" + n.Domain.String() + "/" + n.NamespaceName() + "/" + n.Local
 }
 
+// withPath is the redirect's URL with another path (and no query).
 func (e *redirectError) withPath(path string) string {
 	u, err := url.Parse(e.url)
 	if err != nil {

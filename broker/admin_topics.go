@@ -343,6 +343,7 @@ func (p *partitionedTopicStats) add(st topicStats) {
 	p.MsgThroughputIn += st.MsgThroughputIn
 	p.MsgThroughputOut += st.MsgThroughputOut
 	p.Publishers = append(p.Publishers, st.Publishers...)
+	p.MsgDropRate, p.MsgDropCounter = addSet(p.MsgDropRate, st.MsgDropRate), addSet(p.MsgDropCounter, st.MsgDropCounter)
 	for name, sub := range st.Subscriptions {
 		sum, ok := p.Subscriptions[name]
 		if !ok {
@@ -355,8 +356,22 @@ func (p *partitionedTopicStats) add(st topicStats) {
 		sum.MsgDelayed += sub.MsgDelayed
 		sum.Blocked = sum.Blocked || sub.Blocked
 		sum.Consumers = append(sum.Consumers, sub.Consumers...)
+		sum.MsgDropRate, sum.MsgDropCounter = addSet(sum.MsgDropRate, sub.MsgDropRate), addSet(sum.MsgDropCounter, sub.MsgDropCounter)
 		p.Subscriptions[name] = sum
 	}
+}
+
+// addSet sums stats fields that only non-persistent topics set: nil
+// while neither is set.
+func addSet[T int64 | float64](sum, v *T) *T {
+	if v == nil {
+		return sum
+	}
+	out := *v
+	if sum != nil {
+		out += *sum
+	}
+	return &out
 }
 
 // eachPartition runs fn on every partition of n: here for the partitions

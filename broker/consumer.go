@@ -81,6 +81,9 @@ func (c *consumer) addPermits(n int) {
 func (c *consumer) take(n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.mu.err != nil {
+		return false // disconnected: push would drop what it takes
+	}
 	if c.maxOutstanding > 0 && c.mu.outstanding >= c.maxOutstanding {
 		return false // sent reopens it
 	}

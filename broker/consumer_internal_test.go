@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,10 +32,16 @@ func TestConsumerTakeNeverExceedsPermits(t *testing.T) {
 		{"single message", 100, 1, 1, true, 0},
 		{"batch larger than the queue, queue's permits all there", 5, 5, 10, true, 0}, // 5 owed
 		{"batch larger than the queue, one permit missing", 5, 4, 10, false, 4},
+		// Disconnected: push would drop it (and a non-persistent topic's
+		// entry would be lost uncounted).
+		{"disconnected", 100, 10, 1, false, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &consumer{queueSize: tc.queue}
+			c := &consumer{queueSize: tc.queue, gone: make(chan struct{})}
 			c.mu.permits = tc.permits
+			if tc.name == "disconnected" {
+				c.disconnect(errors.New("gone"))
+			}
 			if got := c.take(tc.n); got != tc.ok {
 				t.Fatalf("take(%d) with %d permits, queue %d: %v, want %v", tc.n, tc.permits, tc.queue, got, tc.ok)
 			}

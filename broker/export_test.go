@@ -190,6 +190,21 @@ func (s *Server) Unload(ctx context.Context, topic string) error {
 	return s.unloadTopic(ctx, n)
 }
 
+// SetTestHookSubscriptionCreating installs f as
+// testHookSubscriptionCreating.
+func SetTestHookSubscriptionCreating(f func()) { setHook(&testHookSubscriptionCreating, f) }
+
+// Subscribe creates (or finds) a durable subscription on the loaded
+// topic, as a consumer's subscribe does before the consumer joins.
+func (s *Server) Subscribe(ctx context.Context, topic, sub string) error {
+	t := s.loadedTopic(topic)
+	if t == nil {
+		return fmt.Errorf("%s is not loaded", topic)
+	}
+	_, err := t.getOrCreateSubscription(ctx, &brokerpb.Subscribe{Subscription: sub, Durable: true})
+	return err
+}
+
 // RefreshStats closes the stats window of every loaded topic now, as
 // statsLoop does every StatsInterval.
 func (s *Server) RefreshStats() { s.refreshStats(time.Now()) }

@@ -374,13 +374,19 @@ func (e *env) startAnother(configure func(*broker.Config)) *broker.Server {
 // to each, until one has partitions owned by both brokers; it returns its
 // name and its producer, still connected (the test closes it).
 func spreadPartitionedTopic(t *testing.T, e *env, cl client.Client, prefix string, parts, msgs int) (string, client.Producer) {
+	return spreadPartitionedTopicIn(t, e, cl, "persistent", prefix, parts, msgs)
+}
+
+// spreadPartitionedTopicIn is spreadPartitionedTopic in a domain
+// ("persistent" or "non-persistent").
+func spreadPartitionedTopicIn(t *testing.T, e *env, cl client.Client, domain, prefix string, parts, msgs int) (string, client.Producer) {
 	t.Helper()
 	for i := 0; i < 50; i++ {
 		name := fmt.Sprint(prefix, i)
-		if code, body, err := adminDo(e, "PUT", "/admin/v2/persistent/public/default/"+name+"/partitions", parts); err != nil || code/100 != 2 {
+		if code, body, err := adminDo(e, "PUT", "/admin/v2/"+domain+"/public/default/"+name+"/partitions", parts); err != nil || code/100 != 2 {
 			t.Fatalf("create: %d %s %v", code, body, err)
 		}
-		p, err := cl.CreateProducer(client.ProducerOptions{Topic: name, DisableBatching: true})
+		p, err := cl.CreateProducer(client.ProducerOptions{Topic: domain + "://public/default/" + name, DisableBatching: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,7 +401,7 @@ func spreadPartitionedTopic(t *testing.T, e *env, cl client.Client, prefix strin
 		}
 		seen := map[string]bool{}
 		for path, o := range owners {
-			if strings.HasPrefix(path, "persistent://public/default/"+name+"-partition-") {
+			if strings.HasPrefix(path, domain+"://public/default/"+name+"-partition-") {
 				seen[o] = true
 			}
 		}

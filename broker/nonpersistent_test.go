@@ -3,8 +3,10 @@ package broker_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -205,20 +207,26 @@ func TestNonPersistentDropsWithoutPermits(t *testing.T) {
 	for name, c := range slow {
 		s := st.Subscriptions[name]
 		delivered := s.Consumers[0].MsgOutCounter
-		if s.MsgDropCounter == nil || *s.MsgDropCounter+delivered != n || delivered > 5 || delivered < 1 {
-			t.Fatalf("%s: delivered %d, dropped %v of %d", name, delivered, s.MsgDropCounter, n)
+		// The SDK takes what its queue and its channel's buffer hold (twice
+		// ReceiverQueueSize) before it stops granting permits.
+		if s.MsgDropCounter == nil || *s.MsgDropCounter+delivered != n || delivered > n/2 || delivered < 1 {
+			t.Fatalf("%s: delivered %d, dropped %s of %d", name, delivered, fmtPtr(s.MsgDropCounter), n)
 		}
 		dropped += *s.MsgDropCounter
-		// It gets what it had permits for, in order, then what is
-		// published once it has permits again: the dropped ones are gone.
+		// It gets what it had permits for, in order (with gaps where it
+		// had none: the SDK grants more as it moves messages to its
+		// channel), then what is published once it has permits again: the
+		// dropped ones are gone.
+		prev := ""
 		for i, m := range receiveN(t, c, int(delivered)) {
-			if string(m.Payload()) != fmt.Sprintf("m-%05d", i) {
-				t.Fatalf("%s message %d: %q", name, i, m.Payload())
+			if p := string(m.Payload()); p <= prev {
+				t.Fatalf("%s message %d: %q after %q", name, i, p, prev)
 			}
+			prev = string(m.Payload())
 		}
 	}
 	if f := st.Subscriptions["fast"]; f.MsgDropCounter == nil || *f.MsgDropCounter != 0 {
-		t.Fatalf("fast dropped %v", f.MsgDropCounter)
+		t.Fatalf("fast dropped %s", fmtPtr(f.MsgDropCounter))
 	}
 	if *st.MsgDropCounter != dropped {
 		t.Fatalf("topic dropped %d, subscriptions %d", *st.MsgDropCounter, dropped)
@@ -447,6 +455,15 @@ func TestNonPersistentAdmin(t *testing.T) {
 	if got := do(http.MethodGet, ns+"/np-parts/partitions", nil, http.StatusOK); !bytes.Contains(got, []byte(`"partitions":2`)) {
 		t.Fatalf("partitions: %s", got)
 	}
+	// Schemas: the admin API's schema paths (no domain) reach a topic
+	// that exists only as non-persistent; the schema is its persistent
+	// namesake's too, as in Pulsar.
+	schema := map[string]any{"type": "JSON", "schema": `{"type":"record","name":"R","fields":[]}`, "properties": map[string]string{}}
+	do(http.MethodPost, "/admin/v2/schemas/public/default/np-admin/schema", schema, http.StatusOK)
+	if got := do(http.MethodGet, "/admin/v2/schemas/public/default/np-admin/schema", nil, http.StatusOK); !bytes.Contains(got, []byte(`"JSON"`)) {
+		t.Fatalf("schema: %s", got)
+	}
+	do(http.MethodPost, "/admin/v2/schemas/public/default/np-none/schema", schema, http.StatusNotFound)
 	// A subscription created by the admin API stays, with no consumer.
 	do(http.MethodPut, ns+"/np-admin/subscription/kept", nil, http.StatusNoContent)
 	if subs := list(ns + "/np-admin/subscriptions"); !slices.Equal(subs, []string{"kept"}) {
@@ -472,15 +489,17 @@ func TestNonPersistentAdmin(t *testing.T) {
 }
 
 // A non-persistent topic with no producer and no subscription at two
-// retention checks in a row is unloaded (it holds nothing); one in use
-// stays.
+// retention checks in a row is unloaded (it holds nothing); one idle at
+// one check only, or in use, stays.
 func TestNonPersistentIdleUnloaded(t *testing.T) {
-	e := newEnv(t, func(c *broker.Config) { c.RetentionCheckInterval = 20 * time.Millisecond })
+	// The checks are the test's (RetainNow), not the loop's.
+	e := newEnv(t, func(c *broker.Config) { c.RetentionCheckInterval = time.Hour })
 	cl := e.client()
+	const idle, busy = "non-persistent://public/default/np-idle", "non-persistent://public/default/np-busy"
 	if code, body, err := adminDo(e, http.MethodPut, "/admin/v2/non-persistent/public/default/np-idle", nil); err != nil || code != http.StatusNoContent {
 		t.Fatalf("create: %d %s %v", code, body, err)
 	}
-	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "non-persistent://public/default/np-busy"})
+	p, err := cl.CreateProducer(client.ProducerOptions{Topic: busy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,12 +508,47 @@ func TestNonPersistentIdleUnloaded(t *testing.T) {
 		_, err := e.c.Store.Get(ctxT(t), metastore.OwnerKey("public/default/non-persistent/"+local))
 		return err == nil
 	}
-	testutil.Eventually(t, 10*time.Second, "the idle topic unloaded", func() bool { return !owned("np-idle") })
-	// The topic with a producer is still there, checked as many times.
+	retain := func() {
+		t.Helper()
+		for _, topic := range []string{idle, busy} {
+			e.b.RetainNow(topic)
+		}
+	}
+	retain()
+	if !owned("np-idle") || !owned("np-busy") {
+		t.Fatal("unloaded after one check")
+	}
+	retain()
+	if owned("np-idle") {
+		t.Fatal("an idle topic stayed after two checks")
+	}
+	retain()
 	if !owned("np-busy") {
 		t.Fatal("the topic with a producer was unloaded")
 	}
 	produce(t, p, 0, 1)
+}
+
+// A subscription made while its topic unloads is refused (the client
+// looks the topic up again) rather than left on the closed topic, where
+// no message would reach it.
+func TestSubscriptionRacingUnload(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, topic := range []string{"non-persistent://public/default/np-race", "persistent://public/default/p-race"} {
+		if err := e.b.GetTopic(ctxT(t), topic, true); err != nil {
+			t.Fatal(err)
+		}
+		broker.SetTestHookSubscriptionCreating(func() {
+			if err := e.b.Unload(ctxT(t), topic); err != nil {
+				t.Error(err)
+			}
+		})
+		err := e.b.Subscribe(ctxT(t), topic, "s")
+		broker.SetTestHookSubscriptionCreating(nil)
+		if !errors.Is(err, broker.ErrTopicClosed) {
+			t.Fatalf("%s: subscription made while it unloaded: %v", topic, err)
+		}
+	}
 }
 
 // A non-persistent topic does not deduplicate, even where the namespace
@@ -543,4 +597,72 @@ func TestNonPersistentIgnoresDeduplication(t *testing.T) {
 	if _, err := e.c.Store.Get(ctxT(t), metastore.DedupKey("public/default/non-persistent/np-dedup")); !errors.Is(err, metastore.ErrNotFound) {
 		t.Fatalf("deduplication state stored: %v", err)
 	}
+}
+
+// A partitioned non-persistent topic over two brokers: a client that
+// knows only one of them is sent to each partition's owner, and gets
+// every message once; the partitioned stats, asked of either broker,
+// gather both brokers' partitions.
+func TestNonPersistentPartitionedAcrossBrokers(t *testing.T) {
+	e := newEnv(t, nil)
+	other := e.startAnother(nil)
+	cl := clientOf(t, other)
+	const parts = 4
+	name, p := spreadPartitionedTopicIn(t, e, cl, "non-persistent", "np-spread-", parts, 2*parts)
+	defer p.Close()
+	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "non-persistent://public/default/" + name, SubscriptionName: "s", ReceiverQueueSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	for i := 0; i < parts; i++ {
+		waitPermits(t, e, fmt.Sprint(name, "-partition-", i), "s", 1)
+	}
+	const n = 40
+	produce(t, p, 0, n)
+	seen := map[string]bool{}
+	for _, m := range receiveN(t, cons, n) {
+		if seen[string(m.Payload())] {
+			t.Fatalf("%q twice", m.Payload())
+		}
+		seen[string(m.Payload())] = true
+	}
+	for _, via := range []string{e.b.HTTPAddr(), other.HTTPAddr()} {
+		var st struct {
+			MsgInCounter   int64  `json:"msgInCounter"`
+			MsgDropCounter *int64 `json:"msgDropCounter"`
+			Subscriptions  map[string]struct {
+				MsgDropCounter *int64 `json:"msgDropCounter"`
+			}
+			Partitions map[string]any
+		}
+		code, body, err := adminDoAt(via, http.MethodGet, "/admin/v2/non-persistent/public/default/"+name+"/partitioned-stats")
+		if err != nil || code != http.StatusOK || json.Unmarshal(body, &st) != nil || st.MsgInCounter != 2*parts+n || len(st.Partitions) != parts ||
+			st.MsgDropCounter == nil || *st.MsgDropCounter != 0 || st.Subscriptions["s"].MsgDropCounter == nil {
+			t.Fatalf("partitioned stats via %s: %d %s %v", via, code, body, err)
+		}
+	}
+}
+
+// adminDoAt is adminDo against the admin address addr.
+func adminDoAt(addr, method, path string) (int, []byte, error) {
+	req, err := http.NewRequest(method, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// fmtPtr shows a counter that may be missing.
+func fmtPtr(v *int64) string {
+	if v == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*v)
 }

@@ -568,7 +568,7 @@ func (pc *pulsarConn) seek(c *pulsarpb.CommandSeek) {
 		return
 	}
 	if t.ml == nil {
-		// Pulsar answers success and does nothing.
+		// Refused (Pulsar answers success and does nothing).
 		pc.send(errorCommand(c.GetRequestId(), errorf(ErrNonPersistent, "seek: %s stores no messages to go back to", t.name)), nil)
 		return
 	}

@@ -206,13 +206,19 @@ func (s *Server) registerSchemaInfo(ctx context.Context, n topicname.Name, info 
 }
 
 // topicOrPartitionedExists reports whether topic n exists, or the
-// partitioned topic it is (or is a partition of).
+// partitioned topic it is (or is a partition of), in either domain: the
+// two share their schemas (schemaPath).
 func (s *Server) topicOrPartitionedExists(ctx context.Context, n topicname.Name) (bool, error) {
-	if ok, err := s.md.topicExists(ctx, n); err != nil || ok {
-		return ok, err
+	for _, d := range []topicname.Domain{topicname.Persistent, topicname.NonPersistent} {
+		n.Domain = d
+		if ok, err := s.md.topicExists(ctx, n); err != nil || ok {
+			return ok, err
+		}
+		if parts, err := s.md.partitions(ctx, n.Base()); err != nil || parts > 0 {
+			return parts > 0, err
+		}
 	}
-	parts, err := s.md.partitions(ctx, n.Base())
-	return parts > 0, err
+	return false, nil
 }
 
 // deleteSchemas removes topic n's versions, keeping their numbers used;

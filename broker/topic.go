@@ -721,7 +721,18 @@ func (t *topic) getOrCreateSubscription(ctx context.Context, req *brokerpb.Subsc
 		default:
 			cur = cursor.NewEphemeral(t.ml, req.Subscription, t.readerStart(req))
 		}
+		if h := testHookSubscriptionCreating.Load(); h != nil {
+			(*h)()
+		}
 		t.mu.Lock()
+		if t.mu.closed { // unloaded meanwhile: close did not see this subscription
+			// The client looks the topic up again.
+			t.mu.Unlock()
+			if cur != nil {
+				cur.Close(ctx)
+			}
+			return nil, errorf(ErrTopicClosed, "%s", t.name)
+		}
 		if existing := t.mu.subs[req.Subscription]; existing != nil {
 			t.mu.Unlock()
 			if cur != nil {
@@ -746,6 +757,11 @@ func (t *topic) getOrCreateSubscription(ctx context.Context, req *brokerpb.Subsc
 	}
 	return sub, nil
 }
+
+// testHookSubscriptionCreating, when set by a test, runs when
+// getOrCreateSubscription has made a new subscription's cursor, before it
+// adds the subscription to the topic.
+var testHookSubscriptionCreating atomic.Pointer[func()]
 
 // readerStart is the mark-delete position of a reader's cursor.
 func (t *topic) readerStart(req *brokerpb.Subscribe) mledger.Position {

@@ -23,4 +23,9 @@
 // not join chunks; or over its limits) is left unacknowledged, and nacked
 // on Shared and Key_Shared subscriptions (it never goes to the
 // dead-letter topic). Both are told to ClientOptions.Logger.
+//
+// Topics named non-persistent://tenant/namespace/topic store nothing: a
+// message goes only to the consumers connected, with receive queue room,
+// when it is sent (others miss it), nothing is delivered again, and Seek
+// and a reader's HasNext are refused (ErrNotAllowed) or false.
 package client

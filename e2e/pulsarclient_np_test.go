@@ -94,13 +94,13 @@ func TestPulsarClientNonPersistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mine.Close()
-	reader, err := pc.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.LatestMessageID()})
+	reader, err := pc.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.LatestMessageID(), SubscriptionName: "reader"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer reader.Close()
 	testutil.Eventually(t, 20*time.Second, "the consumers' permits", func() bool {
-		return npPermitsGranted(t, s.httpAddr, local, map[string]int{"excl": 1, "shared": 2, "sdk": 1})
+		return npPermitsGranted(t, s.httpAddr, local, map[string]int{"excl": 1, "shared": 2, "sdk": 1, "reader": 1})
 	})
 
 	p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
