@@ -10,6 +10,11 @@ import (
 
 // adminDo sends an admin request and returns the status and body.
 func adminDo(e *env, method, path string, body any) (int, []byte, error) {
+	return adminDoAt(e.b.HTTPAddr(), method, path, body)
+}
+
+// adminDoAt is adminDo against the admin address addr.
+func adminDoAt(addr, method, path string, body any) (int, []byte, error) {
 	var r io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -18,7 +23,7 @@ func adminDo(e *env, method, path string, body any) (int, []byte, error) {
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, "http://"+e.b.HTTPAddr()+path, r)
+	req, err := http.NewRequest(method, "http://"+addr+path, r)
 	if err != nil {
 		return 0, nil, err
 	}

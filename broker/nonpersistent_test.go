@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -300,6 +299,32 @@ func TestNonPersistentRefusals(t *testing.T) {
 	}
 }
 
+// npRawPair connects to the broker with Pulsar's protocol and opens, on
+// non-persistent topic public/default/local, consumer 1 (Exclusive,
+// subscription "s", 10 permits, granted before it returns) and producer
+// 1 named "w" (which must have no last sequence id: nothing is
+// deduplicated there).
+func npRawPair(t *testing.T, e *env, local string) *rawPulsar {
+	t.Helper()
+	topic := "non-persistent://public/default/" + local
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+		Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1), Durable: proto.Bool(true)}}, nil)
+	if got := r.next(); got.GetSuccess().GetRequestId() != 1 {
+		t.Fatalf("SUBSCRIBE answered %v", got)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
+	waitPermits(t, e, local, "s", 1)
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String(topic), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(2), ProducerName: proto.String("w")}}, nil)
+	if got := r.next(); got.GetProducerSuccess().GetProducerName() != "w" || got.GetProducerSuccess().GetLastSequenceId() != -1 {
+		t.Fatalf("PRODUCER answered %v", got)
+	}
+	return r
+}
+
 // Pulsar's protocol on a non-persistent topic: the receipt's id is the id
 // the consumers get (distinct and growing, where Pulsar gives 0:0 to
 // all), acknowledgements (with an ack set too) are answered with success,
@@ -308,22 +333,8 @@ func TestNonPersistentRefusals(t *testing.T) {
 // modes that take non-persistent topics.
 func TestPulsarProtocolNonPersistent(t *testing.T) {
 	e := newEnv(t, nil)
-	r := dialPulsar(t, e.b.Addr())
-	r.connect()
 	const topic = "non-persistent://public/default/np-raw"
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
-		Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
-		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1), Durable: proto.Bool(true)}}, nil)
-	if got := r.next(); got.GetSuccess().GetRequestId() != 1 {
-		t.Fatalf("SUBSCRIBE answered %v", got)
-	}
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
-	waitPermits(t, e, "np-raw", "s", 1)
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
-		Topic: proto.String(topic), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(2), ProducerName: proto.String("w")}}, nil)
-	if got := r.next(); got.GetProducerSuccess().GetProducerName() != "w" || got.GetProducerSuccess().GetLastSequenceId() != -1 {
-		t.Fatalf("PRODUCER answered %v", got)
-	}
+	r := npRawPair(t, e, "np-raw")
 	var receipts []*pulsarpb.MessageIdData
 	var delivered []*pulsarpb.MessageIdData
 	for i := 0; i < 3; i++ {
@@ -556,22 +567,7 @@ func TestSubscriptionRacingUnload(t *testing.T) {
 // id is delivered twice, and nothing is stored for it.
 func TestNonPersistentIgnoresDeduplication(t *testing.T) {
 	e := newEnv(t, func(c *broker.Config) { c.Deduplication = true })
-	r := dialPulsar(t, e.b.Addr())
-	r.connect()
-	const topic = "non-persistent://public/default/np-dedup"
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
-		Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
-		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
-	if got := r.next(); got.GetSuccess().GetRequestId() != 1 {
-		t.Fatalf("SUBSCRIBE answered %v", got)
-	}
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}}, nil)
-	waitPermits(t, e, "np-dedup", "s", 1)
-	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
-		Topic: proto.String(topic), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(2), ProducerName: proto.String("w")}}, nil)
-	if got := r.next(); got.GetProducerSuccess().GetLastSequenceId() != -1 {
-		t.Fatalf("PRODUCER answered %v", got)
-	}
+	r := npRawPair(t, e, "np-dedup")
 	for i := 0; i < 2; i++ {
 		md := &pulsarpb.MessageMetadata{ProducerName: proto.String("w"), SequenceId: proto.Uint64(7), PublishTime: proto.Uint64(uint64(time.Now().UnixMilli()))}
 		b, err := entry.Encode(md, []byte("again"))
@@ -636,27 +632,12 @@ func TestNonPersistentPartitionedAcrossBrokers(t *testing.T) {
 			}
 			Partitions map[string]any
 		}
-		code, body, err := adminDoAt(via, http.MethodGet, "/admin/v2/non-persistent/public/default/"+name+"/partitioned-stats")
+		code, body, err := adminDoAt(via, http.MethodGet, "/admin/v2/non-persistent/public/default/"+name+"/partitioned-stats", nil)
 		if err != nil || code != http.StatusOK || json.Unmarshal(body, &st) != nil || st.MsgInCounter != 2*parts+n || len(st.Partitions) != parts ||
 			st.MsgDropCounter == nil || *st.MsgDropCounter != 0 || st.Subscriptions["s"].MsgDropCounter == nil {
 			t.Fatalf("partitioned stats via %s: %d %s %v", via, code, body, err)
 		}
 	}
-}
-
-// adminDoAt is adminDo against the admin address addr.
-func adminDoAt(addr, method, path string) (int, []byte, error) {
-	req, err := http.NewRequest(method, "http://"+addr+path, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
 }
 
 // fmtPtr shows a counter that may be missing.
