@@ -51,10 +51,13 @@ func newConsumer(req *brokerpb.Subscribe, queueSize int) *consumer {
 }
 
 // available is the number of messages the consumer can take now: 0 while
-// it owes permits (see take).
+// it owes permits (see take), or once it is disconnected (take refuses).
 func (c *consumer) available() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.mu.err != nil {
+		return 0
+	}
 	return max(c.mu.permits, 0)
 }
 

@@ -45,6 +45,14 @@ func TestConsumerTakeNeverExceedsPermits(t *testing.T) {
 			if got := c.take(tc.n); got != tc.ok {
 				t.Fatalf("take(%d) with %d permits, queue %d: %v, want %v", tc.n, tc.permits, tc.queue, got, tc.ok)
 			}
+			if tc.name == "disconnected" {
+				// take refuses it, and available agrees (the dispatchers
+				// wait rather than read for it).
+				if got := c.available(); got != 0 {
+					t.Fatalf("a disconnected consumer has %d available", got)
+				}
+				return
+			}
 			if got := c.available(); got != tc.permitsAfterward {
 				t.Fatalf("%d permits left, want %d", got, tc.permitsAfterward)
 			}
