@@ -24,7 +24,10 @@ import (
 // BenchmarkProtocols compares, on one broker (one bookie, one copy), the
 // gRPC path (Magnetar's SDK) with Pulsar's binary protocol (the official
 // pulsar-client-go) for 1 KiB messages: producing batched and unbatched,
-// and consuming. Compare the msg/s of the two in one run:
+// and consuming. Producing is measured with lean producers of each
+// protocol as well (grpc-lean, pulsar-lean: bench_lean_test.go), which
+// send the same entries with the least client work. Compare the msg/s of
+// the two in one run:
 //
 //	go test -run '^$' -bench BenchmarkProtocols -benchtime 100000x ./broker/
 //
@@ -76,6 +79,17 @@ func BenchmarkProtocols(b *testing.B) {
 			benchSends(b, inflight, func(done func(error)) {
 				p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { done(err) })
 			})
+		})
+		// The same entries through lean producers of each protocol.
+		batch := 1
+		if batched {
+			batch = leanBatch
+		}
+		b.Run("produce-"+mode+"/grpc-lean", func(b *testing.B) {
+			benchLean(b, inflight, batch, dialLeanGRPC(ctx, b, addr, topic("gl"), payload, batch))
+		})
+		b.Run("produce-"+mode+"/pulsar-lean", func(b *testing.B) {
+			benchLean(b, inflight, batch, dialLeanPulsar(b, addr, topic("pl"), payload, batch))
 		})
 		b.Run("produce-"+mode+"/pulsar", func(b *testing.B) {
 			p, err := official.CreateProducer(pulsar.ProducerOptions{Topic: topic("p"), DisableBatching: !batched, MaxPendingMessages: inflight,

@@ -227,6 +227,7 @@ type topicFigures struct {
 	rates                                       rates
 	msgInTotal, bytesInTotal                    int64
 	msgOutTotal, bytesOutTotal                  int64
+	msgDroppedTotal                             int64 // non-persistent topics only
 	storageSize, logicalSize                    int64
 	backlog                                     int64
 	writeRate                                   float64 // entries/s
@@ -247,6 +248,7 @@ func (f *topicFigures) add(o *topicFigures) {
 	f.bytesInTotal += o.bytesInTotal
 	f.msgOutTotal += o.msgOutTotal
 	f.bytesOutTotal += o.bytesOutTotal
+	f.msgDroppedTotal += o.msgDroppedTotal
 	f.storageSize += o.storageSize
 	f.logicalSize += o.logicalSize
 	f.backlog += o.backlog
@@ -284,6 +286,7 @@ func (t *topic) figures() (topicFigures, []subFigures) {
 	f.writeRate = f.rates.EntriesIn
 	f.msgInTotal, f.bytesInTotal = t.traffic.msgIn.Load(), t.traffic.bytesIn.Load()
 	f.msgOutTotal, f.bytesOutTotal = t.traffic.msgOut.Load(), t.traffic.bytesOut.Load()
+	f.msgDroppedTotal = t.traffic.msgDropped.Load()
 	var subs []subFigures
 	for _, s := range t.subscriptions() {
 		sf := s.figures()
@@ -357,6 +360,10 @@ func (m topicMetrics) Collect(ch chan<- prometheus.Metric) {
 		emitFigures(gauge, "pulsar_", &f, l)
 		for _, sf := range subs {
 			sl := append(slices.Clone(l), "subscription", sf.name)
+			if t.ml == nil { // non-persistent: what no consumer could take
+				gauge("pulsar_subscription_msg_drop_rate", "Messages of a non-persistent topic dropped per second: no consumer of the subscription had the permits when they were published.",
+					sf.rates.MsgDropped, sl...)
+			}
 			gauge("pulsar_subscription_back_log", "Entries not acknowledged by the subscription.", float64(sf.backlog), sl...)
 			gauge("pulsar_subscription_msg_rate_out", "Messages dispatched per second to the subscription's consumers.", sf.rates.MsgOut, sl...)
 			gauge("pulsar_subscription_msg_throughput_out", "Bytes dispatched per second to the subscription's consumers.", sf.rates.BytesOut, sl...)
@@ -384,6 +391,8 @@ func (m topicMetrics) Collect(ch chan<- prometheus.Metric) {
 	emitFigures(gauge, "pulsar_broker_", &broker, nil)
 	gauge("pulsar_broker_out_messages_total", "Messages dispatched since the topics were loaded here.", float64(broker.msgOutTotal))
 	gauge("pulsar_broker_out_bytes_total", "Bytes dispatched since the topics were loaded here.", float64(broker.bytesOutTotal))
+	gauge("magnetar_broker_msg_dropped_total", "Messages of non-persistent topics dropped since the topics were loaded here, once per subscription that no consumer of could take them.",
+		float64(broker.msgDroppedTotal))
 	gauge("pulsar_ml_count", "Managed ledgers (topic partitions) open on this broker.", float64(len(topics)))
 	size, hits, misses := s.cache.Stats()
 	gauge("pulsar_ml_cache_used_size", "Bytes of entries in the broker's read cache.", float64(size))

@@ -54,6 +54,11 @@ func TestMetricsPerTopic(t *testing.T) {
 	m.Want(t, 1, "pulsar_broker_topics_count", "cluster", "c1")
 	m.Want(t, n, "pulsar_broker_in_messages_total", "cluster", "c1")
 	m.Want(t, 1, "magnetar_broker_session_up", "cluster", "c1")
+	// Drops are a non-persistent topic's (TestNonPersistentDropsWithoutPermits).
+	m.Want(t, 0, "magnetar_broker_msg_dropped_total", "cluster", "c1")
+	if v, ok := m.Value(t, "pulsar_subscription_msg_drop_rate", sl...); ok {
+		t.Errorf("a persistent topic's subscription has a drop rate (%v)", v)
+	}
 	// The buckets count the window's publishes, each bucket on its own.
 	var inBuckets float64
 	for _, b := range []string{"le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow"} {

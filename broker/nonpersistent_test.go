@@ -178,7 +178,9 @@ func TestNonPersistentDelivery(t *testing.T) {
 // only, and counted: nothing waits to be sent later. Exclusive and
 // Shared alike.
 func TestNonPersistentDropsWithoutPermits(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, func(c *broker.Config) {
+		c.StatsInterval = time.Hour // the stats windows are closed by the test (RefreshStats)
+	})
 	cl := e.client()
 	const local, topic = "np-drops", "non-persistent://public/default/np-drops"
 	subscribe := func(sub string, typ client.SubscriptionType, queue int) client.Consumer {
@@ -198,8 +200,10 @@ func TestNonPersistentDropsWithoutPermits(t *testing.T) {
 	}
 	defer p.Close()
 	const n = 50
+	e.b.RefreshStats()  // the stats window starts here
 	produce(t, p, 0, n) // the slow ones do not receive meanwhile
 	receiveN(t, fast, n)
+	e.b.RefreshStats()
 
 	st := npStatsOf(t, e, local)
 	var dropped int64
@@ -229,6 +233,15 @@ func TestNonPersistentDropsWithoutPermits(t *testing.T) {
 	}
 	if *st.MsgDropCounter != dropped {
 		t.Fatalf("topic dropped %d, subscriptions %d", *st.MsgDropCounter, dropped)
+	}
+	// The same in /metrics: the broker's total, each subscription's rate.
+	m := testutil.Scrape(t, e.b.HTTPAddr())
+	m.Want(t, float64(dropped), "magnetar_broker_msg_dropped_total", "cluster", e.cfg.ClusterName)
+	for _, sub := range []string{"slow", "slow-shared", "fast"} {
+		rate, ok := m.Value(t, "pulsar_subscription_msg_drop_rate", "cluster", e.cfg.ClusterName, "namespace", "public/default", "topic", topic, "subscription", sub)
+		if !ok || (rate > 0) != (sub != "fast") {
+			t.Errorf("%s: pulsar_subscription_msg_drop_rate %v (found %v)", sub, rate, ok)
+		}
 	}
 	waitPermits(t, e, local, "slow", 1)
 	waitPermits(t, e, local, "slow-shared", 1)

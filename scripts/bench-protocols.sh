@@ -4,8 +4,12 @@
 #
 # BenchmarkProtocols (broker/bench_pulsar_test.go: Magnetar's SDK on gRPC,
 # pulsar-client-go on Pulsar's protocol; 1 KiB messages, produce batched
-# and unbatched, consume) drives a `magnetar standalone --bookies 1` (one
-# copy) through MAGNETAR_BENCH_BROKER, in two layouts, alternating:
+# and unbatched, consume; and for producing, lean producers of each
+# protocol as well, broker/bench_lean_test.go, which send the same entries
+# with the least client work, so that the clients' 2x difference in CPU
+# per message does not hide the broker's paths) drives a `magnetar
+# standalone --bookies 1` (one copy) through MAGNETAR_BENCH_BROKER, in two
+# layouts, alternating:
 #   pinned  the standalone on CPU 0 and the benchmark's clients on CPU 1
 #           (taskset), as when clients run on machines of their own: the
 #           broker's side is what is measured;
@@ -15,12 +19,14 @@
 #   scripts/bench-protocols.sh     # about 5 minutes
 #
 # Env: ROUNDS (2 of each layout), N (100000 messages per case), COUNT (3
-# repetitions of each case per round), LAYOUTS ("pinned shared").
-# Each case runs alone (one test binary run), gRPC and Pulsar alternating,
-# and reports its rate, the standalone's CPU time per message (from its
+# repetitions of each case per round), LAYOUTS ("pinned shared"), CLIENTS
+# ("clients lean": the SDK against pulsar-client-go, the lean producers
+# against each other).
+# Each case runs alone (one test binary run), gRPC and Pulsar alternating
+# (which goes first taking turns), and reports its rate, the standalone's CPU time per message (from its
 # process_cpu_seconds_total) and the clients'.
 # Output: bench/out/protocols/, a table with the medians of each case and
-# the ratios of Pulsar's protocol to gRPC, per layout.
+# the ratios of Pulsar's protocol to gRPC, per layout and clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -30,6 +36,7 @@ rounds=${ROUNDS:-2}
 n=${N:-100000}
 count=${COUNT:-3}
 layouts=${LAYOUTS:-pinned shared}
+clients_kinds=${CLIENTS:-clients lean}
 [[ $(nproc) -ge 2 ]] || { echo "needs 2 CPUs to pin" >&2; exit 1; }
 
 make -s build
@@ -51,19 +58,31 @@ for ((r = 1; r <= rounds; r++)); do
 		standalone_start "$out/standalone-$layout-$r.log" "${server[@]}" -- --bookies 1
 		echo "# round $r $layout load $(cut -d' ' -f1 /proc/loadavg)" | tee -a "$results"
 		for c in $cases; do
-			for ((i = 0; i < count; i++)); do
-				for proto in grpc pulsar; do # alternating
-					log=$out/bench-$layout-$r-$c-$proto-$i.txt
-					MAGNETAR_BENCH_BROKER=$standalone_addr MAGNETAR_BENCH_METRICS=http://$standalone_http/metrics \
-						"${clients[@]}" "$out/broker.test" -test.run '^$' \
-						-test.bench "BenchmarkProtocols/$c/$proto\$" -test.benchtime "${n}x" \
-						>"$log" 2>&1 || { cat "$log"; exit 1; }
-					awk -v l="$layout" -v c="$c" -v p="$proto" '/^BenchmarkProtocols\// {
-						for (i = 1; i <= NF; i++) {
-							if ($(i+1) == "msg/s") rate = $i
-							if ($(i+1) == "server-cpu-us/msg") srv = $i
-							if ($(i+1) == "self-cpu-us/msg") cli = $i }
-						print l, c, p, rate, srv, cli }' "$log" | tee -a "$results"
+			for kind in $clients_kinds; do
+				suffix=
+				if [[ $kind == lean ]]; then
+					[[ $c == produce-* ]] || continue # no lean consumers
+					suffix=-lean
+				fi
+				for ((i = 0; i < count; i++)); do
+					# Alternating, the first of each pair in turn: a
+					# standalone gets slower as its data grows, which would
+					# otherwise count against the second every time.
+					order="grpc pulsar"
+					(((i + r) % 2)) && order="pulsar grpc"
+					for proto in $order; do
+						log=$out/bench-$layout-$r-$c-$proto$suffix-$i.txt
+						MAGNETAR_BENCH_BROKER=$standalone_addr MAGNETAR_BENCH_METRICS=http://$standalone_http/metrics \
+							"${clients[@]}" "$out/broker.test" -test.run '^$' \
+							-test.bench "BenchmarkProtocols/$c/$proto$suffix\$" -test.benchtime "${n}x" \
+							>"$log" 2>&1 || { cat "$log"; exit 1; }
+						awk -v l="$layout" -v c="$c" -v k="$kind" -v p="$proto" '/^BenchmarkProtocols\// {
+							for (i = 1; i <= NF; i++) {
+								if ($(i+1) == "msg/s") rate = $i
+								if ($(i+1) == "server-cpu-us/msg") srv = $i
+								if ($(i+1) == "self-cpu-us/msg") cli = $i }
+							print l, c, k, p, rate, srv, cli }' "$log" | tee -a "$results"
+					done
 				done
 			done
 		done
@@ -71,10 +90,11 @@ for ((r = 1; r <= rounds; r++)); do
 	done
 done
 
-# One line per layout and case: the medians of each protocol and Pulsar's
-# over gRPC, for the rate and for the standalone's CPU time per message.
-awk '!/^#/ { k = $1 " " $2; keys[k] = 1
-	rate[k, $3] = rate[k, $3] " " $4; srv[k, $3] = srv[k, $3] " " $5; cli[k, $3] = cli[k, $3] " " $6 }
+# One line per layout, case and clients: the medians of each protocol and
+# Pulsar's over gRPC, for the rate and for the standalone's CPU time per
+# message.
+awk '!/^#/ { k = $1 " " $2 " " $3; keys[k] = 1
+	rate[k, $4] = rate[k, $4] " " $5; srv[k, $4] = srv[k, $4] " " $6; cli[k, $4] = cli[k, $4] " " $7 }
 function median(s,   a, m, i, j, t) {
 	m = split(s, a, " ")
 	for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -84,12 +104,12 @@ END {
 		split(k, f, " ")
 		g = median(rate[k, "grpc"]); q = median(rate[k, "pulsar"])
 		gs = median(srv[k, "grpc"]); qs = median(srv[k, "pulsar"])
-		printf "| %s | %s | %.0f | %.0f | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f |\n", f[1], f[2], g, q, (g > 0 ? q / g : 0),
+		printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.1f | %.1f | %.2f | %.1f | %.1f |\n", f[1], f[2], f[3], g, q, (g > 0 ? q / g : 0),
 			gs, qs, (gs > 0 ? qs / gs : 0), median(cli[k, "grpc"]), median(cli[k, "pulsar"]) }
 }' "$results" | sort >"$out/table.md.tmp"
 {
-	echo "| layout | case | gRPC msg/s | Pulsar msg/s | ratio | standalone CPU µs/msg, gRPC | Pulsar | ratio | clients' CPU µs/msg, SDK | official |"
-	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| layout | case | clients | gRPC msg/s | Pulsar msg/s | ratio | standalone CPU µs/msg, gRPC | Pulsar | ratio | clients' CPU µs/msg, gRPC | Pulsar |"
+	echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 	cat "$out/table.md.tmp"
 } | tee "$out/table.md"
 rm -f "$out/table.md.tmp"
