@@ -864,18 +864,12 @@ func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace)
 		if err := pc.s.authz.check(pc.ctx, tenant, ns, topicname.Name{}, opLookup, ""); err != nil {
 			return nil, err
 		}
+		want, ok := topicname.DomainsOfMode(c.GetMode().String())
+		if !ok {
+			return nil, errorf(ErrInvalidArgument, "mode %v: want PERSISTENT, NON_PERSISTENT or ALL", c.GetMode())
+		}
 		var out []string
-		for _, d := range []topicname.Domain{topicname.Persistent, topicname.NonPersistent} {
-			switch c.GetMode() {
-			case pulsarpb.CommandGetTopicsOfNamespace_PERSISTENT:
-				if d != topicname.Persistent {
-					continue
-				}
-			case pulsarpb.CommandGetTopicsOfNamespace_NON_PERSISTENT:
-				if d != topicname.NonPersistent {
-					continue
-				}
-			}
+		for _, d := range want {
 			list, err := pc.s.md.topicList(pc.ctx, ns, d)
 			if err != nil {
 				return nil, err

@@ -252,11 +252,6 @@ func readJSON(r *http.Request, v any, optional bool) error {
 // nsOf is the namespace of the path ({tenant}/{ns}).
 func nsOf(r *http.Request) string { return r.PathValue("tenant") + "/" + r.PathValue("ns") }
 
-// domains are the topic domains of the admin paths: /admin/v2/persistent
-// and /admin/v2/non-persistent (and /lookup/v2/topic/...) serve the same
-// calls.
-var domains = []topicname.Domain{topicname.Persistent, topicname.NonPersistent}
-
 // TopicOf is the topic of the path ({tenant}/{ns}/{topic}), in the domain
 // the path names.
 func TopicOf(r *http.Request) (topicname.Name, error) {

@@ -149,15 +149,9 @@ func namespaceRoutes(h route, z Rules, b Namespaces) {
 	})
 	// Pulsar's mode: PERSISTENT (the default), NON_PERSISTENT or ALL.
 	h("GET "+nsBase+"/topics", z.NamespaceLookup, func(r *http.Request) (any, error) {
-		var want []topicname.Domain
-		switch mode := r.URL.Query().Get("mode"); mode {
-		case "", "PERSISTENT":
-			want = []topicname.Domain{topicname.Persistent}
-		case "NON_PERSISTENT":
-			want = []topicname.Domain{topicname.NonPersistent}
-		case "ALL":
-			want = domains
-		default:
+		mode := r.URL.Query().Get("mode")
+		want, ok := topicname.DomainsOfMode(mode)
+		if !ok {
 			return nil, errorf(errs.ErrInvalidArgument, "mode %q: want PERSISTENT, NON_PERSISTENT or ALL", mode)
 		}
 		if _, err := b.Policies(r.Context(), nsOf(r)); err != nil {

@@ -61,7 +61,7 @@ func permissionRoutes(h route, z Rules, b Permissions) {
 			return nil
 		})
 	})
-	for _, d := range domains {
+	for _, d := range topicname.Domains {
 		topicBase := "/admin/v2/" + d.String() + "/{tenant}/{ns}/{topic}"
 		// A topic's permissions: its own grants merged with its namespace's,
 		// as Pulsar answers.

@@ -155,7 +155,7 @@ func readSubscriptionStart(r *http.Request) (SubscriptionStart, error) {
 // partition; skip, peek and a reset to a message id take one partition,
 // and a partitioned topic's name is refused (405), as in Pulsar.
 func subscriptionRoutes(h route, z Rules, b Subscriptions) {
-	for _, d := range domains {
+	for _, d := range topicname.Domains {
 		subscriptionDomainRoutes(h, z, b, "/admin/v2/"+d.String()+"/{tenant}/{ns}/{topic}")
 	}
 }

@@ -109,7 +109,7 @@ const bundleRange = "0x00000000_0xffffffff"
 // /admin/v2/non-persistent paths and the topic lookup under
 // /lookup/v2/topic.
 func topicRoutes(h route, z Rules, b Topics) {
-	for _, d := range domains {
+	for _, d := range topicname.Domains {
 		topicDomainRoutes(h, z, b, d)
 	}
 	// Ownership.

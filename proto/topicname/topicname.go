@@ -49,6 +49,25 @@ func (d Domain) String() string {
 	return "persistent"
 }
 
+// Domains are the domains, persistent first.
+var Domains = []Domain{Persistent, NonPersistent}
+
+// DomainsOfMode are the domains a topic list's mode names, as Pulsar
+// spells the mode (the admin API's `mode`, GET_TOPICS_OF_NAMESPACE's):
+// "PERSISTENT" (or "", the default), "NON_PERSISTENT" or "ALL". ok is
+// false for any other.
+func DomainsOfMode(mode string) (ds []Domain, ok bool) {
+	switch mode {
+	case "", "PERSISTENT":
+		return Domains[:1], true
+	case "NON_PERSISTENT":
+		return Domains[1:], true
+	case "ALL":
+		return Domains, true
+	}
+	return nil, false
+}
+
 // Name is a parsed topic name.
 type Name struct {
 	Domain    Domain

@@ -2,6 +2,7 @@ package topicname
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -164,6 +165,27 @@ func TestContainsPartitionSuffix(t *testing.T) {
 	for local, want := range map[string]bool{"x": false, "x-partition-1": true, "x-partition-abc": true, "x-partition-": true, "xpartition-1": false} {
 		if got := (Name{Tenant: "a", Namespace: "b", Local: local}).ContainsPartitionSuffix(); got != want {
 			t.Errorf("%q: %v, want %v", local, got, want)
+		}
+	}
+}
+
+// A topic list's mode, as Pulsar spells it, names its domains.
+func TestDomainsOfMode(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want []Domain
+		ok   bool
+	}{
+		{"", []Domain{Persistent}, true},
+		{"PERSISTENT", []Domain{Persistent}, true},
+		{"NON_PERSISTENT", []Domain{NonPersistent}, true},
+		{"ALL", []Domain{Persistent, NonPersistent}, true},
+		{"all", nil, false},
+		{"NONPERSISTENT", nil, false},
+	} {
+		got, ok := DomainsOfMode(tc.mode)
+		if ok != tc.ok || !slices.Equal(got, tc.want) {
+			t.Errorf("DomainsOfMode(%q) = %v, %v; want %v, %v", tc.mode, got, ok, tc.want, tc.ok)
 		}
 	}
 }
