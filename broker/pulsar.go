@@ -756,9 +756,17 @@ func (pc *pulsarConn) handle(f pulsarwire.Frame) bool {
 			return true
 		}
 	default:
-		// A command this broker does not serve (transactions, topic-list
-		// watches, what a broker sends): the connection ends, as Pulsar's
-		// broker ends it for a command it cannot handle.
+		if id, ok := pulsarwire.TxnRequestID(cmd); ok {
+			// As Pulsar's broker with transactions off answers them.
+			pc.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_ERROR.Enum(), Error: &pulsarpb.CommandError{
+				RequestId: proto.Uint64(id), Error: pulsarpb.ServerError_NotAllowedError.Enum(), Message: proto.String("Transactions are not enabled."),
+			}}, nil)
+			return true
+		}
+		// A command this broker does not serve (topic-list watches, what
+		// a broker sends, a transaction command without its request id):
+		// the connection ends, as Pulsar's broker ends it for a command it
+		// cannot handle.
 		pc.log.Info("pulsar command not served: closing the connection", zap.Stringer("type", cmd.GetType()))
 		return false
 	}

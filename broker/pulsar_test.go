@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
+	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/broker"
@@ -83,6 +86,17 @@ func (p *rawPulsar) connect() {
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_CONNECTED || got.GetConnected().GetProtocolVersion() != 19 || got.GetConnected().GetMaxMessageSize() <= 0 {
 		p.t.Fatalf("CONNECT answered %v, want CONNECTED with version 19 and the maximum message size", got)
 	}
+}
+
+// txnCommand is a transaction command of type typ for request id, its
+// body (which pulsarpb leaves out) in BaseCommand's field of the type's
+// number, as Pulsar's clients send it.
+func txnCommand(typ pulsarpb.BaseCommand_Type, id uint64) *pulsarpb.BaseCommand {
+	body := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), id)
+	body = protowire.AppendVarint(protowire.AppendTag(body, 3, protowire.VarintType), 0) // tc_id
+	cmd := &pulsarpb.BaseCommand{Type: typ.Enum()}
+	cmd.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, protowire.Number(typ), protowire.BytesType), body))
+	return cmd
 }
 
 // closed reports whether the broker closed the connection.
@@ -156,11 +170,29 @@ func TestPulsarProtocolEdges(t *testing.T) {
 	if got := p.next(); got.GetSendError().GetError() != pulsarpb.ServerError_NotAllowedError || got.GetSendError().GetProducerId() != 9 {
 		t.Fatalf("SEND for an unknown producer answered %v", got)
 	}
-	// A command the broker does not serve (a transaction's) closes the
-	// connection, as Pulsar's broker does.
+	// Transaction commands are refused as Pulsar's broker with
+	// transactions off refuses them: ERROR NotAllowed for the request.
+	for i, typ := range []pulsarpb.BaseCommand_Type{pulsarpb.BaseCommand_TC_CLIENT_CONNECT_REQUEST, pulsarpb.BaseCommand_NEW_TXN,
+		pulsarpb.BaseCommand_ADD_PARTITION_TO_TXN, pulsarpb.BaseCommand_END_TXN} {
+		id := uint64(100 + i)
+		p.send(txnCommand(typ, id), nil)
+		if got := p.next(); got.GetError().GetRequestId() != id || got.GetError().GetError() != pulsarpb.ServerError_NotAllowedError ||
+			!strings.Contains(got.GetError().GetMessage(), "Transactions are not enabled") {
+			t.Fatalf("%v answered %v, want ERROR NotAllowedError for request %d", typ, got, id)
+		}
+	}
+	// One without its body (no request to answer), or a command the
+	// broker does not serve, closes the connection, as Pulsar's broker
+	// does.
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_NEW_TXN.Enum()}, nil)
 	if !p.closed() {
-		t.Fatal("NEW_TXN did not close the connection")
+		t.Fatal("NEW_TXN without its body did not close the connection")
+	}
+	p = dialPulsar(t, addr)
+	p.connect()
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_CONNECTED.Enum(), Connected: &pulsarpb.CommandConnected{ServerVersion: proto.String("x")}}, nil)
+	if !p.closed() {
+		t.Fatal("CONNECTED from a client did not close the connection")
 	}
 	// A frame over the limit closes the connection before anything is
 	// allocated for it.
@@ -1500,5 +1532,168 @@ func TestPulsarProtocolTermination(t *testing.T) {
 		AckType: pulsarpb.CommandAck_Individual.Enum(), MessageId: []*pulsarpb.MessageIdData{msg.GetMessageId()}}}, nil)
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_REACHED_END_OF_TOPIC || got.GetReachedEndOfTopic().GetConsumerId() != 1 {
 		t.Fatalf("after the last acknowledgement: %v, want REACHED_END_OF_TOPIC", got)
+	}
+}
+
+// A port of its own for Pulsar's protocol, without TLS: lookups send
+// Pulsar's clients there, and the official client produces through it
+// what the SDK, on the gRPC port, receives.
+func TestPulsarProtocolPlaintextPort(t *testing.T) {
+	e := newEnv(t, func(c *broker.Config) { c.PulsarListen = "127.0.0.1:0" })
+	addr := e.b.PulsarAddr()
+	if addr == "" || addr == e.b.Addr() {
+		t.Fatalf("Pulsar port %q (client port %s)", addr, e.b.Addr())
+	}
+	const topic = "persistent://public/default/own-port"
+	p := dialPulsar(t, addr)
+	p.connect()
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_LOOKUP.Enum(), LookupTopic: &pulsarpb.CommandLookupTopic{
+		Topic: proto.String(topic), RequestId: proto.Uint64(1)}}, nil)
+	if got := p.next().GetLookupTopicResponse(); got.GetBrokerServiceUrl() != "pulsar://"+addr || got.GetResponse() != pulsarpb.CommandLookupTopicResponse_Connect {
+		t.Fatalf("lookup: %v, want Connect to pulsar://%s", got, addr)
+	}
+
+	cons, err := e.client().Subscribe(client.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	official, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + addr, OperationTimeout: 30 * time.Second, Logger: plog.DefaultNopLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer official.Close()
+	prod, err := official.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if _, err := prod.Send(ctxT(t), &pulsar.ProducerMessage{Payload: []byte("through its own port"), Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := receiveN(t, cons, 1)[0]; string(m.Payload()) != "through its own port" || m.Key() != "k" {
+		t.Fatalf("received %q key %q", m.Payload(), m.Key())
+	}
+}
+
+// A topic that unloads (it moves to another broker, or an operator
+// unloads it) tells each Pulsar client's producer and consumer on it to
+// close (CLOSE_PRODUCER, CLOSE_CONSUMER, request id -1 as Pulsar's broker
+// sends them), and the connection stays open for them to look the topic
+// up and come back; the official client does so by itself and loses
+// nothing nor reorders.
+func TestPulsarProtocolUnloadClosesProducersAndConsumers(t *testing.T) {
+	e := newEnv(t, nil)
+	const topic = "persistent://public/default/unloaded"
+	r := dialPulsar(t, e.b.Addr())
+	r.connect()
+	open := func() {
+		t.Helper()
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+			Topic: proto.String(topic), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
+		if got := r.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
+			t.Fatalf("PRODUCER answered %v", got)
+		}
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pulsarpb.CommandSubscribe{
+			Topic: proto.String(topic), Subscription: proto.String("s"), SubType: pulsarpb.CommandSubscribe_Exclusive.Enum(),
+			ConsumerId: proto.Uint64(2), RequestId: proto.Uint64(2)}}, nil)
+		if got := r.next(); got.GetSuccess().GetRequestId() != 2 {
+			t.Fatalf("SUBSCRIBE answered %v", got)
+		}
+		r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_FLOW.Enum(), Flow: &pulsarpb.CommandFlow{ConsumerId: proto.Uint64(2), MessagePermits: proto.Uint32(10)}}, nil)
+	}
+	open()
+	if err := e.b.Unload(ctxT(t), topic); err != nil {
+		t.Fatal(err)
+	}
+	var producerClosed, consumerClosed bool
+	for !producerClosed || !consumerClosed {
+		switch got := r.next(); {
+		case got.GetType() == pulsarpb.BaseCommand_CLOSE_PRODUCER && got.GetCloseProducer().GetProducerId() == 1:
+			producerClosed = true
+		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 2:
+			consumerClosed = true
+		case got.GetType() == pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
+		default:
+			t.Fatalf("after the unload: %v, want CLOSE_PRODUCER and CLOSE_CONSUMER", got)
+		}
+	}
+	// The same connection: the topic is looked up (loaded again here) and
+	// both come back; a message sent goes through.
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_LOOKUP.Enum(), LookupTopic: &pulsarpb.CommandLookupTopic{
+		Topic: proto.String(topic), RequestId: proto.Uint64(3)}}, nil)
+	if got := r.next().GetLookupTopicResponse(); got.GetResponse() != pulsarpb.CommandLookupTopicResponse_Connect {
+		t.Fatalf("lookup after the unload: %v", got)
+	}
+	open()
+	name := "unloaded-producer"
+	msg, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String(name), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{
+		ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(0)}}, msg)
+	for got := false; !got; {
+		f, err := r.r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch f.Cmd.GetType() {
+		case pulsarpb.BaseCommand_SEND_RECEIPT, pulsarpb.BaseCommand_PING, pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
+		case pulsarpb.BaseCommand_MESSAGE:
+			if _, payload, err := entry.Decode(f.Payload); err != nil || string(payload) != "after" {
+				t.Fatalf("MESSAGE %q, %v", payload, err)
+			}
+			got = true
+		default:
+			t.Fatalf("after coming back: %v", f.Cmd)
+		}
+	}
+
+	// The official client: a producer and a consumer across an unload.
+	official, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + e.b.Addr(), OperationTimeout: 30 * time.Second, Logger: plog.DefaultNopLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer official.Close()
+	const otherTopic = "persistent://public/default/unloaded-official"
+	cons, err := official.Subscribe(pulsar.ConsumerOptions{Topic: otherTopic, SubscriptionName: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	prod, err := official.CreateProducer(pulsar.ProducerOptions{Topic: otherTopic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	const n = 20
+	for i := 0; i < n; i++ {
+		if i == n/2 {
+			if err := e.b.Unload(ctxT(t), otherTopic); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := prod.Send(ctxT(t), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%02d", i))}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	// Everything, in order. What the consumer had not acknowledged when
+	// it was closed comes again (at least once, as from Pulsar: the
+	// client drops its queue when it comes back, the subscription sends
+	// from its first unacknowledged message).
+	for next := 0; next < n; {
+		m, err := cons.Receive(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var i int
+		if _, err := fmt.Sscanf(string(m.Payload()), "m-%02d", &i); err != nil || i > next {
+			t.Fatalf("received %q, want m-%02d or one before", m.Payload(), next)
+		}
+		if i == next {
+			next++
+		}
+		cons.Ack(m)
 	}
 }

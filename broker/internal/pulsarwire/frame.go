@@ -268,3 +268,59 @@ func (c *sendCommand) decodeFields(b []byte) bool {
 	}
 	return true
 }
+
+// TxnRequestID is the request id of a transaction command (NEW_TXN,
+// ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN, END_TXN,
+// END_TXN_ON_PARTITION, END_TXN_ON_SUBSCRIPTION, TC_CLIENT_CONNECT_REQUEST),
+// which a broker without transactions answers with an error (Pulsar's
+// "Transactions are not enabled"); ok is false for any other command, or
+// one without its body or request id. pulsarpb leaves these commands out:
+// the body is BaseCommand's field of the type's number (as in Pulsar's
+// PulsarApi.proto), kept as an unknown field, its request id field 1.
+func TxnRequestID(cmd *pulsarpb.BaseCommand) (id uint64, ok bool) {
+	switch cmd.GetType() {
+	case pulsarpb.BaseCommand_NEW_TXN, pulsarpb.BaseCommand_ADD_PARTITION_TO_TXN, pulsarpb.BaseCommand_ADD_SUBSCRIPTION_TO_TXN,
+		pulsarpb.BaseCommand_END_TXN, pulsarpb.BaseCommand_END_TXN_ON_PARTITION, pulsarpb.BaseCommand_END_TXN_ON_SUBSCRIPTION,
+		pulsarpb.BaseCommand_TC_CLIENT_CONNECT_REQUEST:
+	default:
+		return 0, false
+	}
+	body, found := lastField(cmd.ProtoReflect().GetUnknown(), protowire.Number(cmd.GetType()), protowire.BytesType)
+	if !found {
+		return 0, false
+	}
+	v, found := lastField(body, 1, protowire.VarintType)
+	if !found {
+		return 0, false
+	}
+	id, n := protowire.ConsumeVarint(v)
+	return id, n > 0
+}
+
+// lastField returns the value of the last occurrence of field num of type
+// typ in the message b (the bytes of a length-delimited field, or the
+// encoded varint); found is false if it is absent or b is malformed.
+func lastField(b []byte, num protowire.Number, typ protowire.Type) (v []byte, found bool) {
+	for len(b) > 0 {
+		n, t, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil, false
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(n, t, b)
+		if l < 0 {
+			return nil, false
+		}
+		if n == num && t == typ {
+			v, found = b[:l], true
+			if typ == protowire.BytesType {
+				var m int
+				if v, m = protowire.ConsumeBytes(v); m < 0 {
+					return nil, false
+				}
+			}
+		}
+		b = b[l:]
+	}
+	return v, found
+}

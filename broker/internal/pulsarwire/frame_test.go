@@ -8,6 +8,7 @@ import (
 	"math"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
@@ -188,4 +189,51 @@ func FuzzDecodeSend(f *testing.F) {
 			t.Fatalf("decoded %v, proto.Unmarshal %v", got, want)
 		}
 	})
+}
+
+// TxnRequestID finds a transaction command's request id in its body,
+// which pulsarpb keeps as an unknown field, and nothing else.
+func TestTxnRequestID(t *testing.T) {
+	body := func(fields ...uint64) []byte { // field number, value pairs
+		var b []byte
+		for i := 0; i < len(fields); i += 2 {
+			b = protowire.AppendVarint(protowire.AppendTag(b, protowire.Number(fields[i]), protowire.VarintType), fields[i+1])
+		}
+		return b
+	}
+	cmd := func(typ pulsarpb.BaseCommand_Type, unknown ...[]byte) *pulsarpb.BaseCommand {
+		c := &pulsarpb.BaseCommand{Type: typ.Enum()}
+		var u []byte
+		for _, b := range unknown {
+			u = append(u, b...)
+		}
+		c.ProtoReflect().SetUnknown(u)
+		return c
+	}
+	field := func(num pulsarpb.BaseCommand_Type, b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, protowire.Number(num), protowire.BytesType), b)
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  *pulsarpb.BaseCommand
+		id   uint64
+		ok   bool
+	}{
+		{"new txn", cmd(pulsarpb.BaseCommand_NEW_TXN, field(pulsarpb.BaseCommand_NEW_TXN, body(1, 7, 3, 0))), 7, true},
+		{"request id last", cmd(pulsarpb.BaseCommand_END_TXN, field(pulsarpb.BaseCommand_END_TXN, body(2, 5, 3, 1, 1, 9))), 9, true},
+		{"every type", cmd(pulsarpb.BaseCommand_END_TXN_ON_SUBSCRIPTION, field(pulsarpb.BaseCommand_END_TXN_ON_SUBSCRIPTION, body(1, 1<<40))), 1 << 40, true},
+		{"tc connect", cmd(pulsarpb.BaseCommand_TC_CLIENT_CONNECT_REQUEST, field(pulsarpb.BaseCommand_TC_CLIENT_CONNECT_REQUEST, body(1, 3, 2, 0))), 3, true},
+		{"other fields before", cmd(pulsarpb.BaseCommand_ADD_PARTITION_TO_TXN, body(70, 1), field(pulsarpb.BaseCommand_ADD_PARTITION_TO_TXN, body(1, 4))), 4, true},
+		{"no body", cmd(pulsarpb.BaseCommand_NEW_TXN), 0, false},
+		{"body of another type", cmd(pulsarpb.BaseCommand_NEW_TXN, field(pulsarpb.BaseCommand_END_TXN, body(1, 7))), 0, false},
+		{"no request id", cmd(pulsarpb.BaseCommand_NEW_TXN, field(pulsarpb.BaseCommand_NEW_TXN, body(3, 7))), 0, false},
+		{"request id not a varint", cmd(pulsarpb.BaseCommand_NEW_TXN, field(pulsarpb.BaseCommand_NEW_TXN, protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("x")))), 0, false},
+		{"truncated body", cmd(pulsarpb.BaseCommand_NEW_TXN, field(pulsarpb.BaseCommand_NEW_TXN, body(1, 1<<40))[:4]), 0, false},
+		{"not a transaction", cmd(pulsarpb.BaseCommand_PING, field(pulsarpb.BaseCommand_NEW_TXN, body(1, 7))), 0, false},
+	} {
+		id, ok := TxnRequestID(tc.cmd)
+		if id != tc.id || ok != tc.ok {
+			t.Errorf("%s: %d, %v; want %d, %v", tc.name, id, ok, tc.id, tc.ok)
+		}
+	}
 }
