@@ -24,6 +24,7 @@ import (
 	"github.com/magnetar-io/magnetar/e2e/check"
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/metastore"
 )
 
 // Pulsar's official Go client (pulsar-client-go, pinned in go.mod, used
@@ -173,11 +174,14 @@ func TestPulsarClientToSDK(t *testing.T) {
 // every send and receive goes through the fault suite's checker: nothing
 // acknowledged lost, nothing duplicated, no reorder within a partition
 // (Failover) or a key (Key_Shared), each producer's receipts in order.
-func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
-	c := newCluster(t, 1)
-	addrs := freePorts(t, 2)
-	https := freePorts(t, 2)
-	procs := make([]*proc, 2)
+// startTwoBrokers starts a cluster of two brokers on one bookie (one
+// copy), and returns it, the brokers and their client and admin
+// addresses.
+func startTwoBrokers(t *testing.T) (c *cluster, procs []*proc, addrs, https []string) {
+	c = newCluster(t, 1)
+	addrs = freePorts(t, 2)
+	https = freePorts(t, 2)
+	procs = make([]*proc, 2)
 	for i := range addrs {
 		procs[i] = startProc(t, fmt.Sprint("broker-", i), "broker",
 			"--listen", addrs[i], "--http", https[i],
@@ -188,6 +192,47 @@ func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 	for _, a := range addrs {
 		c.waitBroker(a)
 	}
+	return c, procs, addrs, https
+}
+
+// pulsarTarget is where a test's clients connect: a standalone's
+// addresses, or the first broker's of two (topics are spread over both:
+// clients follow lookups to each topic's owner, admin calls are answered
+// for topics the other broker owns).
+type pulsarTarget struct{ brokerAddr, httpAddr string }
+
+// onStandaloneAndTwoBrokers runs f against a standalone and against two
+// brokers, each started for it.
+func onStandaloneAndTwoBrokers(t *testing.T, f func(t *testing.T, tg pulsarTarget)) {
+	t.Run("standalone", func(t *testing.T) {
+		s := startStandalone(t, t.TempDir(), freePorts(t, 4))
+		t.Cleanup(func() { s.stop() })
+		f(t, pulsarTarget{s.brokerAddr, s.httpAddr})
+	})
+	t.Run("two-brokers", func(t *testing.T) {
+		c, _, addrs, https := startTwoBrokers(t)
+		f(t, pulsarTarget{addrs[0], https[0]})
+		// The run used both: each broker owns some of its topics.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		owners := map[string]int{}
+		if err := c.store.ListAll(ctx, metastore.OwnersPrefix, metastore.ListOptions{}, func(kv metastore.KV) error {
+			owner, _, _ := strings.Cut(string(kv.Value), "\n")
+			owners[owner]++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if owners[a] == 0 {
+				t.Errorf("broker %s owns none of the topics (owners: %v)", a, owners)
+			}
+		}
+	})
+}
+
+func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
+	c, procs, addrs, https := startTwoBrokers(t)
 	admin := func(method, path string, body string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, "http://"+https[0]+path, strings.NewReader(body))
@@ -386,9 +431,10 @@ func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 // consumer gets nothing again), nack redelivers, seeks by id and time
 // and a reader from the earliest message work.
 func TestPulsarClientConsumers(t *testing.T) {
-	ports := freePorts(t, 4)
-	s := startStandalone(t, t.TempDir(), ports)
-	t.Cleanup(func() { s.stop() })
+	onStandaloneAndTwoBrokers(t, testPulsarClientConsumers)
+}
+
+func testPulsarClientConsumers(t *testing.T, s pulsarTarget) {
 	pc := officialClient(t, "pulsar://"+s.brokerAddr)
 	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.brokerAddr, OperationTimeout: time.Minute})
 	if err != nil {
@@ -621,9 +667,10 @@ func TestPulsarClientConsumers(t *testing.T) {
 // moves the messages itself); deduplication by producer name and
 // sequence id.
 func TestPulsarClientFeatures(t *testing.T) {
-	ports := freePorts(t, 4)
-	s := startStandalone(t, t.TempDir(), ports)
-	t.Cleanup(func() { s.stop() })
+	onStandaloneAndTwoBrokers(t, testPulsarClientFeatures)
+}
+
+func testPulsarClientFeatures(t *testing.T, s pulsarTarget) {
 	pc := officialClient(t, "pulsar://"+s.brokerAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -681,37 +728,34 @@ func TestPulsarClientFeatures(t *testing.T) {
 		seen := map[string]bool{}
 		last := map[string]int{}
 		owner := map[string]int{}
-		idle := 0
-		for len(seen) < n && idle < 20 {
-			got := false
-			for ci, c := range []pulsar.Consumer{c1, c2} {
-				m, ok := receive(c)
-				if !ok {
-					continue
-				}
-				got = true
-				var i int
-				fmt.Sscan(string(m.Payload()), &i)
-				if seen[string(m.Payload())] {
-					t.Fatalf("message %d received twice", i)
-				}
-				seen[string(m.Payload())] = true
-				if l, ok := last[m.Key()]; ok && l > i {
-					t.Fatalf("key %s: %d after %d", m.Key(), i, l)
-				}
-				last[m.Key()] = i
-				if o, ok := owner[m.Key()]; ok && o != ci {
-					t.Fatalf("key %s went to both consumers", m.Key())
-				}
-				owner[m.Key()] = ci
-				c.Ack(m)
+		for len(seen) < n {
+			// From whichever consumer has one (Receive on each in turn
+			// waited out its timeout on the one that had none).
+			var cm pulsar.ConsumerMessage
+			ci := 0
+			select {
+			case cm = <-c1.Chan():
+			case cm = <-c2.Chan():
+				ci = 1
+			case <-time.After(10 * time.Second):
+				t.Fatalf("received %d of %d", len(seen), n)
 			}
-			if !got {
-				idle++
+			m := cm.Message
+			var i int
+			fmt.Sscan(string(m.Payload()), &i)
+			if seen[string(m.Payload())] {
+				t.Fatalf("message %d received twice", i)
 			}
-		}
-		if len(seen) != n {
-			t.Fatalf("received %d of %d", len(seen), n)
+			seen[string(m.Payload())] = true
+			if l, ok := last[m.Key()]; ok && l > i {
+				t.Fatalf("key %s: %d after %d", m.Key(), i, l)
+			}
+			last[m.Key()] = i
+			if o, ok := owner[m.Key()]; ok && o != ci {
+				t.Fatalf("key %s went to both consumers", m.Key())
+			}
+			owner[m.Key()] = ci
+			cm.Consumer.Ack(m)
 		}
 	})
 
