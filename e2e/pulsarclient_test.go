@@ -101,9 +101,10 @@ func receiveAll(t *testing.T, c client.Consumer, n int) []client.Message {
 // payload, key, properties, event time and producer name, unbatched and
 // in batches compressed with LZ4 and ZSTD; receipts carry the positions.
 func TestPulsarClientToSDK(t *testing.T) {
-	ports := freePorts(t, 4)
-	s := startStandalone(t, t.TempDir(), ports)
-	t.Cleanup(func() { s.stop() })
+	onStandaloneAndTwoBrokers(t, testPulsarClientToSDK)
+}
+
+func testPulsarClientToSDK(t *testing.T, s pulsarTarget) {
 	pc := officialClient(t, "pulsar://"+s.brokerAddr)
 	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.brokerAddr, OperationTimeout: time.Minute})
 	if err != nil {
@@ -196,9 +197,9 @@ func startTwoBrokers(t *testing.T) (c *cluster, procs []*proc, addrs, https []st
 }
 
 // pulsarTarget is where a test's clients connect: a standalone's
-// addresses, or the first broker's of two (topics are spread over both:
-// clients follow lookups to each topic's owner, admin calls are answered
-// for topics the other broker owns).
+// addresses, or the first broker's of two (lookups spread the topics over
+// both: clients follow them to each topic's owner, admin calls are
+// redirected to it).
 type pulsarTarget struct{ brokerAddr, httpAddr string }
 
 // onStandaloneAndTwoBrokers runs f against a standalone and against two
@@ -212,7 +213,9 @@ func onStandaloneAndTwoBrokers(t *testing.T, f func(t *testing.T, tg pulsarTarge
 	t.Run("two-brokers", func(t *testing.T) {
 		c, _, addrs, https := startTwoBrokers(t)
 		f(t, pulsarTarget{addrs[0], https[0]})
-		// The run used both: each broker owns some of its topics.
+		// How the lookups spread its topics (the least loaded broker, ties
+		// broken by the topic's hash: with a few topics, now and then all
+		// on one broker; not asserted).
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		owners := map[string]int{}
@@ -223,11 +226,7 @@ func onStandaloneAndTwoBrokers(t *testing.T, f func(t *testing.T, tg pulsarTarge
 		}); err != nil {
 			t.Fatal(err)
 		}
-		for _, a := range addrs {
-			if owners[a] == 0 {
-				t.Errorf("broker %s owns none of the topics (owners: %v)", a, owners)
-			}
-		}
+		t.Logf("topics owned: %d by %s (the clients' broker), %d by %s", owners[addrs[0]], addrs[0], owners[addrs[1]], addrs[1])
 	})
 }
 
