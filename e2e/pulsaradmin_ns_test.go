@@ -520,6 +520,12 @@ func TestPulsarAdminNamespacesTopicsSubscriptions(t *testing.T) {
 			st := v.(utils.TopicStats).Subscriptions["s"]
 			return ok(st.MsgBacklog == 5 && st.SubType == "Exclusive", "want a backlog of 5, an Exclusive subscription")
 		}},
+		// A cursor in the internal stats, as pulsaradmin decodes it (the
+		// acknowledgement holes are a string, "[...]", in Pulsar's shape).
+		{name: "topics internal stats with a cursor", call: func() (any, error) { return topics.GetInternalStats(plain) }, check: func(v any) string {
+			c, found := v.(utils.PersistentTopicInternalStats).Cursors["s"]
+			return ok(found && c.MarkDeletePosition != "" && c.IndividuallyDeletedMessages == "[]", fmt.Sprintf("want cursor s with no holes, got %+v", c))
+		}},
 		{name: "subscriptions clear backlog", call: func() (any, error) { return nil, subs.ClearBacklog(plain, "s") }},
 		{name: "subscriptions stats after clearing", call: func() (any, error) { return topics.GetStats(plain) }, check: func(v any) string {
 			return ok(v.(utils.TopicStats).Subscriptions["s"].MsgBacklog == 0, "want no backlog")
