@@ -265,18 +265,31 @@ func newAdminCmd(g *globals) *cobra.Command {
 
 	tenants := &cobra.Command{Use: "tenants", Short: "Tenants"}
 	sub(tenants, "list", "List tenants", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/tenants", nil) })
-	var adminRoles []string
+	var adminRoles, allowedClusters []string
 	ct := sub(tenants, "create TENANT", "Create a tenant", 1, func(ctx context.Context, as []string) error {
-		return a.call(ctx, "PUT", "/admin/v2/tenants/"+as[0], map[string]any{"adminRoles": nonNil(adminRoles)})
+		return a.call(ctx, "PUT", "/admin/v2/tenants/"+url.PathEscape(as[0]), tenantInfo{AdminRoles: nonNil(adminRoles), AllowedClusters: nonNil(allowedClusters)})
 	})
-	sub(tenants, "get TENANT", "Show a tenant's admin roles", 1, func(ctx context.Context, as []string) error {
-		return a.call(ctx, "GET", "/admin/v2/tenants/"+as[0], nil)
+	sub(tenants, "get TENANT", "Show a tenant's admin roles and allowed clusters", 1, func(ctx context.Context, as []string) error {
+		return a.call(ctx, "GET", "/admin/v2/tenants/"+url.PathEscape(as[0]), nil)
 	})
-	ut := sub(tenants, "update TENANT", "Replace a tenant's admin roles", 1, func(ctx context.Context, as []string) error {
-		return a.call(ctx, "POST", "/admin/v2/tenants/"+as[0], map[string]any{"adminRoles": nonNil(adminRoles)})
+	var ut *cobra.Command
+	ut = sub(tenants, "update TENANT", "Replace a tenant's admin roles or allowed clusters (what is not given is kept)", 1, func(ctx context.Context, as []string) error {
+		path := "/admin/v2/tenants/" + url.PathEscape(as[0])
+		var info tenantInfo
+		if err := a.do(ctx, "GET", path, nil, func(b []byte, _ http.Header) error { return json.Unmarshal(b, &info) }); err != nil {
+			return err
+		}
+		if ut.Flags().Changed("admin-roles") {
+			info.AdminRoles = nonNil(adminRoles)
+		}
+		if ut.Flags().Changed("allowed-clusters") {
+			info.AllowedClusters = nonNil(allowedClusters)
+		}
+		return a.call(ctx, "POST", path, info)
 	})
 	for _, c := range []*cobra.Command{ct, ut} {
 		c.Flags().StringSliceVarP(&adminRoles, "admin-roles", "r", nil, "the tenant's admin roles (comma-separated)")
+		c.Flags().StringSliceVarP(&allowedClusters, "allowed-clusters", "c", nil, "the clusters the tenant may use (comma-separated; a Magnetar deployment is one cluster)")
 	}
 	sub(tenants, "delete TENANT", "Delete an empty tenant", 1, func(ctx context.Context, as []string) error {
 		return a.call(ctx, "DELETE", "/admin/v2/tenants/"+as[0], nil)
@@ -786,6 +799,12 @@ func (a *adminClient) authorize(req *http.Request) error {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	return nil
+}
+
+// tenantInfo is a tenant as the admin API takes and shows it.
+type tenantInfo struct {
+	AdminRoles      []string `json:"adminRoles"`
+	AllowedClusters []string `json:"allowedClusters"`
 }
 
 func nonNil(v []string) []string {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -188,6 +190,60 @@ func TestStandaloneCommand(t *testing.T) {
 	}
 	if err := run(ctx, io.Discard, "admin", "brokers", "namespaces", "standalone", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "--url") {
 		t.Fatalf("admin brokers namespaces without --url: %v", err)
+	}
+	// More of pulsar-admin's verbs, in its spelling: each with what it
+	// shows, or what the next one shows after it changed something.
+	buf.Reset()
+	if err := run(ctx, &buf, "admin", "topics", "last-message-id", "first", "--admin-url", admin); err != nil {
+		t.Fatalf("admin topics last-message-id: %v", err)
+	}
+	var last struct{ LedgerID, EntryID int64 }
+	if err := json.Unmarshal([]byte(buf.String()), &last); err != nil || last.EntryID < 2 {
+		t.Fatalf("last-message-id printed %s (%v)", buf.String(), err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // in the output
+	}{
+		{[]string{"topics", "get-message-by-id", "first", "-l", fmt.Sprint(last.LedgerID), "-e", "0"}, fmt.Sprintf("Message ID: %d:0", last.LedgerID)},
+		{[]string{"topics", "create-partitioned-topic", "parted", "-p", "2"}, ""},
+		{[]string{"topics", "update-partitioned-topic", "parted", "-p", "3"}, ""},
+		{[]string{"topics", "get-partitioned-topic-metadata", "parted"}, `"partitions": 3`},
+		{[]string{"topics", "list-partitioned-topics", "public/default"}, `"persistent://public/default/parted"`},
+		{[]string{"topics", "partitioned-stats", "parted"}, `"partitions": 3`},
+		{[]string{"topics", "internal-stats", "first"}, `"individuallyDeletedMessages": "[]"`},
+		{[]string{"topics", "info-internal", "first"}, `"ledgers"`},
+		{[]string{"topics", "grant-permission", "first", "--role", "app", "--actions", "consume"}, ""},
+		{[]string{"topics", "permissions", "first"}, `"app": [`},
+		{[]string{"topics", "revoke-permission", "first", "--role", "app"}, ""},
+		{[]string{"topics", "permissions", "first"}, `{}`},
+		{[]string{"topics", "expire-messages", "first", "-s", "sub-shared", "-t", "0"}, ""},
+		{[]string{"topics", "expire-messages-all-subscriptions", "first", "-t", "0"}, ""},
+		{[]string{"topics", "stats", "first"}, `"msgBacklog": 0`},
+		{[]string{"namespaces", "set-retention", "public/default", "--size", "1G", "--time", "1h"}, ""},
+		{[]string{"namespaces", "get-retention", "public/default"}, `"retentionTimeInMinutes": 60`},
+		{[]string{"namespaces", "remove-retention", "public/default"}, ""},
+		{[]string{"namespaces", "set-message-ttl", "public/default", "--ttl", "120"}, ""},
+		{[]string{"namespaces", "get-message-ttl", "public/default"}, "120"},
+		{[]string{"namespaces", "remove-message-ttl", "public/default"}, ""},
+		{[]string{"namespaces", "policies", "public/default"}, `"retention_policies"`},
+		{[]string{"tenants", "create", "acme", "-r", "ops", "-c", "standalone"}, ""},
+		{[]string{"tenants", "update", "acme", "-r", "dev"}, ""}, // keeps the allowed clusters
+		{[]string{"tenants", "get", "acme"}, `"adminRoles": [
+    "dev"
+  ],
+  "allowedClusters": [
+    "standalone"
+  ]`},
+		{[]string{"tenants", "delete", "acme"}, ""},
+	} {
+		buf.Reset()
+		if err := run(ctx, &buf, append(append([]string{"admin"}, tc.args...), "--admin-url", admin)...); err != nil || !strings.Contains(buf.String(), tc.want) {
+			t.Fatalf("admin %v: %v\n%s\nwant %s", tc.args, err, buf.String(), tc.want)
+		}
+	}
+	if err := run(ctx, io.Discard, "admin", "tenants", "create", "elsewhere", "-c", "other", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), `cluster "other"`) {
+		t.Fatalf("admin tenants create on another cluster: %v", err)
 	}
 	schemaFile := filepath.Join(t.TempDir(), "schema.json")
 	if err := os.WriteFile(schemaFile, []byte(`{"type": "JSON", "schema": "{\"type\":\"record\",\"name\":\"R\",\"fields\":[]}", "properties": {"team": "a"}}`), 0o600); err != nil {
