@@ -1580,8 +1580,9 @@ func TestPulsarProtocolPlaintextPort(t *testing.T) {
 // unloads it) tells each Pulsar client's producer and consumer on it to
 // close (CLOSE_PRODUCER, CLOSE_CONSUMER, request id -1 as Pulsar's broker
 // sends them), and the connection stays open for them to look the topic
-// up and come back; the official client does so by itself and loses
-// nothing nor reorders.
+// up and come back. (The official client across an unload:
+// e2e/pulsarclient_test.go, TestPulsarClientAcrossUnload; its reconnection
+// has a data race of its own, which -race here would report.)
 func TestPulsarProtocolUnloadClosesProducersAndConsumers(t *testing.T) {
 	e := newEnv(t, nil)
 	const topic = "persistent://public/default/unloaded"
@@ -1648,52 +1649,5 @@ func TestPulsarProtocolUnloadClosesProducersAndConsumers(t *testing.T) {
 		default:
 			t.Fatalf("after coming back: %v", f.Cmd)
 		}
-	}
-
-	// The official client: a producer and a consumer across an unload.
-	official, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + e.b.Addr(), OperationTimeout: 30 * time.Second, Logger: plog.DefaultNopLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer official.Close()
-	const otherTopic = "persistent://public/default/unloaded-official"
-	cons, err := official.Subscribe(pulsar.ConsumerOptions{Topic: otherTopic, SubscriptionName: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	prod, err := official.CreateProducer(pulsar.ProducerOptions{Topic: otherTopic, DisableBatching: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	const n = 20
-	for i := 0; i < n; i++ {
-		if i == n/2 {
-			if err := e.b.Unload(ctxT(t), otherTopic); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := prod.Send(ctxT(t), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%02d", i))}); err != nil {
-			t.Fatalf("send %d: %v", i, err)
-		}
-	}
-	// Everything, in order. What the consumer had not acknowledged when
-	// it was closed comes again (at least once, as from Pulsar: the
-	// client drops its queue when it comes back, the subscription sends
-	// from its first unacknowledged message).
-	for next := 0; next < n; {
-		m, err := cons.Receive(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var i int
-		if _, err := fmt.Sscanf(string(m.Payload()), "m-%02d", &i); err != nil || i > next {
-			t.Fatalf("received %q, want m-%02d or one before", m.Payload(), next)
-		}
-		if i == next {
-			next++
-		}
-		cons.Ack(m)
 	}
 }
