@@ -872,10 +872,9 @@ func (pc *pulsarConn) topicsOfNamespace(c *pulsarpb.CommandGetTopicsOfNamespace)
 		if err := pc.s.authz.check(pc.ctx, tenant, ns, topicname.Name{}, opLookup, ""); err != nil {
 			return nil, err
 		}
-		want, ok := topicname.DomainsOfMode(c.GetMode().String())
-		if !ok {
-			return nil, errorf(ErrInvalidArgument, "mode %v: want PERSISTENT, NON_PERSISTENT or ALL", c.GetMode())
-		}
+		// Every mode the enum holds is one (an unknown one decodes as
+		// PERSISTENT, the default).
+		want, _ := topicname.DomainsOfMode(c.GetMode().String())
 		var out []string
 		for _, d := range want {
 			list, err := pc.s.md.topicList(pc.ctx, ns, d)

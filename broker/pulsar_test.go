@@ -1610,9 +1610,11 @@ func TestPulsarProtocolUnloadClosesProducersAndConsumers(t *testing.T) {
 	var producerClosed, consumerClosed bool
 	for !producerClosed || !consumerClosed {
 		switch got := r.next(); {
-		case got.GetType() == pulsarpb.BaseCommand_CLOSE_PRODUCER && got.GetCloseProducer().GetProducerId() == 1:
+		case got.GetType() == pulsarpb.BaseCommand_CLOSE_PRODUCER && got.GetCloseProducer().GetProducerId() == 1 &&
+			got.GetCloseProducer().GetRequestId() == math.MaxUint64: // -1, as Pulsar's broker sends it
 			producerClosed = true
-		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 2:
+		case got.GetType() == pulsarpb.BaseCommand_CLOSE_CONSUMER && got.GetCloseConsumer().GetConsumerId() == 2 &&
+			got.GetCloseConsumer().GetRequestId() == math.MaxUint64:
 			consumerClosed = true
 		case got.GetType() == pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
 		default:
@@ -1634,13 +1636,15 @@ func TestPulsarProtocolUnloadClosesProducersAndConsumers(t *testing.T) {
 	}
 	r.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{
 		ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(0)}}, msg)
-	for got := false; !got; {
+	for receipt, got := false, false; !receipt || !got; {
 		f, err := r.r.Read()
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch f.Cmd.GetType() {
-		case pulsarpb.BaseCommand_SEND_RECEIPT, pulsarpb.BaseCommand_PING, pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
+		case pulsarpb.BaseCommand_PING, pulsarpb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
+		case pulsarpb.BaseCommand_SEND_RECEIPT:
+			receipt = f.Cmd.GetSendReceipt().GetProducerId() == 1
 		case pulsarpb.BaseCommand_MESSAGE:
 			if _, payload, err := entry.Decode(f.Payload); err != nil || string(payload) != "after" {
 				t.Fatalf("MESSAGE %q, %v", payload, err)

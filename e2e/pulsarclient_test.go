@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -196,6 +197,22 @@ func startTwoBrokers(t *testing.T) (c *cluster, procs []*proc, addrs, https []st
 	return c, procs, addrs, https
 }
 
+// adminOK makes an admin API call (a JSON body) on the broker at
+// httpAddr, and fails t unless it is answered with a 2xx.
+func adminOK(t *testing.T, httpAddr, method, path, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+httpAddr+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %s", method, path, resp.Status)
+	}
+}
+
 // pulsarTarget is where a test's clients connect: a standalone's
 // addresses, or the first broker's of two (lookups spread the topics over
 // both: clients follow them to each topic's owner, admin calls are
@@ -212,10 +229,10 @@ func onStandaloneAndTwoBrokers(t *testing.T, f func(t *testing.T, tg pulsarTarge
 	})
 	t.Run("two-brokers", func(t *testing.T) {
 		c, _, addrs, https := startTwoBrokers(t)
+		loadBroker(t, c, addrs[0], https[0])
 		f(t, pulsarTarget{addrs[0], https[0]})
-		// How the lookups spread its topics (the least loaded broker, ties
-		// broken by the topic's hash: with a few topics, now and then all
-		// on one broker; not asserted).
+		// The other broker owns some of the run's topics: the clients
+		// were sent there by lookups.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		owners := map[string]int{}
@@ -226,25 +243,61 @@ func onStandaloneAndTwoBrokers(t *testing.T, f func(t *testing.T, tg pulsarTarge
 		}); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("topics owned: %d by %s (the clients' broker), %d by %s", owners[addrs[0]], addrs[0], owners[addrs[1]], addrs[1])
+		t.Logf("topics owned: %d by %s (the clients' broker, one of them the ballast), %d by %s", owners[addrs[0]], addrs[0], owners[addrs[1]], addrs[1])
+		if owners[addrs[1]] == 0 {
+			t.Errorf("the other broker, %s, owns none of the run's topics", addrs[1])
+		}
 	})
+}
+
+// loadBroker makes the broker at addr own a topic (a ballast) and waits
+// until its registration counts it: the next topic nobody owns then goes
+// to the least loaded broker, another one, whichever the client asked
+// (lookups break ties between equally loaded brokers by the topic's hash,
+// which a test cannot steer).
+func loadBroker(t *testing.T, c *cluster, addr, httpAddr string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if i == 20 {
+			t.Fatalf("no ballast topic was assigned to %s", addr)
+		}
+		// A lookup on the broker assigns the topic, and the broker claims
+		// it at once when it is the one assigned.
+		resp, err := http.Get(fmt.Sprintf("http://%s/lookup/v2/topic/persistent/public/default/ballast-%d", httpAddr, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lookup struct {
+			BrokerURL string `json:"brokerUrl"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&lookup)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lookup.BrokerURL == "pulsar://"+addr {
+			break
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second) // registrations are refreshed every 2 s
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		kv, err := c.store.Get(ctx, metastore.BrokerAvailableKey(addr))
+		cancel()
+		var info struct{ Topics int }
+		if err == nil && json.Unmarshal(kv.Value, &info) == nil && info.Topics > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the registration of %s does not count its ballast topic: %v %s", addr, err, kv.Value)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func TestPulsarClientTwoBrokersOneKilled(t *testing.T) {
 	c, procs, addrs, https := startTwoBrokers(t)
-	admin := func(method, path string, body string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+https[0]+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s: %s", method, path, resp.Status)
-		}
-	}
+	admin := func(method, path string, body string) { adminOK(t, https[0], method, path, body) }
 	const (
 		parts = 4
 		topic = "persistent://public/default/orders"
@@ -673,19 +726,7 @@ func testPulsarClientFeatures(t *testing.T, s pulsarTarget) {
 	pc := officialClient(t, "pulsar://"+s.brokerAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	admin := func(method, path, body string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+s.httpAddr+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s: %s", method, path, resp.Status)
-		}
-	}
+	admin := func(method, path, body string) { adminOK(t, s.httpAddr, method, path, body) }
 	receive := func(c pulsar.Consumer) (pulsar.Message, bool) {
 		rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer rcancel()
@@ -1274,17 +1315,8 @@ func TestPulsarClientAcrossUnload(t *testing.T) {
 		defer prod.Close()
 		const n = 40
 		for i := 0; i < n; i++ {
-			if i == n/2 {
-				// Answered by the owner (a 307 from the other broker).
-				req, _ := http.NewRequestWithContext(ctx, "PUT", "http://"+s.httpAddr+"/admin/v2/persistent/public/default/across-unload/unload", nil)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				if resp.StatusCode/100 != 2 {
-					t.Fatalf("unload: %s", resp.Status)
-				}
+			if i == n/2 { // answered by the owner (a 307 from the other broker)
+				adminOK(t, s.httpAddr, "PUT", "/admin/v2/persistent/public/default/across-unload/unload", "")
 			}
 			if _, err := prod.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%02d", i))}); err != nil {
 				t.Fatalf("send %d: %v", i, err)

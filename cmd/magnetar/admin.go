@@ -266,8 +266,16 @@ func newAdminCmd(g *globals) *cobra.Command {
 	tenants := &cobra.Command{Use: "tenants", Short: "Tenants"}
 	sub(tenants, "list", "List tenants", 0, func(ctx context.Context, _ []string) error { return a.call(ctx, "GET", "/admin/v2/tenants", nil) })
 	var adminRoles, allowedClusters []string
-	ct := sub(tenants, "create TENANT", "Create a tenant", 1, func(ctx context.Context, as []string) error {
-		return a.call(ctx, "PUT", "/admin/v2/tenants/"+url.PathEscape(as[0]), tenantInfo{AdminRoles: nonNil(adminRoles), AllowedClusters: nonNil(allowedClusters)})
+	var ct *cobra.Command
+	ct = sub(tenants, "create TENANT", "Create a tenant", 1, func(ctx context.Context, as []string) error {
+		info := tenantInfo{AdminRoles: nonNil(adminRoles), AllowedClusters: nonNil(allowedClusters)}
+		if !ct.Flags().Changed("allowed-clusters") {
+			// Every cluster, as pulsar-admin does: the deployment's one.
+			if err := a.do(ctx, "GET", "/admin/v2/clusters", nil, func(b []byte, _ http.Header) error { return json.Unmarshal(b, &info.AllowedClusters) }); err != nil {
+				return err
+			}
+		}
+		return a.call(ctx, "PUT", "/admin/v2/tenants/"+url.PathEscape(as[0]), info)
 	})
 	sub(tenants, "get TENANT", "Show a tenant's admin roles and allowed clusters", 1, func(ctx context.Context, as []string) error {
 		return a.call(ctx, "GET", "/admin/v2/tenants/"+url.PathEscape(as[0]), nil)
@@ -276,8 +284,11 @@ func newAdminCmd(g *globals) *cobra.Command {
 	ut = sub(tenants, "update TENANT", "Replace a tenant's admin roles or allowed clusters (what is not given is kept)", 1, func(ctx context.Context, as []string) error {
 		path := "/admin/v2/tenants/" + url.PathEscape(as[0])
 		var info tenantInfo
-		if err := a.do(ctx, "GET", path, nil, func(b []byte, _ http.Header) error { return json.Unmarshal(b, &info) }); err != nil {
-			return err
+		if !ut.Flags().Changed("admin-roles") || !ut.Flags().Changed("allowed-clusters") {
+			// What is not given is kept: read it first.
+			if err := a.do(ctx, "GET", path, nil, func(b []byte, _ http.Header) error { return json.Unmarshal(b, &info) }); err != nil {
+				return err // "not found: tenant ... does not exist" for a missing one
+			}
 		}
 		if ut.Flags().Changed("admin-roles") {
 			info.AdminRoles = nonNil(adminRoles)
@@ -289,10 +300,10 @@ func newAdminCmd(g *globals) *cobra.Command {
 	})
 	for _, c := range []*cobra.Command{ct, ut} {
 		c.Flags().StringSliceVarP(&adminRoles, "admin-roles", "r", nil, "the tenant's admin roles (comma-separated)")
-		c.Flags().StringSliceVarP(&allowedClusters, "allowed-clusters", "c", nil, "the clusters the tenant may use (comma-separated; a Magnetar deployment is one cluster)")
+		c.Flags().StringSliceVarP(&allowedClusters, "allowed-clusters", "c", nil, "the clusters the tenant may use (comma-separated; a Magnetar deployment is one cluster; create's default: every cluster)")
 	}
 	sub(tenants, "delete TENANT", "Delete an empty tenant", 1, func(ctx context.Context, as []string) error {
-		return a.call(ctx, "DELETE", "/admin/v2/tenants/"+as[0], nil)
+		return a.call(ctx, "DELETE", "/admin/v2/tenants/"+url.PathEscape(as[0]), nil)
 	})
 
 	namespaces := &cobra.Command{Use: "namespaces", Short: "Namespaces and their policies"}

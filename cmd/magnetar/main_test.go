@@ -227,7 +227,7 @@ func TestStandaloneCommand(t *testing.T) {
 		{[]string{"namespaces", "get-message-ttl", "public/default"}, "120"},
 		{[]string{"namespaces", "remove-message-ttl", "public/default"}, ""},
 		{[]string{"namespaces", "policies", "public/default"}, `"retention_policies"`},
-		{[]string{"tenants", "create", "acme", "-r", "ops", "-c", "standalone"}, ""},
+		{[]string{"tenants", "create", "acme", "-r", "ops"}, ""}, // every cluster, as pulsar-admin
 		{[]string{"tenants", "update", "acme", "-r", "dev"}, ""}, // keeps the allowed clusters
 		{[]string{"tenants", "get", "acme"}, `"adminRoles": [
     "dev"
@@ -235,6 +235,11 @@ func TestStandaloneCommand(t *testing.T) {
   "allowedClusters": [
     "standalone"
   ]`},
+		{[]string{"tenants", "update", "acme", "-c", ""}, ""}, // keeps the roles
+		{[]string{"tenants", "get", "acme"}, `"adminRoles": [
+    "dev"
+  ],
+  "allowedClusters": []`},
 		{[]string{"tenants", "delete", "acme"}, ""},
 	} {
 		buf.Reset()
@@ -244,6 +249,9 @@ func TestStandaloneCommand(t *testing.T) {
 	}
 	if err := run(ctx, io.Discard, "admin", "tenants", "create", "elsewhere", "-c", "other", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), `cluster "other"`) {
 		t.Fatalf("admin tenants create on another cluster: %v", err)
+	}
+	if err := run(ctx, io.Discard, "admin", "tenants", "update", "nobody", "-r", "dev", "--admin-url", admin); err == nil || !strings.Contains(err.Error(), "tenant nobody does not exist") {
+		t.Fatalf("admin tenants update of a missing tenant: %v", err)
 	}
 	schemaFile := filepath.Join(t.TempDir(), "schema.json")
 	if err := os.WriteFile(schemaFile, []byte(`{"type": "JSON", "schema": "{\"type\":\"record\",\"name\":\"R\",\"fields\":[]}", "properties": {"team": "a"}}`), 0o600); err != nil {

@@ -55,15 +55,16 @@ var Domains = []Domain{Persistent, NonPersistent}
 // DomainsOfMode are the domains a topic list's mode names, as Pulsar
 // spells the mode (the admin API's `mode`, GET_TOPICS_OF_NAMESPACE's):
 // "PERSISTENT" (or "", the default), "NON_PERSISTENT" or "ALL". ok is
-// false for any other.
+// false for any other. The result has no room to grow: appending to it
+// copies, and never changes Domains.
 func DomainsOfMode(mode string) (ds []Domain, ok bool) {
 	switch mode {
 	case "", "PERSISTENT":
-		return Domains[:1], true
+		return Domains[:1:1], true
 	case "NON_PERSISTENT":
-		return Domains[1:], true
+		return Domains[1:2:2], true
 	case "ALL":
-		return Domains, true
+		return Domains[:2:2], true
 	}
 	return nil, false
 }
