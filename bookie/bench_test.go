@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,6 +86,7 @@ func newStreamClient(b *testing.B, c bookiepb.BookieClient) *streamClient {
 	sc := &streamClient{stream: stream, waiters: map[uint64]chan error{}, signal: make(chan struct{}, 1)}
 	go func() {
 		for range sc.signal {
+			runtime.Gosched() // as bookie/ledger's streams do: adds come in waves
 			for {
 				sc.mu.Lock()
 				n, bytes := 0, 0

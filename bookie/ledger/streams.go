@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -351,6 +352,14 @@ func batchLen(q []*bookiepb.AddEntryRequest) int {
 func (sc *streamConn) sendLoop(stream bookiepb.Bookie_AddEntriesClient) {
 	for {
 		<-sc.signal
+		// Let the goroutines that are ready to run go first: adds come in
+		// waves (one message of results wakes many writers at once), and
+		// those woken with the one that signalled join its message instead
+		// of costing one each (a write system call on each side, the
+		// encoding, a wake-up). With nothing else to run this returns at
+		// once. BenchmarkBookieAddStream: 1.5 adds per message without it,
+		// about 20 with it, and 1.4x the adds per second.
+		runtime.Gosched()
 		sc.mu.Lock()
 		if sc.mu.err != nil || (sc.mu.retired && sc.mu.npending == 0 && len(sc.mu.queue) == 0) {
 			sc.mu.Unlock()
