@@ -345,17 +345,7 @@ func (c *realCluster) createPartitionedTopic(topic string, n int) {
 // API at adminAddr.
 func createPartitionedTopic(t *testing.T, adminAddr, topic string, n int) {
 	t.Helper()
-	url := "http://" + adminAddr + "/admin/v2/persistent/" + topic + "/partitions"
-	req, _ := http.NewRequest(http.MethodPut, url, bytes.NewBufferString(fmt.Sprint(n)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("create %s with %d partitions: %s", topic, n, resp.Status)
-	}
+	adminOK(t, adminAddr, http.MethodPut, "/admin/v2/persistent/"+topic+"/partitions", fmt.Sprint(n))
 }
 
 // Network faults on one link. A cut holds everything both ways until it
