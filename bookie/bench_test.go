@@ -9,9 +9,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
@@ -19,12 +21,19 @@ import (
 
 // startBenchBookie runs a bookie on disk, stopped when the benchmark ends.
 func startBenchBookie(b *testing.B) bookiepb.BookieClient {
+	return startBenchBookieIn(b, b.TempDir(), func(*bookie.Config) {})
+}
+
+// startBenchBookieIn runs a bookie on dataDir, its defaults changed by
+// set.
+func startBenchBookieIn(b *testing.B, dataDir string, set func(*bookie.Config)) bookiepb.BookieClient {
 	e := testutil.StartEtcd(b)
 	store := testutil.OpenStore(b, e.Endpoints(), "/magnetar")
 	cfg := bookie.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = b.TempDir()
+	cfg.DataDir = dataDir
 	cfg.Metastore = e.Endpoints()
+	set(&cfg)
 	s, err := bookie.Start(context.Background(), cfg, bookie.WithStore(store), bookie.WithLogger(zap.NewNop()))
 	if err != nil {
 		b.Fatal(err)
@@ -176,5 +185,72 @@ func BenchmarkBookieAddStream(b *testing.B) {
 				lat.Report(b)
 			})
 		}
+	}
+}
+
+// BenchmarkBookieAddStream's 1 KiB case at 256 in flight on new entry log
+// files (appended to) and on files kept for reuse (overwritten, as on a
+// bookie whose retention deletes ledgers; storage's
+// BenchmarkStorageAddRecycled is the same without the network). Before
+// the timer, the recycled case writes a ledger as large as the run will
+// write into the data directory and deletes it; the bookie then starts
+// with its files kept for reuse.
+func BenchmarkBookieAddStreamRecycled(b *testing.B) {
+	const size, inflight, fileSize = 1 << 10, 256, 32 << 20
+	for _, recycled := range []bool{false, true} {
+		b.Run(fmt.Sprintf("recycled=%v", recycled), func(b *testing.B) {
+			dir := b.TempDir()
+			need := int64(b.N)*(size+64) + fileSize
+			if recycled {
+				fillRecycled(b, dir, fileSize, need)
+			}
+			c := startBenchBookieIn(b, dir, func(cfg *bookie.Config) {
+				cfg.EntryLogFileSize = fileSize
+				if recycled {
+					cfg.EntryLogRecycleFiles = 64
+				}
+			})
+			sc := newStreamClient(b, c)
+			defer sc.close()
+			payload := make([]byte, size)
+			rand.Read(payload)
+			var lat testutil.Latencies
+			b.SetBytes(size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
+				entry := int64(i)
+				length := (entry + 1) * size
+				return sc.add(&bookiepb.AddEntryRequest{
+					LedgerId: 1, EntryId: entry, MasterKey: key, LastAddConfirmed: -1,
+					Length: length, Payload: payload, Crc32C: wire.Checksum(1, entry, -1, length, payload),
+				})
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/float64(benchSends.Swap(0)), "adds/msg")
+			lat.Report(b)
+		})
+	}
+}
+
+// fillRecycled writes a ledger of need bytes into a bookie's data
+// directory and deletes it: its files (but the last) are kept for reuse.
+func fillRecycled(b *testing.B, dir string, fileSize, need int64) {
+	d, err := storage.Open(storage.Options{Dir: dir, FS: vfs.Default, Logger: zap.NewNop(), EntryLog: true, EntryLogDirectIO: true, EntryLogFileSize: fileSize, EntryLogRecycle: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	big := make([]byte, 1<<20)
+	for e := int64(0); e*int64(len(big)) < need; e++ {
+		if err := d.AddEntry(ctx, storage.Entry{LedgerID: 2, EntryID: e, LAC: -1, Length: int64(len(big)), Payload: big}, key, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := d.DeleteLedgers(ctx, []int64{2}); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.Close(); err != nil { // its last checkpoint keeps the files for reuse
+		b.Fatal(err)
 	}
 }

@@ -67,6 +67,13 @@ type Config struct {
 	// EntryLogFileSize is the size at which the entry log starts a new
 	// file. Default 128MiB; in 1MiB..4GiB.
 	EntryLogFileSize bytesize.Size `mapstructure:"entry-log-file-size" yaml:"entry-log-file-size"`
+	// EntryLogRecycleFiles is how many entry log files no ledger needs
+	// are kept for reuse instead of deleted: a later file overwrites
+	// one. Overwriting syncs faster than appending (no metadata to
+	// commit), but on this project's test machine it made the tail of a
+	// loaded standalone far worse (docs/benchmarks.md): measure on your
+	// disk. Default 0 (files are deleted); in 0..64.
+	EntryLogRecycleFiles int `mapstructure:"entry-log-recycle-files" yaml:"entry-log-recycle-files"`
 	// EntryLogDirectIO writes the entry log with direct I/O (O_DIRECT),
 	// around the page cache, which costs CPU for every byte written.
 	// Default true; where the filesystem refuses direct I/O (tmpfs), the
@@ -238,6 +245,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.EntryLogCompactionThreshold >= 0 && c.EntryLogCompactionThreshold < 1) {
 		errs = append(errs, fmt.Errorf("--entry-log-compaction-threshold %v: must be in [0, 1)", c.EntryLogCompactionThreshold))
+	}
+	if c.EntryLogRecycleFiles < 0 || c.EntryLogRecycleFiles > 64 {
+		errs = append(errs, fmt.Errorf("--entry-log-recycle-files %d: must be in 0..64", c.EntryLogRecycleFiles))
 	}
 	if c.EntryLogFileSize < 1<<20 || c.EntryLogFileSize > 4<<30 {
 		errs = append(errs, fmt.Errorf("--entry-log-file-size %v: must be in 1MiB..4GiB", c.EntryLogFileSize))

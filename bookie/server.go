@@ -186,6 +186,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		Compress:            cfg.StorageCompression,
 		EntryLog:            cfg.EntryLog,
 		EntryLogFileSize:    int64(cfg.EntryLogFileSize),
+		EntryLogRecycle:     cfg.EntryLogRecycleFiles,
 		EntryLogDirectIO:    cfg.EntryLogDirectIO,
 		CompactionThreshold: compactionThreshold(cfg.EntryLogCompactionThreshold),
 		OnSync:              s.metrics.synced,

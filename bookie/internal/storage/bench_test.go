@@ -174,3 +174,58 @@ func BenchmarkJournalPrototype(b *testing.B) {
 		}
 	}
 }
+
+// The entry log's group commit on new files (appended to) and on files
+// kept for reuse (overwritten; a bookie in a steady state, its retention
+// deleting ledgers): 1 KiB adds, 256 in flight, direct I/O as a bookie
+// writes. Before the timer, the recycled case writes a ledger as large as
+// the run will write and deletes it, so that its files are kept for
+// reuse; the run's first file (the last of that ledger) is appended to.
+// Compare with BenchmarkRawFsync, run in the same invocation.
+func BenchmarkStorageAddRecycled(b *testing.B) {
+	const size, inflight, fileSize = 1 << 10, 256, 32 << 20
+	for _, recycled := range []bool{false, true} {
+		b.Run(fmt.Sprintf("recycled=%v", recycled), func(b *testing.B) {
+			o := Options{EntryLog: true, EntryLogDirectIO: true, EntryLogFileSize: fileSize}
+			o.Dir, o.FS, o.Logger = b.TempDir(), vfs.Default, zap.NewNop()
+			if recycled {
+				o.EntryLogRecycle = 1 << 20
+			}
+			d, err := Open(o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			ctx := context.Background()
+			if recycled {
+				need := int64(b.N)*(size+entryRecordOverhead) + fileSize
+				big := make([]byte, 1<<20)
+				for e := int64(0); e*int64(len(big)) < need; e++ {
+					if err := d.AddEntry(ctx, Entry{LedgerID: 2, EntryID: e, LAC: -1, Length: int64(len(big)), Payload: big}, key, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := d.DeleteLedgers(ctx, []int64{2}); err != nil {
+					b.Fatal(err)
+				}
+				if err := d.checkpoint(); err != nil {
+					b.Fatal(err)
+				}
+				if n := int64(len(d.elog.free.files)); n*fileSize < need-2*fileSize {
+					b.Fatalf("%d files kept for reuse, for %d bytes", n, need)
+				}
+			}
+			payload := make([]byte, size)
+			var lat testutil.Latencies
+			b.SetBytes(size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
+				e := Entry{LedgerID: 1, EntryID: int64(i), LAC: -1, Length: size, Payload: payload}
+				return d.AddEntry(ctx, e, key, false)
+			})
+			b.StopTimer()
+			lat.Report(b)
+		})
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +30,7 @@ func entryLogOptions() Options {
 // logFiles lists the entry log's files.
 func logFiles(t *testing.T, fs vfs.FS) []uint32 {
 	t.Helper()
-	l := newEntryLog(fs, "bookie", 0, false, zap.NewNop())
+	l := newEntryLog(fs, "bookie", 0, 0, false, zap.NewNop())
 	nums, err := l.files()
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +144,7 @@ func TestEntryLogTornTail(t *testing.T) {
 
 	nums := logFiles(t, crashed)
 	last := nums[len(nums)-1]
-	l := newEntryLog(crashed, "bookie", 0, false, zap.NewNop())
+	l := newEntryLog(crashed, "bookie", 0, 0, false, zap.NewNop())
 	f, err := crashed.OpenReadWrite(l.path(last), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +218,7 @@ func TestEntryLogCorruptionRefusesToOpen(t *testing.T) {
 			if len(nums) < 3 {
 				t.Fatalf("%d files", len(nums))
 			}
-			tc.harm(t, crashed, newEntryLog(crashed, "bookie", 0, false, zap.NewNop()), nums)
+			tc.harm(t, crashed, newEntryLog(crashed, "bookie", 0, 0, false, zap.NewNop()), nums)
 			o := opts
 			o.FS, o.Dir = crashed, "bookie"
 			d2, err := Open(o)
@@ -244,7 +246,7 @@ func TestEntryLogCorruptEntryIsNotServed(t *testing.T) {
 		mustAdd(t, d, mkEntry(1, e, 300))
 	}
 	nums := logFiles(t, fs)
-	l := newEntryLog(fs, "bookie", 0, false, zap.NewNop())
+	l := newEntryLog(fs, "bookie", 0, 0, false, zap.NewNop())
 	f, err := fs.OpenReadWrite(l.path(nums[len(nums)-1]), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +297,7 @@ func TestEntryLogCompaction(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	opts := entryLogOptions()
 	opts.CompactionThreshold = 0.5
+	opts.EntryLogRecycle = 2 // compacted files kept for reuse, crashes included
 	d := open(t, opts, mem)
 	ctx := ctxT(t)
 	// Each file: a tenth of ledger 1 (kept), nine tenths of ledger 2.
@@ -328,8 +331,9 @@ func TestEntryLogCompaction(t *testing.T) {
 		}
 		return true
 	})
-	if after := d.DiskSpaceUsage(); after*2 >= usage {
-		t.Fatalf("disk space %d after compaction, %d before", after, usage)
+	// Files kept for reuse (EntryLogRecycle) still take their space.
+	if after := d.DiskSpaceUsage() - uint64(d.elog.freeBytes.Load()); after*2 >= usage {
+		t.Fatalf("disk space %d after compaction (files kept for reuse not counted), %d before", after, usage)
 	}
 	check := func(d *DB, what string) {
 		t.Helper()
@@ -426,7 +430,7 @@ func oddSize(e int64) int { return 1 + int(e*997)%3000 }
 // than the write buffer included.
 func TestEntryLogAlignedWrites(t *testing.T) {
 	mem := vfs.NewMem()
-	l := newEntryLog(mem, "bookie", 0, false, zap.NewNop())
+	l := newEntryLog(mem, "bookie", 0, 0, false, zap.NewNop())
 	if err := mem.MkdirAll(l.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +441,7 @@ func TestEntryLogAlignedWrites(t *testing.T) {
 		{10, 5000},
 	} {
 		num := uint32(i + 1)
-		f, err := l.create(num)
+		f, err := l.create(num, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +487,7 @@ func readAll(fs vfs.FS, path string) ([]byte, error) {
 // is a torn tail.
 func TestEntryLogPaddingEndsAFile(t *testing.T) {
 	mem := vfs.NewMem()
-	l := newEntryLog(mem, "bookie", 0, false, zap.NewNop())
+	l := newEntryLog(mem, "bookie", 0, 0, false, zap.NewNop())
 	if err := mem.MkdirAll(l.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +496,7 @@ func TestEntryLogPaddingEndsAFile(t *testing.T) {
 	// end and the file's content.
 	writeFile := func(t *testing.T, pad int) (int, []byte) {
 		t.Helper()
-		f, err := l.create(1)
+		f, err := l.create(1, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -685,5 +689,231 @@ func TestEntryLogDirectIO(t *testing.T) {
 			t.Fatalf("add to the fenced ledger after a restart: %v", err)
 		}
 		d.Close()
+	}
+}
+
+// freeFiles lists the entry log's files kept for reuse.
+func freeFiles(t *testing.T, fs vfs.FS) []string {
+	t.Helper()
+	names, err := fs.List(fs.PathJoin("bookie", logDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free []string
+	for _, n := range names {
+		if _, ok := parseFreeFileName(n); ok {
+			free = append(free, n)
+		}
+	}
+	return free
+}
+
+// Files no ledger has entries in are kept for reuse (up to
+// EntryLogRecycle) and overwritten by later rollovers. Their former
+// records never come back, and a crash at any point (a clone after every
+// add, unsynced data dropped whole or in part) loses nothing
+// acknowledged and opens: every file but the last ends with its end
+// record, with the former records after it.
+func TestEntryLogRecycledFiles(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	opts := entryLogOptions()
+	opts.CompactionThreshold = -1
+	opts.EntryLogRecycle = 2
+	d := open(t, opts, mem)
+	ctx := ctxT(t)
+	// Thirteen files of 24 KiB (three entries, rolled at 16 KiB): larger
+	// than those written below (20 KiB), so former records follow the new
+	// ones.
+	for e := int64(0); e < 40; e++ {
+		mustAdd(t, d, mkEntry(1, e, 7000))
+	}
+	if err := d.DeleteLedgers(ctx, []int64{1}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "two of the deleted ledger's files kept for reuse", func() bool {
+		return len(freeFiles(t, mem)) == 2
+	})
+	kept := freeFiles(t, mem)
+	if got := d.elog.freeBytes.Load(); got < 2*opts.EntryLogFileSize {
+		t.Fatalf("files kept for reuse counted as %d bytes, want at least two files of %d", got, opts.EntryLogFileSize)
+	}
+	d.Close()
+
+	// Fewer kept at open: the rest go.
+	for _, tc := range []struct{ recycle, want int }{{1, 1}, {0, 0}} {
+		o := opts
+		o.EntryLogRecycle = tc.recycle
+		d2 := open(t, o, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}))
+		if n := len(d2.elog.free.files); n != tc.want {
+			t.Errorf("EntryLogRecycle %d: %d files kept at open, want %d", tc.recycle, n, tc.want)
+		}
+		d2.Close()
+	}
+
+	// No checkpoint from here on: a replay reads every file written
+	// below, the recycled ones rolled over included.
+	opts.CheckpointInterval = time.Hour
+	d = open(t, opts, mem)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	var clones []*vfs.MemFS
+	const n = 200 // 60 KiB: three rollovers or more
+	for e := int64(0); e < n; e++ {
+		mustAdd(t, d, mkEntry(2, e, 300))
+		cfg := vfs.CrashCloneCfg{UnsyncedDataPercent: 0}
+		if e%2 == 1 {
+			cfg = vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rand.New(rand.NewPCG(seed, uint64(e)))}
+		}
+		clones = append(clones, mem.CrashClone(cfg))
+	}
+	if now := freeFiles(t, mem); len(now) > 0 {
+		t.Fatalf("files kept for reuse %v (of %v) not reused by three rollovers", now, kept)
+	}
+	d.Close()
+
+	check := func(d *DB, upTo int64, what string) {
+		t.Helper()
+		for e := int64(0); e <= upTo; e++ {
+			checkEntry(t, d, mkEntry(2, e, 300))
+		}
+		if _, err := d.ReadEntry(1, 0); !errors.Is(err, wire.ErrNoSuchLedger) {
+			t.Fatalf("%s: deleted ledger 1: %v", what, err)
+		}
+		// A former record replayed would show as ledger 1 in a file.
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for num, set := range d.elog.fileLedgers {
+			if _, ok := set[1]; ok {
+				t.Fatalf("%s: file %d has entries of deleted ledger 1: a recycled file's former record was replayed", what, num)
+			}
+		}
+	}
+	for i, c := range clones {
+		what := fmt.Sprintf("crash after add %d", i)
+		d := open(t, opts, c)
+		check(d, int64(i), what)
+		if i%20 == 19 {
+			// The log goes on after the crash, and survives another.
+			for e := int64(i + 1); e < int64(i+60); e++ {
+				mustAdd(t, d, mkEntry(2, e, 300))
+			}
+			c2 := c.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+			d.Close()
+			d = open(t, opts, c2)
+			check(d, int64(i+59), what+", then 59 more adds and a second crash")
+		}
+		d.Close()
+	}
+}
+
+// A record read whole under another file's number fails its checksum: a
+// recycled file's former records never pass for its new ones.
+func TestEntryLogFormerRecordsDoNotCheck(t *testing.T) {
+	mem := vfs.NewMem()
+	opts := entryLogOptions()
+	opts.EntryLogFileSize = 1 << 20
+	d := open(t, opts, mem)
+	for e := int64(0); e < 10; e++ {
+		mustAdd(t, d, mkEntry(1, e, 500))
+	}
+	d.Close()
+	l := newEntryLog(mem, "bookie", 0, 0, false, zap.NewNop())
+	nums, err := l.files()
+	if err != nil || len(nums) == 0 {
+		t.Fatalf("log files %v: %v", nums, err)
+	}
+	src := nums[0]
+	records := 0
+	if _, err := l.scanFile(src, 0, func(int64, byte, []byte) error { records++; return nil }); err != nil || records < 10 {
+		t.Fatalf("file %d: %d records, %v", src, records, err)
+	}
+	data, err := readAll(mem, l.path(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := mem.Create(l.path(src+100), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	end, err := l.scanFile(src+100, 0, func(off int64, _ byte, _ []byte) error {
+		return fmt.Errorf("record at offset %d checked under another file's number", off)
+	})
+	if !errors.Is(err, errTorn) || end != 0 {
+		t.Fatalf("file %d's bytes as file %d: scan ended at %d with %v, want a record that does not check at 0", src, src+100, end, err)
+	}
+}
+
+// failEntriesDirSync fails the first sync of the entry log's directory
+// once armed.
+type failEntriesDirSync struct{ armed, used atomic.Bool }
+
+func (o *failEntriesDirSync) MaybeError(op errorfs.Op) error {
+	if op.Kind != errorfs.OpFileSync || op.Path != "bookie/"+logDir || !o.armed.Load() || o.used.Swap(true) {
+		return nil
+	}
+	return errorfs.ErrInjected
+}
+
+func (o *failEntriesDirSync) String() string { return "fail-entries-dir-sync" }
+
+// The file Open starts is a new one, never one kept for reuse: it may
+// follow a torn tail, where replay takes only an empty file. A crash
+// right after Open made it (here its directory's sync fails, which stops
+// Open there) leaves a log that opens, with everything acknowledged.
+func TestEntryLogOpenStartsANewFile(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	opts := entryLogOptions()
+	opts.CompactionThreshold = -1
+	opts.EntryLogRecycle = 2
+	d := open(t, opts, mem)
+	for e := int64(0); e < 60; e++ {
+		mustAdd(t, d, mkEntry(1, e, 1000))
+	}
+	if err := d.DeleteLedgers(ctxT(t), []int64{1}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "files kept for reuse", func() bool { return len(freeFiles(t, mem)) == 2 })
+	for e := int64(0); e < 20; e++ {
+		mustAdd(t, d, mkEntry(2, e, 900)) // a rollover: the renames synced
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	d.Close()
+	if len(freeFiles(t, crashed)) == 0 {
+		t.Fatal("no file kept for reuse after the crash")
+	}
+	// A torn tail in the last file.
+	nums := logFiles(t, crashed)
+	l := newEntryLog(crashed, "bookie", 0, 0, false, zap.NewNop())
+	f, err := crashed.OpenReadWrite(l.path(nums[len(nums)-1]), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	if _, err := f.WriteAt(append([]byte{1, 2, 3, 4, 0, 0, 0, 200}, bytes.Repeat([]byte{0xab}, 50)...), st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	inj := &failEntriesDirSync{}
+	inj.armed.Store(true)
+	o := opts
+	o.FS, o.Dir, o.Logger = errorfs.Wrap(crashed, inj), "bookie", zaptest.NewLogger(t)
+	o.MemTableSize, o.CacheSize = 1<<20, 1<<20
+	if d, err := Open(o); err == nil {
+		d.Close()
+		t.Fatal("Open succeeded with its new file's directory sync failing")
+	}
+	if !inj.used.Load() {
+		t.Fatal("the entry log's directory was not synced at open")
+	}
+	d = open(t, opts, crashed)
+	defer d.Close()
+	for e := int64(0); e < 20; e++ {
+		checkEntry(t, d, mkEntry(2, e, 900))
 	}
 }

@@ -54,7 +54,12 @@ func (d *DB) ListEntries(ledger, start int64, limit int) ([]int64, bool, error) 
 	return ids, false, nil
 }
 
-// DiskSpaceUsage is the bytes the storage takes on disk.
+// DiskSpaceUsage is the bytes the storage takes on disk, the entry log's
+// files kept for reuse included.
 func (d *DB) DiskSpaceUsage() uint64 {
-	return d.db.Metrics().DiskSpaceUsage() + uint64(max(d.logBytes.Load(), 0))
+	n := max(d.logBytes.Load(), 0)
+	if d.elog != nil {
+		n += d.elog.freeBytes.Load()
+	}
+	return d.db.Metrics().DiskSpaceUsage() + uint64(n)
 }

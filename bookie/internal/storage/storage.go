@@ -98,6 +98,12 @@ type Options struct {
 	// EntryLogFileSize is the size at which a log file is rolled; default
 	// 128 MiB. Files are deleted whole, once no ledger has entries in them.
 	EntryLogFileSize int64
+	// EntryLogRecycle is how many files no ledger has entries in are kept
+	// for reuse instead of deleted: a later rollover overwrites one
+	// (entrylog.go). Default 0: none. Overwriting syncs faster than
+	// appending, but gave a far worse tail on this project's test machine
+	// (docs/benchmarks.md).
+	EntryLogRecycle int
 	// EntryLogDirectIO writes the entry log with O_DIRECT, around the page
 	// cache: copying every byte into freshly allocated page-cache pages
 	// was the bookie's largest CPU cost. Only on the operating system's
@@ -230,8 +236,14 @@ type inflight struct {
 	end        logPos
 	logBytes   int64
 	// barrier, if set, is told once the syncer synced file up to end
-	// (or failed): a rollover waits for it.
+	// and through (or failed): a rollover waits for it. through is the
+	// end of the file's end record, which end (where the index is
+	// applied to, and so where a checkpoint may start the replay) is
+	// before: the replay then reads the end record and goes on to the
+	// next file, where one starting after it would read a recycled
+	// file's former records.
 	barrier chan error
+	through int64
 }
 
 // DB is a bookie's storage. It is safe for concurrent use.
@@ -346,7 +358,7 @@ func Open(opts Options) (*DB, error) {
 		noSpace: make(chan struct{}),
 	}
 	if opts.EntryLog {
-		d.elog = newEntryLog(opts.FS, opts.Dir, opts.EntryLogFileSize, opts.EntryLogDirectIO, opts.Logger)
+		d.elog = newEntryLog(opts.FS, opts.Dir, opts.EntryLogFileSize, opts.EntryLogRecycle, opts.EntryLogDirectIO, opts.Logger)
 		d.ckptKick = make(chan struct{}, 1)
 	}
 	d.mu.ledgers = make(map[int64]*ledgerState)
@@ -1129,16 +1141,25 @@ func (d *DB) commit(reqs []*request) {
 func (d *DB) roll(w *writes) (*logFile, error) {
 	l := d.elog
 	old := l.cur
+	// A recycled file ends with an end record: its former records,
+	// after it, are not read. (A new file ends with zeros to its end, as
+	// files did before files were recycled.)
+	endRec := old.size
+	if old.reused {
+		l.addEnd()
+		l.handOver()
+		d.logBytes.Add(old.size - endRec)
+	}
 	// The file is synced whole before the next exists, so that only the
 	// last file can have a torn tail (replay's rule). The syncer does it,
 	// after the batches queued before: its error is sticky, where a
 	// second fdatasync after a failed one may report success.
 	done := make(chan error, 1)
-	d.syncs <- inflight{batch: d.db.NewBatch(), started: time.Now(), file: old, end: logPos{file: old.num, off: old.size}, barrier: done}
+	d.syncs <- inflight{batch: d.db.NewBatch(), started: time.Now(), file: old, end: logPos{file: old.num, off: endRec}, barrier: done, through: old.size}
 	if err := <-done; err != nil {
 		return nil, err
 	}
-	nf, err := l.create(old.num + 1)
+	nf, err := l.create(old.num+1, true)
 	if err != nil {
 		return nil, err
 	}
@@ -1221,7 +1242,7 @@ func (d *DB) syncLoop() {
 			// One write and one sync cover every batch handed over by
 			// then: the rest of the group, and maybe batches not received
 			// yet (their sync is then skipped).
-			if err == nil && g.end.off > g.file.synced {
+			if err == nil && max(g.end.off, g.through) > g.file.synced {
 				err = d.elog.writePending()
 				if err == nil {
 					err = g.file.f.SyncData()
