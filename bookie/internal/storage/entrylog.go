@@ -58,9 +58,9 @@ import (
 //     no size change), where an append makes every sync a commit of the
 //     filesystem's journal. A recycled file holds its former
 //     records after the new ones. They never pass for new ones: a record's
-//     checksum covers its file's number, and a CRC-32 detects every error
-//     of 32 bits or fewer, so a record read whole under another number
-//     fails it always. A rollover ends a recycled file with an end
+//     checksum covers its file's number, and a CRC-32 detects every burst
+//     error of 32 bits or fewer (as a change of that 4-byte number is),
+//     so a record read whole under another number fails it always. A rollover ends a recycled file with an end
 //     record, after which the scan reads nothing (a new file ends with
 //     zeros to its end): so every file but the last ends cleanly, and
 //     only the last (the one a crash interrupted) may end in a record
@@ -356,15 +356,24 @@ func (l *entryLog) create(num uint32, reuse bool) (*logFile, error) {
 		reused bool
 	)
 	if ff, ok := l.takeFree(reuse); ok {
-		reused = true
-		if err = l.fs.Rename(l.fs.PathJoin(l.dir, freeFileName(ff.num)), l.path(num)); err == nil {
-			f, err = l.fs.OpenReadWrite(l.path(num), vfs.WriteCategoryUnspecified)
-		}
-		if err != nil {
+		err = l.fs.Rename(l.fs.PathJoin(l.dir, freeFileName(ff.num)), l.path(num))
+		switch {
+		case err == nil:
+			reused = true
+			if f, err = l.fs.OpenReadWrite(l.path(num), vfs.WriteCategoryUnspecified); err != nil {
+				return nil, fmt.Errorf("reuse entry log file %d as %d: %w", ff.num, num, err)
+			}
+		case oserrorIsNotExist(err):
+			// Gone (removed by hand to free space, say): a new file.
+			l.log.Warn("entry log: a file kept for reuse is gone; starting a new one", zap.String("file", freeFileName(ff.num)))
+		default:
 			return nil, fmt.Errorf("reuse entry log file %d as %d: %w", ff.num, num, err)
 		}
-	} else if f, err = l.fs.Create(l.path(num), vfs.WriteCategoryUnspecified); err != nil {
-		return nil, err
+	}
+	if f == nil {
+		if f, err = l.fs.Create(l.path(num), vfs.WriteCategoryUnspecified); err != nil {
+			return nil, err
+		}
 	}
 	if err := l.syncDir(); err != nil {
 		f.Close()
@@ -406,22 +415,25 @@ func (l *entryLog) takeFree(ok bool) (freeFile, bool) {
 // recycle files are kept. size is its size on disk.
 func (l *entryLog) release(num uint32, size int64) error {
 	l.free.Lock()
-	keep := len(l.free.files) < l.recycle
+	keep := len(l.free.files) < l.recycle // only collect adds files: no race to the append below
 	l.free.Unlock()
 	if !keep {
 		return l.remove(num)
 	}
-	l.closeReader(num)
 	// Not synced: if the rename is lost, the file is found again under
 	// its number, before the checkpoint, with no ledger in it, and goes
 	// again.
-	if err := l.fs.Rename(l.path(num), l.fs.PathJoin(l.dir, freeFileName(num))); err != nil {
+	if err := l.closeReaderAnd(num, func() error {
+		return l.fs.Rename(l.path(num), l.fs.PathJoin(l.dir, freeFileName(num)))
+	}); err != nil {
 		return err
 	}
 	l.free.Lock()
-	l.free.files = append(l.free.files, freeFile{num: num, size: size})
-	l.free.Unlock()
-	l.freeBytes.Add(size)
+	defer l.free.Unlock()
+	if !slices.ContainsFunc(l.free.files, func(f freeFile) bool { return f.num == num }) {
+		l.free.files = append(l.free.files, freeFile{num: num, size: size})
+		l.freeBytes.Add(size)
+	}
 	return nil
 }
 
@@ -739,18 +751,20 @@ func (l *entryLog) read(ledger, entry int64, p entryPointer) ([]byte, error) {
 // remove deletes a log file. The readers' lock is held throughout, so
 // that no read opens it again in between.
 func (l *entryLog) remove(num uint32) error {
-	l.closeReader(num)
-	return l.fs.Remove(l.path(num))
+	return l.closeReaderAnd(num, func() error { return l.fs.Remove(l.path(num)) })
 }
 
-// closeReader closes file num's read handle, if open.
-func (l *entryLog) closeReader(num uint32) {
+// closeReaderAnd closes file num's read handle, if open, and calls fn,
+// with the readers' lock held throughout: no read opens the file again
+// in between.
+func (l *entryLog) closeReaderAnd(num uint32, fn func() error) error {
 	l.readers.Lock()
 	defer l.readers.Unlock()
 	if f := l.readers.m[num]; f != nil {
 		f.Close()
 		delete(l.readers.m, num)
 	}
+	return fn()
 }
 
 func (l *entryLog) closeReaders() {
@@ -977,7 +991,7 @@ func (d *DB) openLog() error {
 		}
 	}
 	if torn != nil {
-		d.log.Info("entry log ends in a torn record (a write not acknowledged when the bookie stopped)", zap.Uint32("file", torn.file), zap.Int64("at", torn.off))
+		d.log.Info("entry log ends in a record that does not check: a write not acknowledged when the bookie stopped, or a recycled file's former records", zap.Uint32("file", torn.file), zap.Int64("at", torn.off))
 	}
 
 	next := uint32(1)

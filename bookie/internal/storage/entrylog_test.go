@@ -710,10 +710,11 @@ func freeFiles(t *testing.T, fs vfs.FS) []string {
 
 // Files no ledger has entries in are kept for reuse (up to
 // EntryLogRecycle) and overwritten by later rollovers. Their former
-// records never come back, and a crash at any point (a clone after every
-// add, unsynced data dropped whole or in part) loses nothing
-// acknowledged and opens: every file but the last ends with its end
-// record, with the former records after it.
+// records never come back, and a crash after any add (unsynced data
+// dropped whole or in part) loses nothing acknowledged and opens: every
+// file but the last ends with its end record, with the former records
+// after it. A checkpoint taken right after a recycled file was rolled
+// starts the replay before its end record, not after it.
 func TestEntryLogRecycledFiles(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	opts := entryLogOptions()
@@ -740,19 +741,37 @@ func TestEntryLogRecycledFiles(t *testing.T) {
 	d.Close()
 
 	// Fewer kept at open: the rest go.
+	if err := syncDirOf(mem, mem.PathJoin("bookie", logDir)); err != nil { // the renames to .free
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ recycle, want int }{{1, 1}, {0, 0}} {
 		o := opts
 		o.EntryLogRecycle = tc.recycle
-		d2 := open(t, o, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}))
-		if n := len(d2.elog.free.files); n != tc.want {
-			t.Errorf("EntryLogRecycle %d: %d files kept at open, want %d", tc.recycle, n, tc.want)
+		c := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+		if n := len(freeFiles(t, c)); n != 2 {
+			t.Fatalf("%d files kept for reuse in the crash image, want 2", n)
+		}
+		d2 := open(t, o, c)
+		if n, m := len(d2.elog.free.files), len(freeFiles(t, c)); n != tc.want || m != tc.want {
+			t.Errorf("EntryLogRecycle %d: %d files kept at open, %d on disk, want %d", tc.recycle, n, m, tc.want)
 		}
 		d2.Close()
 	}
 
-	// No checkpoint from here on: a replay reads every file written
-	// below, the recycled ones rolled over included.
+	// No checkpoint from here on but one, taken right after the first
+	// recycled file is rolled (the committer waits meanwhile): a replay
+	// reads every file written below from there, the recycled ones rolled
+	// over included.
 	opts.CheckpointInterval = time.Hour
+	checkpointed := false
+	opts.onRolled = func(reused bool) {
+		if reused && !checkpointed {
+			checkpointed = true
+			if err := d.checkpoint(); err != nil {
+				t.Errorf("checkpoint after a recycled file's rollover: %v", err)
+			}
+		}
+	}
 	d = open(t, opts, mem)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -770,7 +789,11 @@ func TestEntryLogRecycledFiles(t *testing.T) {
 	if now := freeFiles(t, mem); len(now) > 0 {
 		t.Fatalf("files kept for reuse %v (of %v) not reused by three rollovers", now, kept)
 	}
+	if !checkpointed {
+		t.Fatal("no recycled file was rolled")
+	}
 	d.Close()
+	opts.onRolled = nil
 
 	check := func(d *DB, upTo int64, what string) {
 		t.Helper()
@@ -915,5 +938,38 @@ func TestEntryLogOpenStartsANewFile(t *testing.T) {
 	defer d.Close()
 	for e := int64(0); e < 20; e++ {
 		checkEntry(t, d, mkEntry(2, e, 900))
+	}
+}
+
+// A file kept for reuse that is gone by the time a rollover wants it
+// (removed by hand to free space, say) gives a new file, not a failed
+// storage.
+func TestEntryLogFreeFileGone(t *testing.T) {
+	mem := vfs.NewMem()
+	opts := entryLogOptions()
+	opts.CompactionThreshold = -1
+	opts.EntryLogRecycle = 2
+	d := open(t, opts, mem)
+	defer d.Close()
+	for e := int64(0); e < 40; e++ {
+		mustAdd(t, d, mkEntry(1, e, 7000))
+	}
+	if err := d.DeleteLedgers(ctxT(t), []int64{1}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "files kept for reuse", func() bool { return len(freeFiles(t, mem)) == 2 })
+	for _, name := range freeFiles(t, mem) {
+		if err := mem.Remove(mem.PathJoin("bookie", logDir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for e := int64(0); e < 100; e++ { // 30 KiB: a rollover or more
+		mustAdd(t, d, mkEntry(2, e, 300))
+	}
+	for e := int64(0); e < 100; e++ {
+		checkEntry(t, d, mkEntry(2, e, 300))
+	}
+	if err := d.Err(); err != nil {
+		t.Fatalf("storage failed: %v", err)
 	}
 }

@@ -126,6 +126,10 @@ type Options struct {
 
 	// onStallBegin, for tests, is told when a write stall begins.
 	onStallBegin func()
+	// onRolled, for tests, is called by the committer once a rolled
+	// file is synced whole, before the next exists; reused: it was a
+	// recycled file.
+	onRolled func(reused bool)
 }
 
 // Entry is a stored ledger entry.
@@ -1158,6 +1162,9 @@ func (d *DB) roll(w *writes) (*logFile, error) {
 	d.syncs <- inflight{batch: d.db.NewBatch(), started: time.Now(), file: old, end: logPos{file: old.num, off: endRec}, barrier: done, through: old.size}
 	if err := <-done; err != nil {
 		return nil, err
+	}
+	if d.opts.onRolled != nil {
+		d.opts.onRolled(old.reused)
 	}
 	nf, err := l.create(old.num+1, true)
 	if err != nil {
