@@ -708,6 +708,21 @@ func freeFiles(t *testing.T, fs vfs.FS) []string {
 	return free
 }
 
+// keepFreeFiles adds n entries of size bytes to ledger 1, deletes it and
+// waits until two of its files are kept for reuse (EntryLogRecycle 2).
+func keepFreeFiles(t *testing.T, d *DB, fs vfs.FS, n int64, size int) {
+	t.Helper()
+	for e := int64(0); e < n; e++ {
+		mustAdd(t, d, mkEntry(1, e, size))
+	}
+	if err := d.DeleteLedgers(ctxT(t), []int64{1}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "two of the deleted ledger's files kept for reuse", func() bool {
+		return len(freeFiles(t, fs)) == 2
+	})
+}
+
 // Files no ledger has entries in are kept for reuse (up to
 // EntryLogRecycle) and overwritten by later rollovers. Their former
 // records never come back, and a crash after any add (unsynced data
@@ -721,19 +736,10 @@ func TestEntryLogRecycledFiles(t *testing.T) {
 	opts.CompactionThreshold = -1
 	opts.EntryLogRecycle = 2
 	d := open(t, opts, mem)
-	ctx := ctxT(t)
 	// Thirteen files of 24 KiB (three entries, rolled at 16 KiB): larger
 	// than those written below (20 KiB), so former records follow the new
 	// ones.
-	for e := int64(0); e < 40; e++ {
-		mustAdd(t, d, mkEntry(1, e, 7000))
-	}
-	if err := d.DeleteLedgers(ctx, []int64{1}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, "two of the deleted ledger's files kept for reuse", func() bool {
-		return len(freeFiles(t, mem)) == 2
-	})
+	keepFreeFiles(t, d, mem, 40, 7000)
 	kept := freeFiles(t, mem)
 	if got := d.elog.freeBytes.Load(); got < 2*opts.EntryLogFileSize {
 		t.Fatalf("files kept for reuse counted as %d bytes, want at least two files of %d", got, opts.EntryLogFileSize)
@@ -894,13 +900,7 @@ func TestEntryLogOpenStartsANewFile(t *testing.T) {
 	opts.CompactionThreshold = -1
 	opts.EntryLogRecycle = 2
 	d := open(t, opts, mem)
-	for e := int64(0); e < 60; e++ {
-		mustAdd(t, d, mkEntry(1, e, 1000))
-	}
-	if err := d.DeleteLedgers(ctxT(t), []int64{1}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, "files kept for reuse", func() bool { return len(freeFiles(t, mem)) == 2 })
+	keepFreeFiles(t, d, mem, 60, 1000)
 	for e := int64(0); e < 20; e++ {
 		mustAdd(t, d, mkEntry(2, e, 900)) // a rollover: the renames synced
 	}
@@ -951,13 +951,7 @@ func TestEntryLogFreeFileGone(t *testing.T) {
 	opts.EntryLogRecycle = 2
 	d := open(t, opts, mem)
 	defer d.Close()
-	for e := int64(0); e < 40; e++ {
-		mustAdd(t, d, mkEntry(1, e, 7000))
-	}
-	if err := d.DeleteLedgers(ctxT(t), []int64{1}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, "files kept for reuse", func() bool { return len(freeFiles(t, mem)) == 2 })
+	keepFreeFiles(t, d, mem, 40, 7000)
 	for _, name := range freeFiles(t, mem) {
 		if err := mem.Remove(mem.PathJoin("bookie", logDir, name)); err != nil {
 			t.Fatal(err)
