@@ -187,6 +187,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		EntryLog:            cfg.EntryLog,
 		EntryLogFileSize:    int64(cfg.EntryLogFileSize),
 		EntryLogRecycle:     cfg.EntryLogRecycleFiles,
+		CheckpointBytes:     int64(cfg.EntryLogCheckpointBytes),
 		EntryLogDirectIO:    cfg.EntryLogDirectIO,
 		CompactionThreshold: compactionThreshold(cfg.EntryLogCompactionThreshold),
 		OnSync:              s.metrics.synced,

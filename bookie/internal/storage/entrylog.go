@@ -1118,25 +1118,34 @@ func (d *DB) loadFileLedgers() error {
 	return nil
 }
 
-// checkpointLoop checkpoints when the syncer asks (enough written since the
-// last one) and every CheckpointInterval. Stops with Close.
+// checkpointLoop checkpoints when the syncer says one is due (CheckpointBytes
+// written since the last one) and every CheckpointInterval, and runs a
+// compaction pass after each and whenever the syncer asks (every
+// compactEvery bytes). Stops with Close.
 func (d *DB) checkpointLoop() {
 	defer d.stopped.Done()
 	t := time.NewTicker(d.opts.CheckpointInterval)
 	defer t.Stop()
 	for {
+		due := false
 		select {
 		case <-d.quit:
 			return
 		case <-d.ckptKick:
 		case <-t.C:
+			due = true
 		}
 		if d.writeErr() != nil {
 			continue // nothing more is written; a checkpoint would only fail
 		}
-		if err := d.checkpoint(); err != nil {
-			d.fail(err)
-			continue
+		d.mu.Lock()
+		due = due || d.mu.sinceCheckpoint >= d.opts.CheckpointBytes
+		d.mu.Unlock()
+		if due {
+			if err := d.checkpoint(); err != nil {
+				d.fail(err)
+				continue
+			}
 		}
 		if d.opts.CompactionThreshold > 0 {
 			if err := d.compact(d.stopCtx); err != nil && d.stopCtx.Err() == nil && d.writeErr() == nil {

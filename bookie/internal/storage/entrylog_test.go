@@ -359,6 +359,80 @@ func TestEntryLogCompaction(t *testing.T) {
 	}
 }
 
+// Checkpoints are rare (CheckpointBytes, 1 GiB by default: each one's
+// Pebble flush stalls the log's syncs), compaction passes are not: one
+// runs every compactEvery bytes of log without a checkpoint, and the file
+// it empties goes at the next checkpoint.
+func TestEntryLogCompactionBetweenCheckpoints(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := entryLogOptions()
+	opts.CheckpointInterval = time.Hour // checkpoints only at open, close and CheckpointBytes
+	opts.CompactionThreshold = 0.5
+	opts.compactEvery = 8 << 10
+	d := open(t, opts, fs)
+	ctx := ctxT(t)
+	// Each file: a tenth of ledger 1 (kept), nine tenths of ledger 2.
+	for e := int64(0); e < 60; e++ {
+		mustAdd(t, d, mkEntry(1, e, 100))
+		mustAdd(t, d, mkEntry(2, e, 900))
+	}
+	d.Close() // a checkpoint: the files are before it, compaction may take them
+	d = open(t, opts, fs)
+	ckpt := d.checkpointed
+	old := logFiles(t, fs)
+	old = old[:len(old)-1] // the file Open started stays
+	if len(old) < 3 {
+		t.Fatalf("%d log files", len(old))
+	}
+	if err := d.DeleteLedgers(ctx, []int64{2}); err != nil {
+		t.Fatal(err)
+	}
+	released := func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, num := range old {
+			if len(d.elog.fileLedgers[num]) > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	// Ledger 3's adds cross compactEvery again and again: a pass each
+	// time, one file per pass.
+	e := int64(0)
+	testutil.Eventually(t, 30*time.Second, "files shared with a deleted ledger compacted without a checkpoint", func() bool {
+		for range 10 {
+			mustAdd(t, d, mkEntry(3, e, 1000))
+			e++
+		}
+		return released()
+	})
+	if d.checkpointed != ckpt {
+		t.Fatalf("checkpoint moved from %v to %v before CheckpointBytes were written", ckpt, d.checkpointed)
+	}
+	if now := logFiles(t, fs); !slices.Contains(now, old[0]) {
+		t.Fatalf("file %d went before a checkpoint: %v", old[0], now)
+	}
+	d.Close() // a checkpoint: the compacted files go
+	now := logFiles(t, fs)
+	for _, num := range old {
+		if slices.Contains(now, num) {
+			t.Fatalf("compacted file %d still there after the checkpoint: %v", num, now)
+		}
+	}
+	d = open(t, opts, fs)
+	defer d.Close()
+	for i := int64(0); i < 60; i++ {
+		checkEntry(t, d, mkEntry(1, i, 100))
+		if _, err := d.ReadEntry(2, i); !errors.Is(err, wire.ErrNoSuchLedger) {
+			t.Fatalf("deleted ledger 2 entry %d: %v", i, err)
+		}
+	}
+	for i := int64(0); i < e; i++ {
+		checkEntry(t, d, mkEntry(3, i, 1000))
+	}
+}
+
 // A compaction copy is refused once its ledger was deleted or its entries
 // dropped since compaction read it: nothing deleted comes back.
 func TestEntryLogCompactionCopyAfterDelete(t *testing.T) {

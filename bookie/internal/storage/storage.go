@@ -112,17 +112,26 @@ type Options struct {
 	// cache. Reads always do.
 	EntryLogDirectIO bool
 	// CheckpointBytes of log written since the last checkpoint start the
-	// next (a Pebble flush of the index; it bounds the replay at open);
-	// default 64 MiB. CheckpointInterval starts one anyway once something
-	// was written, default 1 minute: deleted ledgers' files go at
-	// checkpoints.
+	// next (a Pebble flush of the index; it bounds the replay at open:
+	// about 1.5 s per GiB here); default 1 GiB. Each checkpoint's
+	// flush, with its sstable, manifest and directory syncs, stalls the
+	// log's syncs of every bookie on the disk: at 64 MiB (the default
+	// before), checkpoints came every second at half a standalone's
+	// maximum rate and doubled its p99 (docs/benchmarks.md).
+	// CheckpointInterval starts one anyway once something was written,
+	// default 1 minute: deleted ledgers' files go at checkpoints.
 	CheckpointBytes    int64
 	CheckpointInterval time.Duration
 	// CompactionThreshold: a log file whose live entries (of ledgers not
-	// deleted) take less than this share of it is compacted after a
-	// checkpoint: they are copied to the current file and the file goes.
-	// Default 0.5; negative: never.
+	// deleted) take less than this share of it is compacted: they are
+	// copied to the current file and the file goes (at the next
+	// checkpoint). One file at most per pass; a pass every compactEvery
+	// bytes of log and after each checkpoint. Default 0.5; negative:
+	// never.
 	CompactionThreshold float64
+	// compactEvery is the log bytes between compaction passes, whether a
+	// checkpoint is due or not; default 64 MiB.
+	compactEvery int64
 
 	// onStallBegin, for tests, is told when a write stall begins.
 	onStallBegin func()
@@ -307,6 +316,9 @@ type DB struct {
 	}
 }
 
+// DefaultCheckpointBytes is Options.CheckpointBytes's default.
+const DefaultCheckpointBytes = 1 << 30
+
 var (
 	// ErrClosed is returned after Close.
 	ErrClosed = fmt.Errorf("%w: storage closed", wire.ErrUnavailable)
@@ -343,7 +355,10 @@ func Open(opts Options) (*DB, error) {
 		opts.EntryLogFileSize = 128 << 20
 	}
 	if opts.CheckpointBytes == 0 {
-		opts.CheckpointBytes = 64 << 20
+		opts.CheckpointBytes = DefaultCheckpointBytes
+	}
+	if opts.compactEvery == 0 {
+		opts.compactEvery = 64 << 20
 	}
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Minute
@@ -1340,8 +1355,12 @@ func (d *DB) visible(f inflight) {
 	}
 	if f.file != nil {
 		d.mu.applied = f.end
+		before := d.mu.sinceCheckpoint
 		d.mu.sinceCheckpoint += f.logBytes
-		if d.mu.sinceCheckpoint >= d.opts.CheckpointBytes {
+		// The checkpointer's turn: a checkpoint is due, or a compaction
+		// pass (every compactEvery bytes).
+		if d.mu.sinceCheckpoint >= d.opts.CheckpointBytes ||
+			before/d.opts.compactEvery != d.mu.sinceCheckpoint/d.opts.compactEvery {
 			select {
 			case d.ckptKick <- struct{}{}:
 			default:
