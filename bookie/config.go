@@ -73,7 +73,7 @@ type Config struct {
 	// replayed at restart (about 1.5 s per GiB on this project's test
 	// machine) and the log files kept past their ledgers' deletion until
 	// the next checkpoint; each checkpoint stalls the log's syncs for a
-	// moment, so rarer is a flatter latency (docs/benchmarks.md).
+	// moment, so rarer is a lower p99 (docs/benchmarks.md).
 	// Default 1GiB; in 16MiB..64GiB. A checkpoint is also taken every
 	// minute once something was written.
 	EntryLogCheckpointBytes bytesize.Size `mapstructure:"entry-log-checkpoint-bytes" yaml:"entry-log-checkpoint-bytes"`

@@ -101,7 +101,7 @@ environment variable (--data-dir: MAGNETAR_DATA_DIR) or in the --config file.`,
 	f.Bool("storage-compression", def.StorageCompression, "compress what the storage engine writes (Snappy); off: entries are stored as written (producers compress)")
 	f.Bool("entry-log", def.EntryLog, "store entries in an append-only log written once, with Pebble as the index (a data directory that used it keeps needing it)")
 	sizeFlag(f, "entry-log-file-size", def.EntryLogFileSize, "size at which the entry log starts a new file, e.g. 128MiB")
-	sizeFlag(f, "entry-log-checkpoint-bytes", def.EntryLogCheckpointBytes, "entry log written between two checkpoints (flushes of the index): bounds the replay at restart; each checkpoint briefly stalls the log's syncs, so rarer is a flatter latency; e.g. 1GiB")
+	sizeFlag(f, "entry-log-checkpoint-bytes", def.EntryLogCheckpointBytes, "entry log written between two checkpoints (flushes of the index): bounds the replay at restart (about 1.5s per GiB) and how long files of deleted ledgers stay; each checkpoint briefly stalls the log's syncs, so rarer is a lower p99; e.g. 1GiB")
 	f.Int("entry-log-recycle-files", def.EntryLogRecycleFiles, "entry log files no ledger needs kept for reuse instead of deleted: overwriting syncs faster than appending, but may make the tail worse (measure on your disk); 0: delete them")
 	f.Bool("entry-log-direct-io", def.EntryLogDirectIO, "write the entry log with direct I/O, around the page cache (where the filesystem has it; not tmpfs)")
 	f.Float64("entry-log-compaction-threshold", def.EntryLogCompactionThreshold, "an entry log file whose live entries take less than this share of it is compacted (its live entries copied, the file removed); in [0, 1), 0: never")

@@ -15,8 +15,10 @@ import (
 // Compaction of the entry log. A log file is deleted whole once no ledger
 // has entries in it (invariant L4); one ledger that lives on would keep
 // every file it has entries in, with the deleted ledgers' bytes around
-// them. So after a checkpoint the file with the smallest share of live
-// bytes, if under Options.CompactionThreshold, is compacted:
+// them. So at each compaction pass (after a checkpoint, and every
+// Options.compactEvery bytes of log between them) the file before the
+// checkpoint with the smallest share of live bytes, if under
+// Options.CompactionThreshold, is compacted:
 //
 //  1. each live entry in it (found through the index: pointers into the
 //     file) is copied to the current log file by the committer, like an
