@@ -65,7 +65,7 @@ func TestBookieDiskAndPlacementSettings(t *testing.T) {
 		}
 		return cfg
 	}
-	if cfg := load(t, ""); cfg.DiskUsageThreshold != 0.90 || cfg.DiskUsageLowThreshold != 0.85 || cfg.DiskCheckInterval != time.Second || cfg.Rack != "" || cfg.HostLabel != "" || !cfg.EntryLog || cfg.EntryLogCompactionThreshold != 0.5 || !cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 0 || cfg.EntryLogCheckpointBytes != 1<<30 {
+	if cfg := load(t, ""); cfg.DiskUsageThreshold != 0.90 || cfg.DiskUsageLowThreshold != 0.85 || cfg.DiskCheckInterval != time.Second || cfg.Rack != "" || cfg.HostLabel != "" || !cfg.EntryLog || cfg.EntryLogCompactionThreshold != 0.5 || !cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 0 || cfg.EntryLogCheckpointBytes != 64<<20 {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	t.Run("flags", func(t *testing.T) {
@@ -93,12 +93,12 @@ func TestBookieDiskAndPlacementSettings(t *testing.T) {
 	})
 	t.Run("yaml", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "bookie.yaml")
-		body := "disk-usage-threshold: 0.97\ndisk-usage-low-threshold: 0.5\nrack: zone-c\nhost-label: node-3\nmemtable-size: 4MiB\nblock-cache-size: 2097152\nentry-log: false\nentry-log-file-size: 1GiB\nentry-log-direct-io: false\nentry-log-recycle-files: 7\nentry-log-checkpoint-bytes: 64MiB\n"
+		body := "disk-usage-threshold: 0.97\ndisk-usage-low-threshold: 0.5\nrack: zone-c\nhost-label: node-3\nmemtable-size: 4MiB\nblock-cache-size: 2097152\nentry-log: false\nentry-log-file-size: 1GiB\nentry-log-direct-io: false\nentry-log-recycle-files: 7\nentry-log-checkpoint-bytes: 512MiB\n"
 		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cfg := load(t, file)
-		if cfg.DiskUsageThreshold != 0.97 || cfg.DiskUsageLowThreshold != 0.5 || cfg.Rack != "zone-c" || cfg.HostLabel != "node-3" || cfg.MemtableSize != 4<<20 || cfg.BlockCacheSize != 2<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 1<<30 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 7 || cfg.EntryLogCheckpointBytes != 64<<20 {
+		if cfg.DiskUsageThreshold != 0.97 || cfg.DiskUsageLowThreshold != 0.5 || cfg.Rack != "zone-c" || cfg.HostLabel != "node-3" || cfg.MemtableSize != 4<<20 || cfg.BlockCacheSize != 2<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 1<<30 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 7 || cfg.EntryLogCheckpointBytes != 512<<20 {
 			t.Fatalf("%+v", cfg)
 		}
 	})

@@ -359,7 +359,7 @@ func TestEntryLogCompaction(t *testing.T) {
 	}
 }
 
-// Checkpoints are rare (CheckpointBytes, 1 GiB by default: each one's
+// Checkpoints may be rare (CheckpointBytes up to 64 GiB: each one's
 // Pebble flush stalls the log's syncs), compaction passes are not: one
 // runs every compactEvery bytes of log without a checkpoint, and the file
 // it empties goes at the next checkpoint.

@@ -113,11 +113,13 @@ type Options struct {
 	EntryLogDirectIO bool
 	// CheckpointBytes of log written since the last checkpoint start the
 	// next (a Pebble flush of the index; it bounds the replay at open:
-	// about 1.5 s per GiB here); default 1 GiB. Each checkpoint's
+	// about 1.5 s per GiB here); default 64 MiB. Each checkpoint's
 	// flush, with its sstable, manifest and directory syncs, stalls the
-	// log's syncs of every bookie on the disk: at 64 MiB (the default
-	// before), checkpoints came every second at half a standalone's
-	// maximum rate and doubled its p99 (docs/benchmarks.md).
+	// log's syncs of every bookie on the disk: at 64 MiB, checkpoints
+	// come every second at half a standalone's maximum rate, and 1 GiB
+	// halved its p99; but small entries then fill the index's
+	// memtables between checkpoints, and a 3-bookie standalone went past
+	// its memory budget (docs/benchmarks.md).
 	// CheckpointInterval starts one anyway once something was written,
 	// default 1 minute: deleted ledgers' files go at checkpoints.
 	CheckpointBytes    int64
@@ -317,7 +319,7 @@ type DB struct {
 }
 
 // DefaultCheckpointBytes is Options.CheckpointBytes's default.
-const DefaultCheckpointBytes = 1 << 30
+const DefaultCheckpointBytes = 64 << 20
 
 var (
 	// ErrClosed is returned after Close.
