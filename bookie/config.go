@@ -76,8 +76,8 @@ type Config struct {
 	// moment, so rarer is a lower p99, but small entries then fill the
 	// index's memtables (MemtableSize, twice) between checkpoints: at
 	// 1GiB a standalone's p99 halved and it went past its memory budget
-	// (docs/benchmarks.md). Default 64MiB; in 16MiB..64GiB. A checkpoint is also taken every
-	// minute once something was written.
+	// (docs/benchmarks.md). Default 64MiB; in 16MiB..64GiB. A checkpoint
+	// is also taken every minute once something was written.
 	EntryLogCheckpointBytes bytesize.Size `mapstructure:"entry-log-checkpoint-bytes" yaml:"entry-log-checkpoint-bytes"`
 	// EntryLogRecycleFiles is how many entry log files no ledger needs
 	// are kept for reuse instead of deleted: a later file overwrites
