@@ -43,6 +43,67 @@ func BenchmarkRawFsync(b *testing.B) {
 	lat.Report(b)
 }
 
+// The disk alone under the I/O of the half-rate case of make bench-peers
+// (3 bookies, 3/3/2, 70,000 1 KiB msg/s): three writers, one per
+// bookie, each appending 128 KiB with direct I/O and fdatasync after
+// each, 600 times a second (what the bookies' syncs measured: about 600
+// a second each, 117 KiB on average). No Magnetar code runs: the floor
+// a bookie's sync latency can be compared with (docs/benchmarks.md). The
+// pace makes it take N/1800 seconds: run with -benchtime=20000x.
+func BenchmarkRawFsyncLoad(b *testing.B) {
+	const writers, chunk, perSecond = 3, 128 << 10, 600
+	dir := b.TempDir()
+	files := make([]*os.File, writers)
+	for i := range files {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(i)), os.O_CREATE|os.O_WRONLY|syscall.O_DIRECT, 0o644)
+		if err != nil {
+			b.Skipf("no direct I/O here: %v", err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	buf := alignedBuf(chunk)
+	var lat testutil.Latencies
+	b.SetBytes(chunk)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w, f := range files {
+		n := b.N / writers
+		if w < b.N%writers {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			next := time.Now()
+			for i := 0; i < n; i++ {
+				next = next.Add(time.Second / perSecond)
+				time.Sleep(time.Until(next))
+				start := time.Now()
+				if _, err := f.WriteAt(buf, int64(i)*chunk); err != nil {
+					errs <- err
+					return
+				}
+				if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+					errs <- err
+					return
+				}
+				lat.Add(time.Since(start))
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	lat.Report(b)
+	b.ReportMetric(float64(lat.Percentile(99.9).Microseconds()), "p99.9-us")
+	b.ReportMetric(float64(lat.Percentile(100).Microseconds()), "max-us")
+}
+
 var benchSizes = []int{1 << 10, 64 << 10}
 var benchInflight = []int{1, 16, 256}
 
