@@ -410,3 +410,61 @@ func TestProducerResendsInFlightAfterReconnect(t *testing.T) {
 		t.Fatalf("%d sends reached the broker; want 3 and their 3 resends", n)
 	}
 }
+
+// Close returns only after the broker has ended the producer's stream,
+// which it does once it has let go of the producer: a topic deleted or a
+// producer name reused right after Close must not find it still there.
+func TestProducerCloseWaitsForTheBroker(t *testing.T) {
+	f, p := startProducerToClose(t, ClientOptions{})
+	if _, err := p.Send(ctxT(t), &ProducerMessage{Payload: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	seen, release := f.holdProducerEnd()
+	closed := closeInBackground(p)
+	<-seen
+	select {
+	case <-closed:
+		t.Fatal("Close returned before the broker ended the producer's stream")
+	default:
+	}
+	close(release)
+	<-closed
+}
+
+// A broker that never ends a closed producer's stream (stalled) holds
+// Close for the operation timeout at most.
+func TestProducerCloseBoundedWhenTheBrokerStalls(t *testing.T) {
+	f, p := startProducerToClose(t, ClientOptions{OperationTimeout: 200 * time.Millisecond})
+	seen, release := f.holdProducerEnd()
+	defer close(release)
+	closed := closeInBackground(p)
+	<-seen
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close still waiting for a stalled broker after 20 s; want the 200 ms operation timeout")
+	}
+}
+
+// startProducerToClose starts a fake broker and a producer on it.
+func startProducerToClose(t *testing.T, opts ClientOptions) (*fakeBroker, Producer) {
+	t.Helper()
+	f := startFakeBroker(t, fakeOptions{})
+	opts.URL = "magnetar://" + f.addr
+	c := newTestClient(t, opts)
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, p
+}
+
+// closeInBackground closes p; the channel is closed when Close returns.
+func closeInBackground(p Producer) <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		p.Close()
+		close(closed)
+	}()
+	return closed
+}

@@ -48,6 +48,10 @@ type fakeBroker struct {
 		// takes without answering them before it breaks (a broker that
 		// went away with the sends in flight).
 		cutAfter int
+		// endSeen and endRelease, if set: a producer stream the client
+		// half-closes closes endSeen, then ends only once endRelease is
+		// closed (a broker still letting go of the producer).
+		endSeen, endRelease chan struct{}
 	}
 }
 
@@ -127,6 +131,16 @@ func (f *fakeBroker) cutAfterSends(n int) {
 	f.mu.cutAfter = n
 }
 
+// holdProducerEnd makes the next producer stream the client half-closes
+// wait for release before it ends; seen is closed when the half-close
+// arrives.
+func (f *fakeBroker) holdProducerEnd() (seen, release chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.endSeen, f.mu.endRelease = make(chan struct{}), make(chan struct{})
+	return f.mu.endSeen, f.mu.endRelease
+}
+
 func (f *fakeBroker) stored() [][]byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -190,6 +204,17 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
+			f.mu.Lock()
+			seen, release := f.mu.endSeen, f.mu.endRelease
+			f.mu.endSeen, f.mu.endRelease = nil, nil
+			f.mu.Unlock()
+			if seen != nil {
+				close(seen)
+				select {
+				case <-release:
+				case <-stream.Context().Done():
+				}
+			}
 			return nil
 		}
 		if status.Code(err) == codes.ResourceExhausted {

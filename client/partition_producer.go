@@ -433,7 +433,8 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 	timeout := time.NewTicker(max(pp.opts.SendTimeout/10, 10*time.Millisecond))
 	defer timeout.Stop()
 	for {
-		progressed, err := pp.receive(stream, timeout.C)
+		recvEnded := make(chan struct{})
+		progressed, err := pp.receive(stream, timeout.C, recvEnded)
 		if progressed {
 			// Backoff grows only while nothing gets through: a send refused
 			// at once after each reconnection (not enough bookies, say)
@@ -459,6 +460,20 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			abort()
 		}
 		if closed || errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrClosed) {
+				// Closed by Close: wait, bounded, for the broker to end
+				// the stream. It does so after answering what was sent
+				// and letting go of the producer, so a topic deleted or
+				// a name reused right after Close finds it gone (as
+				// Pulsar's client waits for CloseProducer's answer).
+				wait := time.NewTimer(min(pp.c.opts.OperationTimeout, 10*time.Second))
+				select {
+				case <-recvEnded:
+				case <-wait.C:
+				}
+				wait.Stop()
+				abort()
+			}
 			pp.failAll(ErrClosed)
 			return
 		}
@@ -536,14 +551,16 @@ func (pp *partitionProducer) terminated(err error) {
 const busyGiveUp = 30 * time.Second
 
 // receive handles receipts until the stream breaks or a send fails;
-// progressed reports whether a receipt came.
-func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time) (progressed bool, _ error) {
+// progressed reports whether a receipt came. recvEnded is closed when the
+// stream has ended (its Recv failed), which may be after receive returns.
+func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time, recvEnded chan<- struct{}) (progressed bool, _ error) {
 	type res struct {
 		r   *brokerpb.ProduceResponse
 		err error
 	}
 	ch := make(chan res, 16)
 	go func() {
+		defer close(recvEnded)
 		for {
 			r, err := stream.Recv()
 			ch <- res{r, err}

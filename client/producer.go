@@ -149,6 +149,12 @@ type Producer interface {
 	// Flush sends what is batched and waits until every message sent so
 	// far is acknowledged.
 	Flush() error
+	// Close sends what is batched and waits (up to the send timeout) for
+	// what is pending to be acknowledged; what is not fails with
+	// ErrClosed. It returns once the broker has let go of the producer
+	// (or after the operation timeout, at most 10 s, if it does not
+	// answer): a topic deleted or a producer name reused right after
+	// Close does not find it still connected.
 	Close()
 }
 

@@ -53,7 +53,8 @@ func TestReceiveLeavesNoReceiverBehindAfterTimeouts(t *testing.T) {
 	stream := &scriptedProduceStream{left: 100, aborted: make(chan struct{})}
 	timeouts := make(chan time.Time, 1)
 	timeouts <- time.Now()
-	_, err := pp.receive(stream, timeouts)
+	recvEnded := make(chan struct{})
+	_, err := pp.receive(stream, timeouts, recvEnded)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("receive after a timeout: %v, want ErrUnavailable", err)
 	}
@@ -61,4 +62,5 @@ func TestReceiveLeavesNoReceiverBehindAfterTimeouts(t *testing.T) {
 		t.Fatalf("the pending send: %v, want ErrSendTimeout", err)
 	}
 	close(stream.aborted) // the caller aborts the stream: the receiver must end
+	<-recvEnded
 }
