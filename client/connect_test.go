@@ -18,6 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	poisonReleased = true // a batch buffer used after its release sends garbage
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
 }
 

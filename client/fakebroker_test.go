@@ -16,6 +16,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
 )
 
 // fakeBroker is an in-process broker for the SDK's tests: it answers
@@ -41,6 +42,7 @@ type fakeBroker struct {
 		stall      bool     // the next producer open is not answered
 		busy       bool     // the next producer open after the stalled one is refused
 		stored     [][]byte // payloads of the accepted sends
+		batchSizes []int    // their messages (NumMessagesInBatch; 0: not a batch)
 		// refuse, if set, is the reason every send is refused with (as a
 		// broker that cannot store anything for now).
 		refuse brokerpb.ErrorReason
@@ -139,6 +141,28 @@ func (f *fakeBroker) holdProducerEnd() (seen, release chan struct{}) {
 	defer f.mu.Unlock()
 	f.mu.endSeen, f.mu.endRelease = make(chan struct{}), make(chan struct{})
 	return f.mu.endSeen, f.mu.endRelease
+}
+
+// storedMessages splits the stored batches into their messages' payloads.
+func (f *fakeBroker) storedMessages(t *testing.T) []string {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for i, p := range f.mu.stored {
+		if f.mu.batchSizes[i] == 0 {
+			out = append(out, string(p))
+			continue
+		}
+		msgs, err := entry.SplitBatch(p, f.mu.batchSizes[i])
+		if err != nil {
+			t.Fatalf("stored batch %d: %v", i, err)
+		}
+		for _, m := range msgs {
+			out = append(out, string(m.Payload))
+		}
+	}
+	return out
 }
 
 func (f *fakeBroker) stored() [][]byte {
@@ -248,6 +272,7 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 		} else {
 			f.mu.Lock()
 			f.mu.stored = append(f.mu.stored, send.Payload)
+			f.mu.batchSizes = append(f.mu.batchSizes, int(send.Metadata.GetNumMessagesInBatch()))
 			id := int64(len(f.mu.stored) - 1)
 			f.mu.Unlock()
 			resp = &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{

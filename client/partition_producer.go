@@ -86,6 +86,31 @@ type pendingBatch struct {
 	msgs    []*pendingMsg
 	req     *brokerpb.Send
 	created time.Time
+	// buf, if set, is req's payload, from batchBufs: it goes back there
+	// once the batch is done (acknowledged or failed) and not being
+	// written to a stream. Under the producer's mu, as are sending and
+	// done.
+	buf []byte
+	// sending: the sender is writing req to a stream (gRPC copies it
+	// before Send returns).
+	sending bool
+	// done: acknowledged or failed; a done batch is not sent again.
+	done bool
+}
+
+// finishLocked marks b done (acknowledged or failed) and gives its
+// payload buffer back unless the sender is writing it. Under pp.mu.
+func (b *pendingBatch) finishLocked() {
+	b.done = true
+	b.releaseLocked()
+}
+
+func (b *pendingBatch) releaseLocked() {
+	if b.buf == nil || b.sending || !b.done {
+		return
+	}
+	putBatchBuf(b.buf)
+	b.buf, b.req.Payload = nil, nil
 }
 
 func newPartitionProducer(ctx context.Context, c *client, topic string, partition int32, opts *ProducerOptions) (*partitionProducer, error) {
@@ -289,7 +314,7 @@ func (pp *partitionProducer) flushLocked() {
 		return
 	}
 	pp.mu.batch, pp.mu.batchBytes = nil, 0
-	req, err := pp.encode(msgs)
+	req, buf, err := pp.encode(msgs)
 	if err != nil {
 		go func() { // not under the lock: callbacks may send again
 			for _, m := range msgs {
@@ -299,7 +324,7 @@ func (pp *partitionProducer) flushLocked() {
 		}()
 		return
 	}
-	b := &pendingBatch{msgs: msgs, req: req, created: time.Now()}
+	b := &pendingBatch{msgs: msgs, req: req, created: time.Now(), buf: buf}
 	pp.mu.pending = append(pp.mu.pending, b)
 	pp.mu.outbox = append(pp.mu.outbox, b)
 	select {
@@ -309,8 +334,9 @@ func (pp *partitionProducer) flushLocked() {
 }
 
 // encode builds the Send of a batch: a single message as itself (batching
-// disabled), otherwise Pulsar's batch layout, compressed.
-func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) {
+// disabled), otherwise Pulsar's batch layout, compressed. buf, if not nil,
+// is the Send's payload, from batchBufs.
+func (pp *partitionProducer) encode(msgs []*pendingMsg) (_ *brokerpb.Send, buf []byte, _ error) {
 	md := &pulsarpb.MessageMetadata{}
 	var payload []byte
 	props := func(m map[string]string) []*pulsarpb.KeyValue {
@@ -352,7 +378,7 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) 
 		for _, pm := range msgs {
 			size += len(pm.msg.Payload) + 4 + 16
 		}
-		payload = make([]byte, 0, size)
+		payload = getBatchBuf(size)
 		for _, pm := range msgs {
 			m := pm.msg
 			smm := &pulsarpb.SingleMessageMetadata{Properties: props(m.Properties), SequenceId: proto.Uint64(uint64(pm.seq))}
@@ -367,16 +393,22 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) 
 			}
 			var err error
 			if payload, err = entry.AppendSingle(payload, smm, m.Payload); err != nil {
-				return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+				putBatchBuf(payload)
+				return nil, nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
 			}
 		}
+		buf = payload
 	}
 	if pp.compress != pulsarpb.CompressionType_NONE {
 		md.Compression = pp.compress.Enum()
 		md.UncompressedSize = proto.Uint32(uint32(len(payload)))
 		c, err := entry.Compress(pp.compress, payload)
+		if buf != nil {
+			putBatchBuf(buf) // compressed into c
+			buf = nil
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		payload = c
 	}
@@ -392,7 +424,7 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (*brokerpb.Send, error) 
 	if last != first {
 		send.HighestSequenceId = uint64(last)
 	}
-	return send, nil
+	return send, buf, nil
 }
 
 // sendLoop writes queued batches to the current stream.
@@ -407,9 +439,15 @@ func (pp *partitionProducer) sendLoop() {
 			pp.mu.Lock()
 			stream := pp.mu.stream
 			var b *pendingBatch
-			if stream != nil && len(pp.mu.outbox) > 0 {
+			for stream != nil && b == nil && len(pp.mu.outbox) > 0 {
 				b = pp.mu.outbox[0]
 				pp.mu.outbox = pp.mu.outbox[1:]
+				if b.done { // failed (timed out) while queued
+					b = nil
+				}
+			}
+			if b != nil {
+				b.sending = true
 			}
 			pp.mu.Unlock()
 			if b == nil {
@@ -418,6 +456,10 @@ func (pp *partitionProducer) sendLoop() {
 			pp.sendMu.Lock()
 			err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: b.req}})
 			pp.sendMu.Unlock()
+			pp.mu.Lock()
+			b.sending = false
+			b.releaseLocked()
+			pp.mu.Unlock()
 			if err != nil {
 				break // run notices the broken stream and reconnects
 			}
@@ -637,6 +679,7 @@ func (pp *partitionProducer) receipt(r *brokerpb.SendReceipt) {
 	}
 	b := pp.mu.pending[0]
 	pp.mu.pending = pp.mu.pending[1:]
+	b.finishLocked()
 	pp.mu.lastSeq = max(pp.mu.lastSeq, b.msgs[len(b.msgs)-1].seq)
 	pp.mu.cause = nil
 	if len(pp.mu.pending) == 0 && len(pp.mu.batch) == 0 {
@@ -662,6 +705,7 @@ func (pp *partitionProducer) failBatch(seq uint64, err error) {
 		if uint64(pb.msgs[0].seq) == seq {
 			b = pb
 			pp.mu.pending = append(pp.mu.pending[:i:i], pp.mu.pending[i+1:]...)
+			b.finishLocked()
 			break
 		}
 	}
@@ -703,6 +747,9 @@ func (pp *partitionProducer) expire() int {
 	}
 	expired := pp.mu.pending[:n:n]
 	pp.mu.pending = pp.mu.pending[n:]
+	for _, b := range expired {
+		b.finishLocked()
+	}
 	if n > 0 {
 		pp.idle.Broadcast()
 	}
@@ -736,6 +783,7 @@ func (pp *partitionProducer) failAll(err error) {
 	var msgs []*pendingMsg
 	for _, b := range pp.mu.pending {
 		msgs = append(msgs, b.msgs...)
+		b.finishLocked()
 	}
 	msgs = append(msgs, pp.mu.batch...)
 	pp.mu.pending, pp.mu.batch, pp.mu.outbox, pp.mu.batchBytes = nil, nil, nil, 0
