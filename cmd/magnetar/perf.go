@@ -191,7 +191,23 @@ type payloads struct {
 	// offset, so that making payloads costs a copy.
 	random []byte
 	rng    *rand.Rand
+	// free holds payloads given back (put) for next to reuse: a new one
+	// per message would cost the producer's process the allocation and
+	// collection of 70 MB/s at 70,000 msg/s of 1 KiB.
+	free sync.Pool
 }
+
+// put gives back a payload that the producer no longer reads: one whose
+// send was acknowledged (a failed one may still be being written).
+func (p *payloads) put(b []byte) {
+	if cap(b) == p.size {
+		p.free.Put(&b)
+	}
+}
+
+// paceSlack: perf produce sleeps only when it is this far ahead of its
+// rate, not before each message.
+const paceSlack = 100 * time.Microsecond
 
 // randomPool is the size of the random buffer messages are cut from: large
 // enough that messages batched together rarely overlap (which compression
@@ -211,10 +227,16 @@ func newPayloads(size int, compressible bool) *payloads {
 	return p
 }
 
-// next returns a new payload (the producer keeps it until it is sent);
+// next returns a payload (the producer keeps it until it is sent);
 // stamp it before sending.
 func (p *payloads) next() []byte {
-	b := make([]byte, p.size)
+	var b []byte
+	if f, ok := p.free.Get().(*[]byte); ok {
+		b = *f
+		clear(b[:min(16, len(b))]) // the stamp's place, as in a new one
+	} else {
+		b = make([]byte, p.size)
+	}
 	if p.random != nil {
 		off := p.rng.IntN(len(p.random) - p.size + 1)
 		copy(b, p.random[off:])
@@ -272,7 +294,8 @@ func newPerfCmd(g *globals) *cobra.Command {
 		Short: "Publish at a given rate; report msg/s, MB/s and send latency",
 		Long: `Publish at a given rate; report msg/s, MB/s and send latency: from the moment
 a message is handed to the producer (once fewer than --max-pending are in
-flight) to its acknowledgement. Exits non-zero if any send failed, after
+flight) to its acknowledgement. Messages are paced to --rate within 100µs
+(a few at a time at high rates). Exits non-zero if any send failed, after
 printing the reasons.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -325,11 +348,17 @@ printing the reasons.`,
 				st.record(size, latency)
 			}
 			start := time.Now()
+			pace := time.NewTimer(0)
+			defer pace.Stop()
+			<-pace.C
 			for i := 0; count == 0 || i < count; i++ {
 				if rate > 0 { // pace: message i is due at start + i/rate
-					if wait := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); wait > 0 {
+					// Sleeping only once ahead by paceSlack costs one wake-up
+					// per few messages at high rates instead of one each.
+					if wait := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); wait > paceSlack {
+						pace.Reset(wait)
 						select {
-						case <-time.After(wait):
+						case <-pace.C:
 						case <-ctx.Done():
 						}
 					}
@@ -340,7 +369,12 @@ printing the reasons.`,
 				payload := pl.next()
 				err := fl.send(ctx, func(at time.Time, done func(error)) {
 					stamp(payload, at)
-					p.SendAsync(sendCtx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { done(err) })
+					p.SendAsync(sendCtx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+						if err == nil {
+							pl.put(payload) // acknowledged: the producer is done with it
+						}
+						done(err)
+					})
 				}, record)
 				if err != nil {
 					break
