@@ -381,6 +381,12 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (_ *brokerpb.Send, buf [
 		payload = getBatchBuf(size)
 		for _, pm := range msgs {
 			m := pm.msg
+			if len(m.Properties) == 0 && m.Key == "" && m.OrderingKey == "" && m.EventTime.IsZero() {
+				// Only a sequence id: the same bytes, without building
+				// and marshaling the metadata.
+				payload = entry.AppendSingleSeq(payload, uint64(pm.seq), m.Payload)
+				continue
+			}
 			smm := &pulsarpb.SingleMessageMetadata{Properties: props(m.Properties), SequenceId: proto.Uint64(uint64(pm.seq))}
 			if m.Key != "" {
 				smm.PartitionKey = proto.String(m.Key)

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
@@ -123,6 +124,20 @@ func AppendSingle(buf []byte, smm *pulsarpb.SingleMessageMetadata, payload []byt
 	}
 	binary.BigEndian.PutUint32(buf[start:], uint32(n))
 	return append(buf, payload...), nil
+}
+
+// AppendSingleSeq appends a message whose metadata is only its sequence
+// id (and payload size): the bytes AppendSingle makes of
+// SingleMessageMetadata{SequenceId: seq}, without building the message.
+func AppendSingleSeq(buf []byte, seq uint64, payload []byte) []byte {
+	var md [2 + 2*binary.MaxVarintLen64]byte
+	m := protowire.AppendTag(md[:0], 3, protowire.VarintType) // payload_size
+	m = protowire.AppendVarint(m, uint64(int32(len(payload))))
+	m = protowire.AppendTag(m, 8, protowire.VarintType) // sequence_id
+	m = protowire.AppendVarint(m, seq)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(m)))
+	buf = append(buf, m...)
+	return append(buf, payload...)
 }
 
 // SplitBatch splits a (decompressed) batch payload into its n messages. The

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -233,5 +235,28 @@ func TestMetadataTooLarge(t *testing.T) {
 	msgs, err := SplitBatch(buf[6:], 1)
 	if err != nil || len(msgs) != 1 || string(msgs[0].Payload) != "payload" || msgs[0].Meta.GetPayloadSize() != 7 {
 		t.Fatalf("split: %+v %v", msgs, err)
+	}
+}
+
+// AppendSingleSeq makes the bytes AppendSingle makes of a metadata with
+// only a sequence id, and SplitBatch reads them back.
+func TestAppendSingleSeqAsAppendSingle(t *testing.T) {
+	for _, seq := range []uint64{0, 1, 127, 128, 1 << 35, math.MaxUint64} {
+		for _, size := range []int{0, 1, 127, 128, 70000} {
+			payload := bytes.Repeat([]byte{byte(size)}, size)
+			prefix := []byte("earlier messages")
+			want, err := AppendSingle(slices.Clone(prefix), &pulsarpb.SingleMessageMetadata{SequenceId: proto.Uint64(seq)}, payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := AppendSingleSeq(slices.Clone(prefix), seq, payload)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("seq %d, %d bytes: AppendSingleSeq differs from AppendSingle", seq, size)
+			}
+			msgs, err := SplitBatch(got[len(prefix):], 1)
+			if err != nil || msgs[0].Meta.GetSequenceId() != seq || !bytes.Equal(msgs[0].Payload, payload) {
+				t.Fatalf("seq %d, %d bytes: read back %v, %v", seq, size, msgs, err)
+			}
+		}
 	}
 }
