@@ -80,7 +80,13 @@ func TestResentBatchesKeepTheirBytes(t *testing.T) {
 		want = append(want, fmt.Sprintf("message %d %s", i, slices.Repeat([]byte{byte('a' + i%26)}, 100+i%300)))
 		p.SendAsync(ctxT(t), &ProducerMessage{Payload: []byte(want[i])}, func(_ MessageID, _ *ProducerMessage, err error) { errs <- err })
 		if i == n/2 {
-			f.cutAfterSends(3) // a second cut halfway
+			// A second cut halfway, once the first one happened.
+			testutil.Eventually(t, 10*time.Second, "the first cut", func() bool {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				return f.mu.cutAfter == 0
+			})
+			f.cutAfterSends(3)
 		}
 	}
 	for range n {

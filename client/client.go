@@ -186,6 +186,9 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 	if cc == nil {
 		maxMsg := max(c.opts.MaxMessageSize, maxBrokerMessageSize) + 1<<20
 		var err error
+		// No stats handler or interceptor that reads messages after Send
+		// returns: the producer reuses a batch's buffer once its Send has
+		// returned (batchbuf.go).
 		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 		if c.tls != nil {
 			opts[0] = grpc.WithTransportCredentials(credentials.NewTLS(c.tls))
@@ -382,9 +385,17 @@ func (c *client) Close() {
 		closers = append(closers, x)
 	}
 	c.mu.Unlock()
+	// At once: each may wait for its broker (a producer's Close, up to
+	// the operation timeout if the broker does not answer).
+	var wg sync.WaitGroup
 	for _, x := range closers {
-		x.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x.Close()
+		}()
 	}
+	wg.Wait()
 	c.mu.Lock()
 	c.mu.closed = true
 	conns := c.mu.conns

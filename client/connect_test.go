@@ -433,18 +433,49 @@ func TestProducerCloseWaitsForTheBroker(t *testing.T) {
 }
 
 // A broker that never ends a closed producer's stream (stalled) holds
-// Close for the operation timeout at most.
+// Close for the operation timeout, and no longer.
 func TestProducerCloseBoundedWhenTheBrokerStalls(t *testing.T) {
-	f, p := startProducerToClose(t, ClientOptions{OperationTimeout: 200 * time.Millisecond})
+	const opTimeout = time.Second
+	f, p := startProducerToClose(t, ClientOptions{OperationTimeout: opTimeout})
 	seen, release := f.holdProducerEnd()
 	defer close(release)
+	start := time.Now()
 	closed := closeInBackground(p)
 	<-seen
 	select {
 	case <-closed:
+		if took := time.Since(start); took < opTimeout {
+			t.Fatalf("Close returned after %v, before the broker ended the stream or the %v operation timeout", took, opTimeout)
+		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("Close still waiting for a stalled broker after 20 s; want the 200 ms operation timeout")
+		t.Fatalf("Close still waiting for a stalled broker after 20 s; want the %v operation timeout", opTimeout)
 	}
+}
+
+// A client's Close closes its producers at once, not one after another:
+// each may wait for its broker.
+func TestClientClosesProducersAtOnce(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{})
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	for _, topic := range []string{"a", "b"} {
+		if _, err := c.CreateProducer(ProducerOptions{Topic: topic}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen, release := f.holdProducerEnd()
+	closed := make(chan struct{})
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	<-seen
+	select {
+	case <-seen: // both half-closed while the first is still held
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second producer was not closed while the first one waited for its broker")
+	}
+	close(release)
+	<-closed
 }
 
 // startProducerToClose starts a fake broker and a producer on it.

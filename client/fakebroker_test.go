@@ -50,8 +50,8 @@ type fakeBroker struct {
 		// takes without answering them before it breaks (a broker that
 		// went away with the sends in flight).
 		cutAfter int
-		// endSeen and endRelease, if set: a producer stream the client
-		// half-closes closes endSeen, then ends only once endRelease is
+		// endSeen and endRelease, if set: each producer stream the client
+		// half-closes sends to endSeen, then ends only once endRelease is
 		// closed (a broker still letting go of the producer).
 		endSeen, endRelease chan struct{}
 	}
@@ -133,13 +133,12 @@ func (f *fakeBroker) cutAfterSends(n int) {
 	f.mu.cutAfter = n
 }
 
-// holdProducerEnd makes the next producer stream the client half-closes
-// wait for release before it ends; seen is closed when the half-close
-// arrives.
-func (f *fakeBroker) holdProducerEnd() (seen, release chan struct{}) {
+// holdProducerEnd makes the producer streams the client half-closes wait
+// for release before they end; seen gets one value per half-close.
+func (f *fakeBroker) holdProducerEnd() (seen <-chan struct{}, release chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.mu.endSeen, f.mu.endRelease = make(chan struct{}), make(chan struct{})
+	f.mu.endSeen, f.mu.endRelease = make(chan struct{}, 16), make(chan struct{})
 	return f.mu.endSeen, f.mu.endRelease
 }
 
@@ -230,10 +229,9 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 		if errors.Is(err, io.EOF) {
 			f.mu.Lock()
 			seen, release := f.mu.endSeen, f.mu.endRelease
-			f.mu.endSeen, f.mu.endRelease = nil, nil
 			f.mu.Unlock()
 			if seen != nil {
-				close(seen)
+				seen <- struct{}{}
 				select {
 				case <-release:
 				case <-stream.Context().Done():

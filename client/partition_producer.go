@@ -378,7 +378,8 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (_ *brokerpb.Send, buf [
 		for _, pm := range msgs {
 			size += len(pm.msg.Payload) + 4 + 16
 		}
-		payload = getBatchBuf(size)
+		pooled := getBatchBuf(size)
+		payload = pooled
 		for _, pm := range msgs {
 			m := pm.msg
 			if len(m.Properties) == 0 && m.Key == "" && m.OrderingKey == "" && m.EventTime.IsZero() {
@@ -399,7 +400,7 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (_ *brokerpb.Send, buf [
 			}
 			var err error
 			if payload, err = entry.AppendSingle(payload, smm, m.Payload); err != nil {
-				putBatchBuf(payload)
+				putBatchBuf(pooled)
 				return nil, nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
 			}
 		}
@@ -599,16 +600,21 @@ func (pp *partitionProducer) terminated(err error) {
 const busyGiveUp = 30 * time.Second
 
 // receive handles receipts until the stream breaks or a send fails;
-// progressed reports whether a receipt came. recvEnded is closed when the
-// stream has ended (its Recv failed), which may be after receive returns.
-func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time, recvEnded chan<- struct{}) (progressed bool, _ error) {
+// progressed reports whether a receipt came. recvEnded is closed once the
+// stream has ended (its Recv failed) and everything received before was
+// handled, which may be after receive returns.
+//
+// After receive returns ErrClosed (Close), the receipts still coming are
+// handled: the broker answers every send it took before it ends the
+// stream, and a stored message must not be failed. After any other
+// return they are dropped: the pending batches go again on a new stream.
+func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeouts <-chan time.Time, recvEnded chan<- struct{}) (progressed bool, err error) {
 	type res struct {
 		r   *brokerpb.ProduceResponse
 		err error
 	}
 	ch := make(chan res, 16)
 	go func() {
-		defer close(recvEnded)
 		for {
 			r, err := stream.Recv()
 			ch <- res{r, err}
@@ -623,12 +629,18 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 	ended := false
 	defer func() {
 		if ended {
+			close(recvEnded)
 			return
 		}
+		closing := errors.Is(err, ErrClosed)
 		go func() {
+			defer close(recvEnded)
 			for r := range ch {
 				if r.err != nil {
 					return
+				}
+				if rc := r.r.GetReceipt(); rc != nil && closing {
+					pp.receipt(rc)
 				}
 			}
 		}()

@@ -151,10 +151,10 @@ type Producer interface {
 	Flush() error
 	// Close sends what is batched and waits (up to the send timeout) for
 	// what is pending to be acknowledged; what is not fails with
-	// ErrClosed. It returns once the broker has let go of the producer
-	// (or after the operation timeout, at most 10 s, if it does not
-	// answer): a topic deleted or a producer name reused right after
-	// Close does not find it still connected.
+	// ErrClosed. Then it returns once the broker has let go of the
+	// producer (or, if the broker does not answer, after a further
+	// operation timeout, at most 10 s): a topic deleted or a producer
+	// name reused right after Close does not find it still connected.
 	Close()
 }
 

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
 
 // scriptedProduceStream is a produce stream whose Recv returns n receipts
@@ -63,4 +65,54 @@ func TestReceiveLeavesNoReceiverBehindAfterTimeouts(t *testing.T) {
 	}
 	close(stream.aborted) // the caller aborts the stream: the receiver must end
 	<-recvEnded
+}
+
+// closingProduceStream answers, once released, a receipt for sequence id
+// 1, then ends: a broker answering what it took before ending the stream
+// of a producer being closed.
+type closingProduceStream struct {
+	grpc.ClientStream // not used
+	release           chan struct{}
+	answered          bool
+}
+
+func (s *closingProduceStream) Send(*brokerpb.ProduceRequest) error { return nil }
+
+func (s *closingProduceStream) Recv() (*brokerpb.ProduceResponse, error) {
+	<-s.release
+	if s.answered {
+		return nil, io.EOF
+	}
+	s.answered = true
+	return &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
+		SequenceId: 1, MessageId: &brokerpb.MessageId{LedgerId: 3, EntryId: 4}}}}, nil
+}
+
+// A receipt that comes after Close stopped the receiving (while it waits
+// for the broker to end the stream) still acknowledges its message: the
+// broker stored it.
+func TestReceiptAfterCloseAcknowledges(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	result := make(chan error, 1)
+	pp := &partitionProducer{topic: "t", opts: &ProducerOptions{}, sem: make(chan struct{}, 1), stop: make(chan struct{})}
+	pp.idle = sync.NewCond(&pp.mu)
+	pp.sem <- struct{}{}
+	pp.mu.pending = []*pendingBatch{{created: time.Now(), req: &brokerpb.Send{Metadata: &pulsarpb.MessageMetadata{}},
+		msgs: []*pendingMsg{{seq: 1, cb: func(_ MessageID, _ *ProducerMessage, err error) { result <- err }}}}}
+	close(pp.stop) // Close
+	stream := &closingProduceStream{release: make(chan struct{})}
+	recvEnded := make(chan struct{})
+	if _, err := pp.receive(stream, nil, recvEnded); !errors.Is(err, ErrClosed) {
+		t.Fatalf("receive after Close: %v, want ErrClosed", err)
+	}
+	close(stream.release) // the broker answers, then ends the stream
+	<-recvEnded           // the receipt was handled before
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatalf("the message answered after Close: %v, want acknowledged", err)
+		}
+	default:
+		t.Fatal("the receipt that came after Close was dropped")
+	}
 }

@@ -36,7 +36,8 @@ for ((round = 1; round <= rounds; round++)); do
 		b=${v#*=}
 		/usr/bin/time -f "%U %S" -o "$out/time-$label" "$b" perf produce tail --size 1024 --rate "$rate" \
 			--max-pending 5000 --batch-delay 1ms --time "${secs}s" --url "$url" >"$out/perf-$label.log" 2>&1 || true
-		summary=$(grep -o 'summary: .*|' "$out/perf-$label.log" | sed 's/ |$//')
-		awk -v label="$label" -v s="$summary" '{ printf "%s %s | producer CPU %.2f s\n", label, s, $1 + $2 }' "$out/time-$label"
+		summary=$(grep -o 'summary: .*|' "$out/perf-$label.log" | sed 's/ |$//' || true)
+		[[ -n $summary ]] || summary="no summary (see $out/perf-$label.log)"
+		tail -n 1 "$out/time-$label" | awk -v label="$label" -v s="$summary" '{ printf "%s %s | producer CPU %.2f s\n", label, s, $1 + $2 }'
 	done
 done
