@@ -396,6 +396,11 @@ func Open(opts Options) (*DB, error) {
 		FormatMajorVersion:          pebble.FormatNewest,
 		Logger:                      pebbleLogger{opts.Logger.Named("pebble").Sugar()},
 	}
+	// No sstable mixes key kinds (see splitAtPrefixes): a flush's
+	// checkpoint and accounting keys would otherwise make its table
+	// overlap the whole entry index, and every compaction out of L0
+	// rewrote all of it.
+	po.Experimental.SpanPolicyFunc = splitAtPrefixes
 	if !opts.Compress {
 		po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
 	}

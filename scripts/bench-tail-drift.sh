@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# How the half-rate tail moves as a standalone fills: one standalone (3
+# bookies, 3/3/2, from $bin, default .bin/magnetar) warmed at the maximum
+# rate for WARM seconds, then ROUNDS runs of `perf produce` at a fixed RATE
+# with batches waiting 1 ms at most (the half-rate case of `make
+# bench-peers`), against the same standalone. Nothing is deleted meanwhile
+# (ledgers roll over after 10 minutes at the earliest), so each round
+# starts with more data held. Each round reports the latency summary, the
+# standalone's CPU time (user + system) and the data it holds afterwards.
+# With PPROF=1, the standalone serves its profiles and a 14 s CPU profile
+# of the first and the last round is written to the output directory.
+#
+# Usage: scripts/bench-tail-drift.sh [STANDALONE FLAGS...]
+# Env: RATE (70000 msg/s), SECS (20), WARM (20), ROUNDS (8), PPROF, bin,
+#      DATA_PARENT (where the data goes; default bench/out/tail-drift).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+rate=${RATE:-70000}
+secs=${SECS:-20}
+warm=${WARM:-20}
+rounds=${ROUNDS:-8}
+bin=${bin:-$root/.bin/magnetar}
+out=$root/bench/out/tail-drift
+mkdir -p "$out"
+url=magnetar://127.0.0.1:16650
+# shellcheck source=lib/standalone.sh
+source "$root/scripts/lib/standalone.sh"
+trap standalone_stop EXIT
+
+flags=(--bookies 3)
+[[ -n ${PPROF:-} ]] && flags+=(--pprof)
+standalone_start "$out/standalone.log" -- "${flags[@]}" "$@"
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+hz=$(getconf CLK_TCK)
+"$bin" perf produce warm --size 1024 --rate 0 --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
+for ((round = 1; round <= rounds; round++)); do
+	prof=
+	if [[ -n ${PPROF:-} ]] && ((round == 1 || round == rounds)); then
+		(sleep 3 && curl -sf -o "$out/cpu-round$round.pprof" "http://$standalone_http/debug/pprof/profile?seconds=14") &
+		prof=$!
+	fi
+	c0=$(cpu_ticks)
+	"$bin" perf produce tail --size 1024 --rate "$rate" --max-pending 5000 --batch-delay 1ms \
+		--time "${secs}s" --url "$url" >"$out/perf-round$round.log" 2>&1 || true
+	c1=$(cpu_ticks)
+	[[ -n $prof ]] && { wait "$prof" || echo "no profile for round $round" >&2; }
+	summary=$(grep -o 'summary: .*|' "$out/perf-round$round.log" | sed 's/ |$//' || true)
+	[[ -n $summary ]] || summary="no summary (see $out/perf-round$round.log)"
+	held=$(du -sm "$dir/data" | cut -f1)
+	awk -v r="$round" -v s="$summary" -v c=$((c1 - c0)) -v hz="$hz" -v held="$held" \
+		'BEGIN { printf "round %d %s | standalone CPU %.1f s | data held %.1f GiB\n", r, s, c / hz, held / 1024 }'
+done
