@@ -73,11 +73,12 @@ type Config struct {
 	// replayed at restart (about 1.5 s per GiB on this project's test
 	// machine) and the log files kept past their ledgers' deletion until
 	// the next checkpoint; each checkpoint stalls the log's syncs for a
-	// moment, so rarer is a lower p99, but small entries then fill the
-	// index's memtables (MemtableSize, twice) between checkpoints: at
-	// 1GiB a standalone's p99 halved and it went past its memory budget
-	// (docs/benchmarks.md). Default 64MiB; in 16MiB..64GiB. A checkpoint
-	// is also taken every minute once something was written.
+	// moment, so rarer is a lower p99 (at 1GiB a standalone's p99
+	// halved; docs/benchmarks.md). Default 64MiB; in 16MiB..64GiB. A
+	// checkpoint is also taken every minute once something was written,
+	// and once the index written since the last one reaches a quarter of
+	// MemtableSize: small entries, many index writes per byte of log, do
+	// not fill the memtables between checkpoints.
 	EntryLogCheckpointBytes bytesize.Size `mapstructure:"entry-log-checkpoint-bytes" yaml:"entry-log-checkpoint-bytes"`
 	// EntryLogRecycleFiles is how many entry log files no ledger needs
 	// are kept for reuse instead of deleted: a later file overwrites

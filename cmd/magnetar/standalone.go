@@ -94,6 +94,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Int("max-entry-size", def.MaxEntrySize, "largest entry (message or batch) accepted, in bytes")
 	f.Bool("entry-log", def.EntryLog, "the bookies store entries in an append-only log written once, with Pebble as the index (a data directory that used it keeps needing it)")
 	f.Bool("entry-log-direct-io", def.EntryLogDirectIO, "the bookies write the entry log with direct I/O, around the page cache (where the filesystem has it; not tmpfs)")
+	sizeFlag(f, "entry-log-checkpoint-bytes", def.EntryLogCheckpointBytes, "the bookies' entry log written between two checkpoints (flushes of the index): bounds the replay at restart (about 1.5s per GiB) and how long files of deleted ledgers stay; each checkpoint briefly stalls the log's syncs; e.g. 1GiB")
 	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
 	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz, /readyz and /metrics)")
 	f.String("advertised-address", def.AdvertisedAddress, "broker address clients are sent to, HOST:PORT (default: --broker-listen, with 127.0.0.1 for 0.0.0.0)")

@@ -43,6 +43,9 @@ type Config struct {
 	EntryLog bool `mapstructure:"entry-log"`
 	// EntryLogDirectIO is the bookies' --entry-log-direct-io.
 	EntryLogDirectIO bool `mapstructure:"entry-log-direct-io"`
+	// EntryLogCheckpointBytes is the bookies'
+	// --entry-log-checkpoint-bytes.
+	EntryLogCheckpointBytes bytesize.Size `mapstructure:"entry-log-checkpoint-bytes"`
 	// BrokerListen is the client (gRPC) address. Default 127.0.0.1:6650.
 	BrokerListen string `mapstructure:"broker-listen"`
 	// HTTPListen is the admin REST address. Default 127.0.0.1:8080.
@@ -98,6 +101,8 @@ func DefaultConfig() Config {
 		EntryLogDirectIO: bookie.DefaultConfig().EntryLogDirectIO,
 		BrokerListen:     "127.0.0.1:6650",
 		HTTPListen:       "127.0.0.1:8080",
+
+		EntryLogCheckpointBytes: bookie.DefaultConfig().EntryLogCheckpointBytes,
 
 		LostBookieRecoveryDelay:     bookie.DefaultConfig().LostBookieRecoveryDelay,
 		ClusterName:                 "standalone",
@@ -242,6 +247,7 @@ func (c *Config) bookieConfig(b Budget, i int) bookie.Config {
 	bc.MaxEntrySize = c.MaxEntrySize
 	bc.EntryLog = c.EntryLog
 	bc.EntryLogDirectIO = c.EntryLogDirectIO
+	bc.EntryLogCheckpointBytes = c.EntryLogCheckpointBytes
 	bc.MemtableSize = bytesize.Size(b.Bookie.Memtables / 2)
 	bc.BlockCacheSize = bytesize.Size(b.Bookie.BlockCache)
 	bc.MaxInflightBytes = b.Bookie.InflightPayload

@@ -48,15 +48,14 @@ var errCorrupt = errors.New("storage: corrupt record")
 // Without it, each flush wrote one table from the checkpoint key ('c'),
 // before every entry, to the newest entry or accounting key ('f') after
 // them: a table whose range covered the whole entry index. Moving it out of
-// L0 then rewrote every index table below it, so the index was rewritten
-// about every fourth flush, and the cost grew with the data the bookie held
-// (a 6 MiB index on a 14 GiB bookie: 12% of the standalone's CPU in
-// compactions and a half-rate p99 that tripled; docs/benchmarks.md). With
-// the split, the entries a flush adds lie past a ledger's older ones, so
-// only the new tables and the small tables of the other kinds are
-// compacted. (Several ledgers written at once still overlap one another's
-// new tables: the rewrite is then bounded by what those ledgers hold,
-// which their rollover bounds.)
+// L0 then rewrote every index table below it, about every fourth flush, so
+// the cost grew with the data the bookie held (docs/benchmarks.md, "The
+// index was rewritten"). With the split, a ledger's new entries lie past
+// its older tables, so only the new tables and the small tables of the
+// other kinds are compacted. Ledgers written at the same time still
+// overlap: a flush's entry table runs from the lowest ledger id written to
+// the highest, so its compaction rewrites the tables of every ledger whose
+// id lies between them, closed ones included, as in any LSM.
 func splitAtPrefixes(start []byte) (pebble.SpanPolicy, []byte, error) {
 	if len(start) == 0 || start[0] == 0xff {
 		return pebble.SpanPolicy{}, nil, nil // the rest of the key space

@@ -1119,9 +1119,9 @@ func (d *DB) loadFileLedgers() error {
 }
 
 // checkpointLoop checkpoints when the syncer says one is due (CheckpointBytes
-// written since the last one) and every CheckpointInterval, and runs a
-// compaction pass after each and whenever the syncer asks (every
-// compactEvery bytes). Stops with Close.
+// of log or CheckpointIndexBytes of index written since the last one) and
+// every CheckpointInterval, and runs a compaction pass after each and
+// whenever the syncer asks (every compactEvery bytes). Stops with Close.
 func (d *DB) checkpointLoop() {
 	defer d.stopped.Done()
 	t := time.NewTicker(d.opts.CheckpointInterval)
@@ -1139,7 +1139,7 @@ func (d *DB) checkpointLoop() {
 			continue // nothing more is written; a checkpoint would only fail
 		}
 		d.mu.Lock()
-		due = due || d.mu.sinceCheckpoint >= d.opts.CheckpointBytes
+		due = due || d.checkpointDueLocked()
 		d.mu.Unlock()
 		if due {
 			if err := d.checkpoint(); err != nil {
@@ -1155,6 +1155,12 @@ func (d *DB) checkpointLoop() {
 	}
 }
 
+// checkpointDueLocked tells whether enough log or index writes were
+// applied since the last checkpoint for the next. Called with DB.mu held.
+func (d *DB) checkpointDueLocked() bool {
+	return d.mu.sinceCheckpoint >= d.opts.CheckpointBytes || d.mu.indexSinceCheckpoint >= d.opts.CheckpointIndexBytes
+}
+
 // checkpoint makes everything applied to Pebble so far durable in its
 // sstables and records the log position it reaches, then deletes the log
 // files it made unneeded. Called by the checkpointer, or by Open and Close
@@ -1162,7 +1168,7 @@ func (d *DB) checkpointLoop() {
 func (d *DB) checkpoint() error {
 	d.mu.Lock()
 	p := d.mu.applied
-	d.mu.sinceCheckpoint = 0
+	d.mu.sinceCheckpoint, d.mu.indexSinceCheckpoint = 0, 0
 	d.mu.Unlock()
 	if p != d.checkpointed {
 		// Every batch that ends at or before p was applied before this

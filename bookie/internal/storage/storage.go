@@ -117,13 +117,20 @@ type Options struct {
 	// flush, with its sstable, manifest and directory syncs, stalls the
 	// log's syncs of every bookie on the disk: at 64 MiB, checkpoints
 	// come every second at half a standalone's maximum rate, and 1 GiB
-	// halved its p99; but small entries then fill the index's
-	// memtables between checkpoints, and a 3-bookie standalone went past
-	// its memory budget (docs/benchmarks.md).
+	// halved its p99; small entries would then fill the index's
+	// memtables between checkpoints (a 3-bookie standalone went past its
+	// memory budget), which CheckpointIndexBytes now prevents
+	// (docs/benchmarks.md).
 	// CheckpointInterval starts one anyway once something was written,
 	// default 1 minute: deleted ledgers' files go at checkpoints.
 	CheckpointBytes    int64
 	CheckpointInterval time.Duration
+	// CheckpointIndexBytes of index writes (Pebble batch bytes) applied
+	// since the last checkpoint also start the next, so that the index's
+	// memtables stay as small between checkpoints as with frequent ones
+	// whatever CheckpointBytes is: small entries make many index writes
+	// per byte of log. Default a quarter of MemTableSize.
+	CheckpointIndexBytes int64
 	// CompactionThreshold: a log file whose live entries (of ledgers not
 	// deleted) take less than this share of it is compacted: they are
 	// copied to the current file and the file goes (at the next
@@ -312,9 +319,10 @@ type DB struct {
 		closed  bool
 		// applied is the end of the last log batch applied to Pebble;
 		// sinceCheckpoint counts the log bytes applied since the last
-		// checkpoint.
-		applied         logPos
-		sinceCheckpoint int64
+		// checkpoint, indexSinceCheckpoint the Pebble batch bytes.
+		applied              logPos
+		sinceCheckpoint      int64
+		indexSinceCheckpoint int64
 	}
 }
 
@@ -364,6 +372,9 @@ func Open(opts Options) (*DB, error) {
 	}
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Minute
+	}
+	if opts.CheckpointIndexBytes == 0 {
+		opts.CheckpointIndexBytes = int64(max(opts.MemTableSize/4, 1))
 	}
 	if opts.CompactionThreshold == 0 {
 		opts.CompactionThreshold = 0.5
@@ -1364,9 +1375,10 @@ func (d *DB) visible(f inflight) {
 		d.mu.applied = f.end
 		before := d.mu.sinceCheckpoint
 		d.mu.sinceCheckpoint += f.logBytes
+		d.mu.indexSinceCheckpoint += int64(f.batch.Len())
 		// The checkpointer's turn: a checkpoint is due, or a compaction
 		// pass (every compactEvery bytes).
-		if d.mu.sinceCheckpoint >= d.opts.CheckpointBytes ||
+		if d.checkpointDueLocked() ||
 			before/d.opts.compactEvery != d.mu.sinceCheckpoint/d.opts.compactEvery {
 			select {
 			case d.ckptKick <- struct{}{}:
