@@ -73,8 +73,9 @@ type Config struct {
 	// replayed at restart (about 1.5 s per GiB on this project's test
 	// machine) and the log files kept past their ledgers' deletion until
 	// the next checkpoint; each checkpoint stalls the log's syncs for a
-	// moment, so rarer is a lower p99 (at 1GiB a standalone's p99
-	// halved; docs/benchmarks.md). Default 64MiB; in 16MiB..64GiB. A
+	// moment, so rarer can be a lower p99 (1GiB halved a standalone's
+	// p99 in one set of runs and about a tenth in a later one;
+	// docs/benchmarks.md). Default 64MiB; in 16MiB..64GiB. A
 	// checkpoint is also taken every minute once something was written,
 	// and once the index written since the last one reaches a quarter of
 	// MemtableSize: small entries, many index writes per byte of log, do

@@ -30,7 +30,7 @@ url=magnetar://127.0.0.1:16650
 # shellcheck source=lib/standalone.sh
 source "$root/scripts/lib/standalone.sh"
 prof=
-trap '[[ -n $prof ]] && kill "$prof" 2>/dev/null; standalone_stop' EXIT
+trap '[[ -z $prof ]] || kill "$prof" 2>/dev/null || true; standalone_stop' EXIT
 ((secs >= 10)) || [[ -z ${PPROF:-} ]] || { echo "PPROF needs SECS of 10 at least" >&2; exit 2; }
 
 flags=(--bookies 3)
@@ -43,7 +43,7 @@ hz=$(getconf CLK_TCK)
 for ((round = 1; round <= rounds; round++)); do
 	prof=
 	if [[ -n ${PPROF:-} ]] && ((round == 1 || round == rounds)); then
-		(sleep 3 && curl -sf -o "$out/cpu-round$round.pprof" "http://$standalone_http/debug/pprof/profile?seconds=$((secs - 6))") &
+		(sleep 3 && exec curl -sf -o "$out/cpu-round$round.pprof" "http://$standalone_http/debug/pprof/profile?seconds=$((secs - 6))") &
 		prof=$!
 	fi
 	alive

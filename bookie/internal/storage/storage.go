@@ -117,7 +117,8 @@ type Options struct {
 	// flush, with its sstable, manifest and directory syncs, stalls the
 	// log's syncs of every bookie on the disk: at 64 MiB, checkpoints
 	// come every second at half a standalone's maximum rate, and 1 GiB
-	// halved its p99; small entries would then fill the index's
+	// halved its p99 in one set of runs (about a tenth in a later
+	// one); small entries would then fill the index's
 	// memtables between checkpoints (a 3-bookie standalone went past its
 	// memory budget), which CheckpointIndexBytes now prevents
 	// (docs/benchmarks.md).
@@ -373,7 +374,7 @@ func Open(opts Options) (*DB, error) {
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Minute
 	}
-	if opts.CheckpointIndexBytes == 0 {
+	if opts.CheckpointIndexBytes <= 0 {
 		opts.CheckpointIndexBytes = int64(max(opts.MemTableSize/4, 1))
 	}
 	if opts.CompactionThreshold == 0 {
