@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
@@ -253,4 +254,107 @@ func fillRecycled(b *testing.B, dir string, fileSize, need int64) {
 	if err := d.Close(); err != nil { // its last checkpoint keeps the files for reuse
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkBookieAddStreamPipelined is BenchmarkBookieAddStream's 1 KiB
+// case at 256 in flight with the client a ledger writer has: no goroutine
+// per add. The goroutine that reads the results queues one new add for
+// each result and wakes the sender once per message of results, as
+// bookie/ledger's writer answers its appends from its stream's receive
+// loop. BenchmarkBookieAddStream's client parks one goroutine per add in
+// flight: each message of results makes about a hundred of them runnable
+// at once on the two cores, and their scheduling (`go tool trace
+// -pprof=sched`) is part of what that benchmark measures. Both are
+// recorded in docs/benchmarks.md.
+func BenchmarkBookieAddStreamPipelined(b *testing.B) {
+	const size, inflight = 1 << 10, 256
+	c := startBenchBookie(b)
+	stream, err := c.AddEntries(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, size)
+	rand.Read(payload)
+	var (
+		mu      sync.Mutex
+		queue   []*bookiepb.AddEntryRequest
+		issued  int
+		started = make([]time.Time, b.N)
+		signal  = make(chan struct{}, 1)
+		sends   int
+	)
+	// next queues entry i; the caller holds mu.
+	next := func(i int) {
+		entry := int64(i)
+		length := (entry + 1) * size
+		started[i] = time.Now()
+		queue = append(queue, &bookiepb.AddEntryRequest{
+			LedgerId: 1, EntryId: entry, RequestId: uint64(i), MasterKey: key, LastAddConfirmed: -1,
+			Length: length, Payload: payload, Crc32C: wire.Checksum(1, entry, -1, length, payload),
+		})
+	}
+	sent := make(chan error, 1)
+	go func() {
+		for range signal {
+			runtime.Gosched() // as bookie/ledger's streams do
+			for {
+				mu.Lock()
+				batch := queue
+				queue = nil
+				mu.Unlock()
+				if len(batch) == 0 {
+					break
+				}
+				sends++
+				if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: batch}); err != nil {
+					sent <- err
+					return
+				}
+			}
+		}
+		sent <- nil
+	}()
+	var lat testutil.Latencies
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	mu.Lock()
+	for ; issued < min(inflight, b.N); issued++ {
+		next(issued)
+	}
+	mu.Unlock()
+	signal <- struct{}{}
+	for done := 0; done < b.N; {
+		resp, err := stream.Recv()
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := time.Now()
+		mu.Lock()
+		for _, r := range resp.Results {
+			if err := wire.FromResult(r.Code, r.Reason, r.Message); err != nil {
+				mu.Unlock()
+				b.Fatalf("add %d: %v", r.RequestId, err)
+			}
+			lat.Add(now.Sub(started[r.RequestId]))
+			done++
+			if issued < b.N {
+				next(issued)
+				issued++
+			}
+		}
+		mu.Unlock()
+		select {
+		case signal <- struct{}{}:
+		default:
+		}
+	}
+	b.StopTimer()
+	close(signal)
+	if err := <-sent; err != nil {
+		b.Fatal(err)
+	}
+	stream.CloseSend()
+	b.ReportMetric(float64(b.N)/float64(sends), "adds/msg")
+	lat.Report(b)
 }

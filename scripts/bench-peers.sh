@@ -49,13 +49,16 @@ if [[ ${SKIP_GOBENCH:-0} != 1 ]]; then
 	l0=$(load)
 	go test -run '^$' -bench 'RawFsync$' -benchtime 3s ./bookie/internal/storage/ | tee "$gb"
 	go test -run '^$' -bench 'BookieAddStream/size=1KiB/inflight=256$' -benchtime 3s ./bookie/ | tee -a "$gb"
+	go test -run '^$' -bench 'BookieAddStreamPipelined$' -benchtime 3s ./bookie/ | tee -a "$gb"
 	echo "load=$l0-$(load)" >>"$gb"
 fi
 if [[ -f $gb ]]; then
 	fsync=$(awk '/^BenchmarkRawFsync/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
-	stream=$(awk '/^BenchmarkBookieAddStream/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
+	stream=$(awk '/^BenchmarkBookieAddStream\// { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
+	piped=$(awk '/^BenchmarkBookieAddStreamPipelined/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
 	rec "gobench raw_fsync ${fsync:-na} ops/s $(grep '^load=' "$gb")"
 	rec "gobench add_stream_1k_256 ${stream:-na} ops/s $(grep '^load=' "$gb")"
+	rec "gobench add_stream_pipelined_1k_256 ${piped:-na} ops/s $(grep '^load=' "$gb")"
 fi
 
 make -s build
@@ -166,6 +169,7 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
 	if [[ -n ${fsync:-} ]]; then
 		echo "| group commit: bookie gRPC adds (256 in flight) / raw fsync | $stream / $fsync ops/s | | $(ratio "$stream" "$fsync") | >= 40x |"
+		echo "| the same, the client a ledger writer's (no goroutine per add) | ${piped:-na} / $fsync ops/s | | $(ratio "${piped:-}" "$fsync") | >= 40x |"
 	fi
 	echo
 	echo "Raw lines (load average before-after each run):"
