@@ -10,7 +10,9 @@
 #    disk and loopback bandwidth) and the peers (1 KiB messages, fsync
 #    before acknowledgement), into bench/out/.
 # 2. Go benchmarks of the bookie: raw fsync rate and the bookie's gRPC
-#    front end with 256 adds in flight (the group-commit ratio).
+#    front end with 256 adds in flight (the group-commit ratio), with a
+#    goroutine per add and with a pipelined client (as a ledger writer's
+#    stream, no goroutine per add).
 # 3. magnetar standalone with 3 bookies (3/3/2) and with 1 (1/1/1), driven
 #    by magnetar perf in separate processes: batched at the maximum rate,
 #    unbatched with 500 in flight, and at half the maximum rate with
@@ -48,7 +50,7 @@ gb=$out/magnetar-gobench.txt
 if [[ ${SKIP_GOBENCH:-0} != 1 ]]; then
 	l0=$(load)
 	go test -run '^$' -bench 'RawFsync$' -benchtime 3s ./bookie/internal/storage/ | tee "$gb"
-	go test -run '^$' -bench 'BookieAddStream/size=1KiB/inflight=256$' -benchtime 3s ./bookie/ | tee -a "$gb"
+	go test -run '^$' -bench 'BookieAddStream$/size=1KiB/inflight=256$' -benchtime 3s ./bookie/ | tee -a "$gb"
 	go test -run '^$' -bench 'BookieAddStreamPipelined$' -benchtime 3s ./bookie/ | tee -a "$gb"
 	echo "load=$l0-$(load)" >>"$gb"
 fi
