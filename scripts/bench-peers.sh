@@ -171,7 +171,7 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
 	if [[ -n ${fsync:-} ]]; then
 		echo "| group commit: bookie gRPC adds (256 in flight) / raw fsync | $stream / $fsync ops/s | | $(ratio "$stream" "$fsync") | >= 40x |"
-		echo "| the same, the client a ledger writer's (no goroutine per add) | ${piped:-na} / $fsync ops/s | | $(ratio "${piped:-}" "$fsync") | >= 40x |"
+		echo "| the same, pipelined client (no goroutine per add; an upper bound for a writer's stream) | ${piped:-na} / $fsync ops/s | | $(ratio "${piped:-}" "$fsync") | >= 40x |"
 	fi
 	echo
 	echo "Raw lines (load average before-after each run):"
