@@ -482,3 +482,78 @@ func TestEntryLogCompactionThresholdZeroIsNever(t *testing.T) {
 		t.Fatalf("threshold 0.3 became %v", got)
 	}
 }
+
+// Every add on a stream is answered with its own request id, and gives its
+// bytes back to the bookie's budget whatever its outcome: stored, refused
+// by the bookie's checks (bad checksum, too large) or by the storage (a
+// fenced ledger). The budget here holds two adds, and the stream makes
+// many times that: an outcome that kept its bytes would stall the stream.
+func TestStreamAddsReturnTheirBudgetOnEveryOutcome(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(t.TempDir())
+	const size = 1 << 10
+	cfg.MaxEntrySize = 2 * size
+	cfg.MaxInflightBytes = 2 * size
+	s := e.start(t, cfg)
+	c := dial(t, s.Addr())
+	// A stalled stream fails the test here, well before the package's
+	// timeout (a healthy run takes about a second).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	payload := bytes.Repeat([]byte("p"), size)
+	if _, err := c.Fence(ctx, &bookiepb.FenceRequest{LedgerId: 2, MasterKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := c.AddEntries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 20
+	want := map[uint64]string{} // request id: the reason expected ("" for success)
+	var next int64
+	id := uint64(0)
+	for range rounds {
+		var batch []*bookiepb.AddEntryRequest
+		ok := addReq(1, next, payload)
+		next++
+		bad := addReq(1, next, payload)
+		bad.Crc32C++
+		large := addReq(1, next, bytes.Repeat([]byte("l"), 2*size+1))
+		fenced := addReq(2, 0, payload)
+		for _, r := range []struct {
+			req    *bookiepb.AddEntryRequest
+			reason string
+		}{{ok, ""}, {bad, "BAD_CHECKSUM"}, {large, "ENTRY_TOO_LARGE"}, {fenced, "LEDGER_FENCED"}} {
+			id++
+			r.req.RequestId = id
+			want[id] = r.reason
+			batch = append(batch, r.req)
+		}
+		if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: batch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(want) > 0 {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("%d adds unanswered: %v", len(want), err)
+		}
+		for _, r := range resp.Results {
+			reason, ok := want[r.RequestId]
+			switch {
+			case !ok:
+				t.Fatalf("result for request %d, not asked or answered twice: %+v", r.RequestId, r)
+			case reason == "" && r.Code != 0:
+				t.Fatalf("request %d: %+v, want success", r.RequestId, r)
+			case reason != "" && (r.Reason != reason || r.Message == ""):
+				t.Fatalf("request %d: %+v, want reason %s with a message", r.RequestId, r, reason)
+			}
+			delete(want, r.RequestId)
+		}
+	}
+	stream.CloseSend()
+	got, err := c.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: 1, EntryId: rounds - 1})
+	if err != nil || !bytes.Equal(got.Payload, payload) {
+		t.Fatalf("last stored entry: %v", err)
+	}
+}

@@ -154,6 +154,7 @@ var retireGrace = 30 * time.Second
 // receiveAdds reads add batches and hands each add to the storage.
 func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outstanding, results *resultQueue) error {
 	ctx := stream.Context()
+	s := &addStream{v: v, st: st, results: results}
 	for {
 		batch, err := stream.Recv()
 		if err != nil {
@@ -163,41 +164,63 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 			return err
 		}
 		for _, req := range batch.Entries {
-			start := time.Now()
+			a := &streamAdd{s: s, start: time.Now(), payload: req.Payload, result: bookiepb.AddResult{RequestId: req.RequestId}}
 			e, err := v.toEntry(req)
 			n := int64(len(req.Payload))
 			if err == nil {
 				if err = v.s.budget.Acquire(ctx, n); err != nil {
 					return err
 				}
+				a.budgeted = true
 			}
 			if !st.add() {
-				if err == nil {
+				if a.budgeted {
 					v.s.budget.Release(n)
 				}
 				return nil // the bookie is stopping; the client sees the stream end
 			}
-			id := req.RequestId
-			budgeted := err == nil
-			done := func(err error) {
-				// The storage has answered: it holds no reference to the
-				// payload any more (it copied it into its log or batch).
-				wirecodec.Release(req.Payload)
-				v.s.metrics.added(int(n), time.Since(start), err)
-				code, reason, msg := wire.ToResult(err)
-				results.push(&bookiepb.AddResult{RequestId: id, Code: code, Reason: reason, Message: msg})
-				if budgeted {
-					v.s.budget.Release(n)
-				}
-				st.done()
-			}
 			if err != nil {
-				done(err)
+				a.AddDone(err)
 				continue
 			}
-			v.s.db.AddEntryAsync(e, req.MasterKey, req.Recovery, done)
+			v.s.db.AddEntryAsync(e, req.MasterKey, req.Recovery, a)
 		}
 	}
+}
+
+// addStream is what the adds of one AddEntries stream share.
+type addStream struct {
+	v       *service
+	st      *outstanding
+	results *resultQueue
+}
+
+// streamAdd is one add of a stream, from its arrival to its result: the
+// storage tells it the outcome (storage.AddDone), and its result is the
+// message queued for the client. One allocation per add, for all of it.
+type streamAdd struct {
+	s        *addStream
+	start    time.Time
+	payload  []byte // the codec's pooled buffer
+	budgeted bool   // len(payload) bytes are held in the bookie's budget
+	result   bookiepb.AddResult
+}
+
+// AddDone answers the add. Called once, on the storage's goroutines.
+func (a *streamAdd) AddDone(err error) {
+	// The storage has answered: it holds no reference to the payload any
+	// more (it copied it into its log or batch).
+	n := int64(len(a.payload))
+	wirecodec.Release(a.payload)
+	a.payload = nil
+	v := a.s.v
+	v.s.metrics.added(int(n), time.Since(a.start), err)
+	a.result.Code, a.result.Reason, a.result.Message = wire.ToResult(err)
+	a.s.results.push(&a.result)
+	if a.budgeted { // on every outcome: a refused add holds nothing either
+		v.s.budget.Release(n)
+	}
+	a.s.st.done()
 }
 
 // outstanding counts a stream's adds in progress, and refuses new ones

@@ -746,7 +746,7 @@ func TestEntryLogDirectIO(t *testing.T) {
 	const n = 200
 	errs := make(chan error, n)
 	for e := int64(0); e < n; e++ { // asynchronous: several per write
-		d.AddEntryAsync(mkEntry(2, e, oddSize(e)), key, false, func(err error) { errs <- err })
+		d.AddEntryAsync(mkEntry(2, e, oddSize(e)), key, false, addFunc(func(err error) { errs <- err }))
 	}
 	for range n {
 		if err := <-errs; err != nil {
@@ -1070,7 +1070,7 @@ func TestIndexCompactionWritesEntriesOnce(t *testing.T) {
 	inflight := make(chan struct{}, 256)
 	for e := int64(0); e < n; e++ {
 		inflight <- struct{}{}
-		d.AddEntryAsync(mkEntry(1, e, 64), key, false, func(err error) {
+		d.AddEntryAsync(mkEntry(1, e, 64), key, false, addFunc(func(err error) {
 			if err != nil {
 				select {
 				case errs <- err:
@@ -1078,7 +1078,7 @@ func TestIndexCompactionWritesEntriesOnce(t *testing.T) {
 				}
 			}
 			<-inflight
-		})
+		}))
 	}
 	for range cap(inflight) {
 		inflight <- struct{}{}

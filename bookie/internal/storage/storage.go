@@ -228,22 +228,31 @@ type request struct {
 	file      uint32 // reqRelocate: the file copied from; reqRelease
 	deleted   bool   // reqFence: the ledger was deleted before the answer
 
-	// Set by the committer or syncer, then finish closes done or calls cb.
+	// Set by the committer or syncer, then finish closes done or tells
+	// added or cb.
 	err  error
 	info LedgerInfo // reqFence
 	done chan struct{}
-	cb   func(error) // asynchronous requests
+	cb   func(error) // asynchronous requests of the storage's own
+	// added is told an AddEntryAsync's outcome; pending is the DB's count
+	// of them, decremented first.
+	added   AddDone
+	pending *atomic.Int64
 }
 
 // finish answers the request. Called once, by the committer, the syncer or
 // Close.
 func (r *request) finish(err error) {
 	r.err = err
-	if r.cb != nil {
+	switch {
+	case r.added != nil:
+		r.pending.Add(-1)
+		r.added.AddDone(err)
+	case r.cb != nil:
 		r.cb(err)
-		return
+	default:
+		close(r.done)
 	}
-	close(r.done)
 }
 
 type inflight struct {
@@ -747,22 +756,27 @@ func (d *DB) AddEntry(ctx context.Context, e Entry, masterKey []byte, recovery b
 	return d.submit(ctx, &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery})
 }
 
-// AddEntryAsync queues an add and returns; cb gets its outcome once the
-// entry is durable (nil) or refused. cb runs on the storage's goroutines:
-// it must not block. AddEntryAsync itself blocks while the queue is full.
-func (d *DB) AddEntryAsync(e Entry, masterKey []byte, recovery bool, cb func(error)) {
+// AddDone is told the outcome of an AddEntryAsync: nil once the entry is
+// durable, or why it was refused. AddDone is called exactly once, on the
+// storage's goroutines (or AddEntryAsync's caller's, for a request refused
+// at once), and must not block. An interface rather than a function, so
+// that a caller answers with the record it keeps per add anyway, with no
+// closure allocated per add.
+type AddDone interface {
+	AddDone(err error)
+}
+
+// AddEntryAsync queues an add and returns; done gets its outcome.
+// AddEntryAsync itself blocks while the queue is full.
+func (d *DB) AddEntryAsync(e Entry, masterKey []byte, recovery bool, done AddDone) {
 	if err := checkAdd(e, masterKey); err != nil {
-		cb(err)
+		done.AddDone(err)
 		return
 	}
-	r := &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery}
-	r.cb = func(err error) {
-		d.pending.Add(-1)
-		cb(err)
-	}
+	r := &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery, added: done, pending: &d.pending}
 	d.pending.Add(1)
 	if err := d.enqueue(context.Background(), r); err != nil {
-		r.cb(err)
+		r.finish(err)
 	}
 }
 

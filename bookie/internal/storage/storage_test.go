@@ -21,6 +21,11 @@ import (
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
+// addFunc is a function as an AddDone.
+type addFunc func(error)
+
+func (f addFunc) AddDone(err error) { f(err) }
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, testutil.GoleakIgnores()...)
 }
@@ -622,7 +627,7 @@ func TestWriteStallsAreReported(t *testing.T) {
 	const n = 512 // 4 MiB: more than the memtables hold
 	done := make(chan error, n)
 	for i := int64(0); i < n; i++ {
-		d.AddEntryAsync(mkEntry(1, i, size), key, false, func(err error) { done <- err })
+		d.AddEntryAsync(mkEntry(1, i, size), key, false, addFunc(func(err error) { done <- err }))
 	}
 	ctx := ctxT(t)
 	wait := func(ch <-chan struct{}, what string) {
