@@ -554,6 +554,6 @@ func TestStreamAddsReturnTheirBudgetOnEveryOutcome(t *testing.T) {
 	stream.CloseSend()
 	got, err := c.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: 1, EntryId: rounds - 1})
 	if err != nil || !bytes.Equal(got.Payload, payload) {
-		t.Fatalf("last stored entry: %v", err)
+		t.Fatalf("last stored entry: %q, %v; want %d bytes of %q", got.GetPayload(), err, size, "p")
 	}
 }

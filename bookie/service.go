@@ -206,7 +206,9 @@ type streamAdd struct {
 	result   bookiepb.AddResult
 }
 
-// AddDone answers the add. Called once, on the storage's goroutines.
+// AddDone answers the add. Called once: by the storage (on its
+// goroutines, or on the receiver's when it refuses the add at once), or by
+// the receiver when the bookie's own checks refuse it.
 func (a *streamAdd) AddDone(err error) {
 	// The storage has answered: it holds no reference to the payload any
 	// more (it copied it into its log or batch).

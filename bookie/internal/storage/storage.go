@@ -233,7 +233,7 @@ type request struct {
 	err  error
 	info LedgerInfo // reqFence
 	done chan struct{}
-	cb   func(error) // asynchronous requests of the storage's own
+	cb   func(error) // the storage's own asynchronous requests (compaction)
 	// added is told an AddEntryAsync's outcome; pending is the DB's count
 	// of them, decremented first.
 	added   AddDone
