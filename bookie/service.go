@@ -197,7 +197,8 @@ type addStream struct {
 
 // streamAdd is one add of a stream, from its arrival to its result: the
 // storage tells it the outcome (storage.AddDone), and its result is the
-// message queued for the client. One allocation per add, for all of it.
+// message queued for the client: one allocation per add for the bookie's
+// part of it (the storage allocates its own request).
 type streamAdd struct {
 	s        *addStream
 	start    time.Time
