@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math/bits"
 	"os"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // The entry log (Options.EntryLog) is the write-once storage design: every
@@ -254,22 +256,30 @@ type entryLog struct {
 
 	// Committer-owned.
 	cur *logFile
-	buf []byte // the batch being built
+	// buf is the batch being built, as it will be written: aligned in
+	// memory, starting at an aligned offset of cur with the file's last
+	// partial block (lead bytes, handed over with the batch before), then
+	// the batch's records. The syncer writes it as it is, with direct
+	// I/O, without copying it (writePending).
+	buf  []byte
+	lead int
 
-	// pending holds the records the committer handed over (handOver) and
+	// pending holds the batches the committer handed over (handOver) and
 	// the syncer has not written yet (writePending): one write per group
 	// commit instead of one per batch. They all belong to file, the
 	// committer's current file: a rollover waits until the syncer wrote
 	// and synced the old file whole, so pending never spans two files.
 	pending struct {
 		sync.Mutex
-		file  *logFile
-		buf   []byte
-		spare []byte // the buffer last written, for reuse
+		file   *logFile
+		pieces []logPiece
+		// spare are written buffers, for reuse: spareBytes in all.
+		spare      [][]byte
+		spareBytes int
 	}
-	// wbuf is the syncer's aligned write buffer (writeAligned); it starts
-	// with the current file's last partial block once written.
-	wbuf []byte
+	// idle is the syncer's: the pieces slice it last wrote, swapped back
+	// into pending at the next writePending.
+	idle []logPiece
 	// curLedgers are the ledgers whose 'f' key for cur is set (or in the
 	// batch being built).
 	curLedgers map[int64]struct{}
@@ -470,7 +480,8 @@ func (l *entryLog) loadFree() error {
 // appendRecord appends a record's header and returns the body to fill.
 func (l *entryLog) appendRecord(kind byte, bodyLen int) []byte {
 	n := len(l.buf)
-	l.buf = slices.Grow(l.buf, logRecordHeaderLen+1+bodyLen)[:n+logRecordHeaderLen+1+bodyLen]
+	l.reserve(logRecordHeaderLen + 1 + bodyLen)
+	l.buf = l.buf[:n+logRecordHeaderLen+1+bodyLen]
 	rec := l.buf[n:]
 	binary.BigEndian.PutUint32(rec[4:], uint32(1+bodyLen))
 	rec[logRecordHeaderLen] = kind
@@ -498,7 +509,7 @@ func (l *entryLog) addEntry(ledger, entry int64, h entryHeader, payload []byte) 
 	putEntryHeader(body[entryKeyLen:], h)
 	copy(body[entryKeyLen+entryHeaderLen:], payload)
 	l.sealRecord(off)
-	payloadOff := l.cur.size + int64(off+logRecordHeaderLen+1+entryKeyLen+entryHeaderLen)
+	payloadOff := l.cur.size + int64(off-l.lead+logRecordHeaderLen+1+entryKeyLen+entryHeaderLen)
 	return entryPointer{file: l.cur.num, off: payloadOff, len: uint32(len(payload))}
 }
 
@@ -528,48 +539,216 @@ func (l *entryLog) addDeleteRange(start, end []byte) {
 	l.sealRecord(off)
 }
 
-// maxKeptBuf bounds a buffer kept for reuse: a huge batch's is dropped.
-const maxKeptBuf = 4 << 20
+// Buffers of the batches: sizes are powers of two from minBuf, so that
+// they fit one another's batches; one kept for reuse is at most
+// maxKeptBuf (a huge batch's is dropped), and those kept add up to at most
+// maxSpareBytes.
+const (
+	minBuf        = 64 << 10
+	maxKeptBuf    = 4 << 20
+	maxSpareBytes = 8 << 20
+)
+
+// logPiece is a batch handed over: buf[:n] are the bytes of the file from
+// off (aligned), buf[n:] zeros up to the next aligned length.
+type logPiece struct {
+	buf []byte
+	off int64
+	n   int
+}
+
+// reserve makes room in buf for n more bytes and the padding after them,
+// keeping it aligned. Committer only.
+func (l *entryLog) reserve(n int) {
+	need := len(l.buf) + n + logAlign
+	if cap(l.buf) >= need {
+		return
+	}
+	l.pending.Lock()
+	nb := l.takeSpareLocked(need)
+	l.pending.Unlock()
+	if nb == nil {
+		nb = alignedBuf(max(minBuf, 1<<bits.Len(uint(need-1))))
+	}
+	old := l.buf
+	l.buf = append(nb[:0], old...)
+	if cap(old) > 0 {
+		l.pending.Lock()
+		l.keepLocked(old) // for a smaller batch
+		l.pending.Unlock()
+	}
+}
+
+// keepLocked keeps b for reuse if there is room. With pending's lock held.
+func (l *entryLog) keepLocked(b []byte) {
+	if cap(b) <= maxKeptBuf && l.pending.spareBytes+cap(b) <= maxSpareBytes {
+		l.pending.spare = append(l.pending.spare, b[:0])
+		l.pending.spareBytes += cap(b)
+	}
+}
+
+// takeSpareLocked is takeSpare with pending's lock held.
+func (l *entryLog) takeSpareLocked(n int) []byte {
+	for i, b := range l.pending.spare {
+		if cap(b) >= n {
+			last := len(l.pending.spare) - 1
+			l.pending.spare[i] = l.pending.spare[last]
+			l.pending.spare[last] = nil
+			l.pending.spare = l.pending.spare[:last]
+			l.pending.spareBytes -= cap(b)
+			return b
+		}
+	}
+	return nil
+}
+
+// startFile makes f the file the committer appends to, from its start.
+// No batch may be in progress.
+func (l *entryLog) startFile(f *logFile) {
+	l.cur = f
+	l.buf = l.buf[:0]
+	l.lead = 0
+}
+
+// discard drops the records of the batch in progress.
+func (l *entryLog) discard() { l.buf = l.buf[:l.lead] }
 
 // handOver passes the batch built in buf to the syncer, which writes it
 // (writePending) before its next sync. Committer only.
 func (l *entryLog) handOver() {
-	if len(l.buf) == 0 {
+	end := len(l.buf)
+	if end == l.lead {
 		return
 	}
-	l.cur.size += int64(len(l.buf))
+	start := l.cur.size - int64(l.lead)
+	l.cur.size += int64(end - l.lead)
+	padded := (end + logAlign - 1) &^ (logAlign - 1)
+	b := l.buf[:padded] // reserve left room for the padding
+	clear(b[end:])
+	// The next batch starts with this one's last partial block.
+	last := end &^ (logAlign - 1)
+	l.lead = end - last
 	l.pending.Lock()
-	if len(l.pending.buf) == 0 {
-		// The syncer keeps up: swap buffers, no copy.
-		l.pending.buf, l.buf = l.buf, l.pending.buf[:0]
-	} else {
-		l.pending.buf = append(l.pending.buf, l.buf...)
-		l.buf = l.buf[:0]
-	}
+	l.pending.pieces = append(l.pending.pieces, logPiece{buf: b, off: start, n: end})
 	l.pending.file = l.cur
+	next := l.takeSpareLocked(0)
 	l.pending.Unlock()
-	if cap(l.buf) > maxKeptBuf {
-		l.buf = nil
+	if next == nil {
+		next = alignedBuf(minBuf)
 	}
+	l.buf = append(next[:0], b[last:end]...)
 }
 
 // writePending writes what the committer handed over to its file, with
 // one write. Syncer only; the committer appends meanwhile.
 func (l *entryLog) writePending() error {
 	l.pending.Lock()
-	buf, f := l.pending.buf, l.pending.file
-	l.pending.buf, l.pending.spare = l.pending.spare[:0], nil
+	pieces, f := l.pending.pieces, l.pending.file
+	l.pending.pieces = l.idle[:0]
 	l.pending.Unlock()
-	if len(buf) == 0 {
+	if len(pieces) == 0 {
+		l.idle = pieces
 		return nil
 	}
-	err := l.writeAligned(f, buf)
-	if cap(buf) <= maxKeptBuf {
-		l.pending.Lock()
-		l.pending.spare = buf[:0]
-		l.pending.Unlock()
+	err := writePieces(f, pieces)
+	l.pending.Lock()
+	for i := range pieces {
+		l.keepLocked(pieces[i].buf)
+		pieces[i] = logPiece{}
 	}
+	l.pending.Unlock()
+	l.idle = pieces[:0]
 	return err
+}
+
+// contribution is what pieces[i] adds to the file: all of it for the
+// last, for the others what comes before the next one starts (the next
+// repeats its last partial block; nothing if it ends in that block).
+func contribution(pieces []logPiece, i int) []byte {
+	if i+1 < len(pieces) {
+		return pieces[i].buf[:pieces[i+1].off-pieces[i].off]
+	}
+	return pieces[i].buf
+}
+
+// writePieces writes consecutive pieces to f.
+func writePieces(f *logFile, pieces []logPiece) error {
+	last := pieces[len(pieces)-1]
+	var err error
+	if f.direct != nil {
+		err = pwritev(f.direct, pieces)
+	} else {
+		for i, p := range pieces {
+			b := contribution(pieces, i)
+			if len(b) == 0 {
+				continue
+			}
+			var m int
+			m, err = f.w.WriteAt(b, p.off)
+			if err == nil && m != len(b) {
+				err = io.ErrShortWrite
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	f.written = last.off + int64(last.n)
+	return nil
+}
+
+// maxIovecs is the most buffers one pwritev takes (Linux's IOV_MAX).
+const maxIovecs = 1024
+
+// pwritev writes the pieces to the direct file with as few system calls
+// as it takes, one in the common case.
+func pwritev(f *os.File, pieces []logPiece) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	iovs := make([][]byte, 0, min(len(pieces), maxIovecs))
+	off := pieces[0].off
+	flush := func() error {
+		want := 0
+		for _, b := range iovs {
+			want += len(b)
+		}
+		var n int
+		var werr error
+		if err := rc.Write(func(fd uintptr) bool {
+			for {
+				n, werr = unix.Pwritev(int(fd), iovs, off)
+				if werr != unix.EINTR {
+					return true
+				}
+			}
+		}); err != nil {
+			return err
+		}
+		if werr == nil && n != want {
+			werr = io.ErrShortWrite
+		}
+		off += int64(want)
+		iovs = iovs[:0]
+		return werr
+	}
+	for i := range pieces {
+		b := contribution(pieces, i)
+		if len(b) == 0 {
+			continue
+		}
+		if len(iovs) == maxIovecs {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		iovs = append(iovs, b)
+	}
+	return flush()
 }
 
 // probeDirect turns direct I/O off unless an aligned direct write works
@@ -599,38 +778,9 @@ func (l *entryLog) probeDirect() {
 // end; the next write starts with the last partial block again and
 // overwrites them. A file's records are thus followed by zeros up to the
 // next boundary, which scanFile takes for the file's end.
-const (
-	logAlign      = 4096
-	logWriteChunk = 1 << 20 // the most one write takes (wbuf's size)
-)
-
-// writeAligned writes p to f after its f.written bytes. Syncer only.
-func (l *entryLog) writeAligned(f *logFile, p []byte) error {
-	if l.wbuf == nil {
-		l.wbuf = alignedBuf(logWriteChunk)
-	}
-	for len(p) > 0 {
-		start := f.written &^ (logAlign - 1)
-		tail := int(f.written - start) // wbuf[:tail]: the file's bytes from start
-		n := min(len(p), logWriteChunk-tail)
-		end := tail + n
-		padded := (end + logAlign - 1) &^ (logAlign - 1)
-		copy(l.wbuf[tail:end], p[:n])
-		clear(l.wbuf[end:padded])
-		m, err := f.w.WriteAt(l.wbuf[:padded], start)
-		if err == nil && m != padded {
-			err = io.ErrShortWrite
-		}
-		if err != nil {
-			return err
-		}
-		f.written += int64(n)
-		p = p[n:]
-		last := end &^ (logAlign - 1) // the new partial block goes to the front
-		copy(l.wbuf, l.wbuf[last:end])
-	}
-	return nil
-}
+// Each batch is built in memory as it will be written (entryLog.buf): it
+// starts with the file's last partial block and handOver pads it.
+const logAlign = 4096
 
 // alignedBuf returns n bytes whose address is a multiple of logAlign.
 func alignedBuf(n int) []byte {

@@ -514,43 +514,92 @@ func TestEntryLogIndexWaitsForTheSync(t *testing.T) {
 func oddSize(e int64) int { return 1 + int(e*997)%3000 }
 
 // Writes are aligned and padded: a file holds what was written, then zeros
-// up to the next 4 KiB boundary, across writes of every size, those larger
-// than the write buffer included.
+// up to the next 4 KiB boundary, whether each batch is written alone or
+// several are written together (the syncer behind), batches of every
+// size, larger than a kept buffer included. On the in-memory filesystem
+// (one write per batch) and, where it has direct I/O, on the operating
+// system's (pwritev, one system call for several batches).
 func TestEntryLogAlignedWrites(t *testing.T) {
-	mem := vfs.NewMem()
-	l := newEntryLog(mem, "bookie", 0, 0, false, zap.NewNop())
-	if err := mem.MkdirAll(l.dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The second file starts after an unaligned end of the first: nothing
-	// of the first's last block may come with its first write.
-	for i, sizes := range [][]int{
-		{1, 4095, 1, 4096, 100, logWriteChunk - 7, 3, 2*logWriteChunk + 5000, 4096 - 13},
+	sizes := [][]int{
+		{1, 4095, 1, 4096, 100, minBuf - 7, 3, maxKeptBuf + 5000, 4096 - 13, 2, 5, 8191, 4097},
 		{10, 5000},
-	} {
-		num := uint32(i + 1)
-		f, err := l.create(num, false)
-		if err != nil {
-			t.Fatal(err)
+	}
+	// More batches than one pwritev takes, each crossing a block boundary.
+	many := make([]int, maxIovecs+100)
+	for i := range many {
+		many[i] = logAlign + 1
+	}
+	// writeEvery: write after this many batches (1: each alone).
+	for _, writeEvery := range []int{1, 2, 3, 5, len(many)} {
+		sizes := sizes
+		if writeEvery == len(many) {
+			sizes = append(sizes, many)
 		}
-		var want []byte
-		for i, n := range sizes {
-			p := bytes.Repeat([]byte{byte(10*num) + byte(i+1)}, n)
-			if err := l.writeAligned(f, p); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, p...)
-			got, err := readAll(mem, l.path(num))
-			if err != nil {
-				t.Fatal(err)
-			}
-			padded := (len(want) + logAlign - 1) / logAlign * logAlign
-			if f.written != int64(len(want)) || len(got) != padded || !bytes.Equal(got[:len(want)], want) || !allZero(got[len(want):]) {
-				t.Fatalf("file %d, after write %d (%d bytes): written %d, file %d bytes; want %d written, %d bytes: the writes then zeros",
-					num, i, n, f.written, len(got), len(want), padded)
-			}
+		for _, direct := range []bool{false, true} {
+			t.Run(fmt.Sprintf("write-every=%d/direct=%v", writeEvery, direct), func(t *testing.T) {
+				var fs vfs.FS = vfs.NewMem()
+				dir := "bookie"
+				if direct {
+					fs, dir = vfs.Default, t.TempDir()
+				}
+				l := newEntryLog(fs, dir, 0, 0, direct, zap.NewNop())
+				if err := fs.MkdirAll(l.dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				l.probeDirect()
+				if direct && !l.direct {
+					t.Skipf("%s has no direct I/O", dir) // the page cache path is the other case
+				}
+				// The second file starts after an unaligned end of the
+				// first: nothing of the first's last block may come with
+				// its first write.
+				for i, sizes := range sizes {
+					num := uint32(i + 1)
+					f, err := l.create(num, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if direct != (f.direct != nil) {
+						t.Fatalf("file %d: direct I/O %v, want %v", num, f.direct != nil, direct)
+					}
+					l.startFile(f)
+					var want []byte
+					for i, n := range sizes {
+						p := bytes.Repeat([]byte{byte(10*num) + byte(i+1)}, n)
+						l.reserve(n)
+						l.buf = append(l.buf, p...)
+						l.handOver()
+						want = append(want, p...)
+						if (i+1)%writeEvery != 0 && i+1 != len(sizes) {
+							continue
+						}
+						if err := l.writePending(); err != nil {
+							t.Fatal(err)
+						}
+						got, err := readAll(fs, l.path(num))
+						if err != nil {
+							t.Fatal(err)
+						}
+						padded := (len(want) + logAlign - 1) / logAlign * logAlign
+						if f.written != int64(len(want)) || f.size != int64(len(want)) || len(got) != padded || !bytes.Equal(got[:len(want)], want) || !allZero(got[len(want):]) {
+							t.Fatalf("file %d, after batch %d (%d bytes): written %d, size %d, file %d bytes; want %d written, %d bytes: the batches then zeros",
+								num, i, n, f.written, f.size, len(got), len(want), padded)
+						}
+					}
+					f.close()
+				}
+				kept := 0
+				for _, b := range l.pending.spare {
+					if cap(b) > maxKeptBuf {
+						t.Fatalf("a buffer of %d bytes kept, want at most %d", cap(b), maxKeptBuf)
+					}
+					kept += cap(b)
+				}
+				if kept != l.pending.spareBytes || kept > maxSpareBytes {
+					t.Fatalf("%d bytes kept, counted %d; want at most %d", kept, l.pending.spareBytes, maxSpareBytes)
+				}
+			})
 		}
-		f.close()
 	}
 }
 
@@ -589,7 +638,7 @@ func TestEntryLogPaddingEndsAFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.close()
-		l.cur = f
+		l.startFile(f)
 		first := 1000
 		l.addEntry(1, 0, entryHeader{}, payloadOf(1, 0, first))
 		l.addEntry(1, 1, entryHeader{}, payloadOf(1, 1, 2*logAlign-pad-2*entryRecordOverhead-first))

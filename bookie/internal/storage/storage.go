@@ -1121,7 +1121,7 @@ func (d *DB) commit(reqs []*request) {
 		for _, r := range reqs {
 			need += entryRecordOverhead + len(r.entry.Payload) + 64 // 64: a ledger record
 		}
-		l.buf = slices.Grow(l.buf, need)
+		l.reserve(need)
 	}
 	accepted := make([]*request, 0, len(reqs))
 	d.mu.Lock()
@@ -1146,7 +1146,7 @@ func (d *DB) commit(reqs []*request) {
 	}
 	if len(accepted) == 0 && closeAfter == nil {
 		if d.elog != nil {
-			d.elog.buf = d.elog.buf[:0]
+			d.elog.discard()
 		}
 		w.b.Close()
 		return
@@ -1218,9 +1218,9 @@ func (d *DB) roll(w *writes) (*logFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.cur = nf
+	l.startFile(nf)
 	clear(l.curLedgers)
-	// On disk the file ends with the writes' padding (writeAligned).
+	// On disk the file ends with the writes' padding (handOver).
 	padded := (old.size + logAlign - 1) &^ (logAlign - 1)
 	d.logBytes.Add(padded - old.size)
 	d.mu.Lock()
