@@ -81,7 +81,7 @@ import (
 // key, value), delete range (start length(2), start, end), end (no body:
 // the file ends here; written when a recycled file is rolled). The records may
 // be followed by up to 4 KiB of zeros, the writes' padding to the next
-// 4 KiB boundary (writeAligned); zeros that run to an aligned end of file
+// 4 KiB boundary (handOver); zeros that run to an aligned end of file
 // end it, anything else that does not check is a torn record.
 const (
 	logDir             = "entries"
@@ -265,8 +265,8 @@ type entryLog struct {
 	lead int
 
 	// pending holds the batches the committer handed over (handOver) and
-	// the syncer has not written yet (writePending): one write per group
-	// commit instead of one per batch. They all belong to file, the
+	// the syncer has not written yet (writePending): with direct I/O one
+	// write per group commit instead of one per batch. They all belong to file, the
 	// committer's current file: a rollover waits until the syncer wrote
 	// and synced the old file whole, so pending never spans two files.
 	pending struct {
@@ -568,7 +568,11 @@ func (l *entryLog) reserve(n int) {
 	nb := l.takeSpareLocked(need)
 	l.pending.Unlock()
 	if nb == nil {
-		nb = alignedBuf(max(minBuf, 1<<bits.Len(uint(need-1))))
+		size := max(minBuf, 1<<bits.Len(uint(need-1)))
+		if size > maxKeptBuf { // not kept: no more than it needs
+			size = (need + logAlign - 1) &^ (logAlign - 1)
+		}
+		nb = alignedBuf(size)
 	}
 	old := l.buf
 	l.buf = append(nb[:0], old...)
@@ -639,8 +643,9 @@ func (l *entryLog) handOver() {
 	l.buf = append(next[:0], b[last:end]...)
 }
 
-// writePending writes what the committer handed over to its file, with
-// one write. Syncer only; the committer appends meanwhile.
+// writePending writes what the committer handed over to its file: with
+// direct I/O one system call, otherwise one write per batch. Syncer only;
+// the committer appends meanwhile.
 func (l *entryLog) writePending() error {
 	l.pending.Lock()
 	pieces, f := l.pending.pieces, l.pending.file
@@ -717,20 +722,14 @@ func pwritev(f *os.File, pieces []logPiece) error {
 		for _, b := range iovs {
 			want += len(b)
 		}
-		var n int
 		var werr error
 		if err := rc.Write(func(fd uintptr) bool {
-			for {
-				n, werr = unix.Pwritev(int(fd), iovs, off)
-				if werr != unix.EINTR {
-					return true
-				}
-			}
+			werr = pwritevAll(iovs, off, func(iovs [][]byte, off int64) (int, error) {
+				return unix.Pwritev(int(fd), iovs, off)
+			})
+			return true
 		}); err != nil {
 			return err
-		}
-		if werr == nil && n != want {
-			werr = io.ErrShortWrite
 		}
 		off += int64(want)
 		iovs = iovs[:0]
@@ -749,6 +748,34 @@ func pwritev(f *os.File, pieces []logPiece) error {
 		iovs = append(iovs, b)
 	}
 	return flush()
+}
+
+// pwritevAll writes iovs at off, again after a short write (as
+// os.File.WriteAt does), so that a failure reports its error (ENOSPC: no
+// space), not a short count. iovs is consumed.
+func pwritevAll(iovs [][]byte, off int64, pwritev func([][]byte, int64) (int, error)) error {
+	for len(iovs) > 0 {
+		n, err := pwritev(iovs, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		off += int64(n)
+		for n > 0 {
+			k := min(n, len(iovs[0]))
+			iovs[0] = iovs[0][k:]
+			n -= k
+			if len(iovs[0]) == 0 {
+				iovs = iovs[1:]
+			}
+		}
+	}
+	return nil
 }
 
 // probeDirect turns direct I/O off unless an aligned direct write works
@@ -984,7 +1011,7 @@ func (l *entryLog) scanFile(num uint32, off int64, fn func(recOff int64, kind by
 }
 
 // atPadding reports whether r, at offset off of its file, holds the
-// writes' padding (writeAligned): zeros only, up to the end of the file,
+// writes' padding (handOver): zeros only, up to the end of the file,
 // which is the next logAlign boundary (or off itself). It reads nothing.
 func atPadding(r *bufio.Reader, off int64) bool {
 	k := int((logAlign - off%logAlign) % logAlign)

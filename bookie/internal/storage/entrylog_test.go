@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/testutil"
@@ -1206,4 +1207,80 @@ func TestCheckpointDueOnIndexBytes(t *testing.T) {
 	if most := 2*opts.CheckpointIndexBytes/57 + 50; e > most {
 		t.Fatalf("the checkpoint came after %d adds, more than %d", e, most)
 	}
+}
+
+// pwritevAll goes on after short writes and interrupted calls, and
+// reports the error that stops it, not a short count.
+func TestPwritevAllResumesShortWrites(t *testing.T) {
+	iovs := [][]byte{bytes.Repeat([]byte{1}, 4096), bytes.Repeat([]byte{2}, 8192), bytes.Repeat([]byte{3}, 4096)}
+	want := bytes.Join(iovs, nil)
+	for _, tc := range []struct {
+		name  string
+		max   int   // the most one call writes
+		fails error // returned once room is 0
+		room  int
+	}{
+		{"whole", 1 << 20, nil, 1 << 20},
+		{"short writes", 3000, nil, 1 << 20},
+		{"a byte at a time", 1, nil, 1 << 20},
+		{"no space", 5000, syscall.ENOSPC, 10000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := make([]byte, 100+len(want))
+			room, calls := tc.room, 0
+			err := pwritevAll(slices.Clone(iovs), 100, func(iovs [][]byte, off int64) (int, error) {
+				calls++
+				if calls%3 == 0 {
+					return 0, unix.EINTR
+				}
+				if room == 0 {
+					return 0, tc.fails
+				}
+				n := 0
+				for _, b := range iovs {
+					k := min(len(b), tc.max-n, room-n)
+					copy(file[off+int64(n):], b[:k])
+					n += k
+				}
+				room -= n
+				return n, nil
+			})
+			if !errors.Is(err, tc.fails) {
+				t.Fatalf("error %v, want %v", err, tc.fails)
+			}
+			if written := tc.room - room; err == nil && (written != len(want) || !bytes.Equal(file[100:], want)) {
+				t.Fatalf("wrote %d bytes (equal: %v), want %d", written, bytes.Equal(file[100:], want), len(want))
+			}
+		})
+	}
+}
+
+// A batch whose adds were all refused leaves the next one where it
+// belongs: after the file's last partial block, which it must still
+// start with.
+func TestEntryLogRefusedBatchKeepsThePartialBlock(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := Options{EntryLog: true}
+	d := open(t, opts, fs)
+	ctx := ctxT(t)
+	mustAdd(t, d, mkEntry(1, 0, 1000)) // the file ends inside its first block
+	mustAdd(t, d, mkEntry(2, 0, 10))
+	if _, err := d.Fence(ctx, 2, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddEntry(ctx, mkEntry(2, 1, 500), key, false); !errors.Is(err, wire.ErrFenced) {
+		t.Fatalf("add to a fenced ledger: %v", err)
+	}
+	mustAdd(t, d, mkEntry(1, 1, 1000))
+	check := func(d *DB) {
+		t.Helper()
+		checkEntry(t, d, mkEntry(1, 0, 1000))
+		checkEntry(t, d, mkEntry(1, 1, 1000))
+		checkEntry(t, d, mkEntry(2, 0, 10))
+	}
+	check(d)
+	d.Close()
+	d = open(t, opts, fs) // replays the log
+	defer d.Close()
+	check(d)
 }
