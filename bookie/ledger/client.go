@@ -267,7 +267,9 @@ func (c *Client) conn(addr string) (bookiepb.BookieClient, error) {
 		var err error
 		opts := append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg),
+				// Adds are encoded around their payloads, not copied.
+				grpc.ForceCodecV2(addCodec())),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 			// As on the bookie: batched adds make large messages.
 			grpc.WithWriteBufferSize(512 << 10),

@@ -1,9 +1,13 @@
-// Package wirecodec is the gRPC codec of the brokers' and the bookies'
-// servers. It is gRPC's protobuf codec for every message but the two that
-// carry payloads in bulk: a bookie's AddEntriesRequest (the broker's adds)
-// and a broker's ProduceRequest with a Send (a client's message or
-// batch). Those it decodes itself, and copies each payload into a buffer
-// of the process's pool (internal/bufpool) instead of a fresh allocation.
+// Package wirecodec holds the gRPC codecs of the payload-carrying
+// messages. Codec, for the brokers' and the bookies' servers, is gRPC's
+// protobuf codec for every message but the two that carry payloads in
+// bulk: a bookie's AddEntriesRequest (the broker's adds) and a broker's
+// ProduceRequest with a Send (a client's message or batch). Those it
+// decodes itself, from the buffers gRPC received the message in (one per
+// HTTP/2 frame) without joining them first, and copies each payload into
+// a buffer of the process's pool (internal/bufpool) instead of a fresh
+// allocation. (The ledger client's own codec, in bookie/ledger, encodes
+// the adds around their payloads.)
 //
 // Why: protobuf copies every bytes field into new memory. On the produce
 // path that was three quarters of all the bytes a standalone allocated (a
@@ -35,7 +39,9 @@ package wirecodec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"sync"
 
@@ -75,17 +81,9 @@ var errFallback = errors.New("wirecodec: left to protobuf")
 
 // pooled runs decode over data's bytes; when it declines, it releases
 // what it took from the pool and lets protobuf decode the message.
-func pooled[M proto.Message](c codec, data mem.BufferSlice, m M, decode func([]byte, M) error) error {
-	var b []byte
-	if len(data) == 1 {
-		b = data[0].ReadOnlyData() // valid until Unmarshal returns; payloads are copied out
-	} else {
-		tmp := bufpool.Shared().Get(data.Len())
-		defer bufpool.Shared().Put(tmp)
-		data.CopyTo(*tmp)
-		b = *tmp
-	}
-	if err := decode(b, m); err != nil {
+func pooled[M proto.Message](c codec, data mem.BufferSlice, m M, decode func(*scanner, M) error) error {
+	sc := newScanner(data)
+	if err := decode(&sc, m); err != nil {
 		releaseAll(m)
 		proto.Reset(m)
 		return c.base.Unmarshal(data, m)
@@ -105,13 +103,14 @@ func releaseAll(m proto.Message) {
 	}
 }
 
-// payload copies v into a pooled buffer (nil for none, as protobuf).
-func payload(v []byte) []byte {
-	if len(v) == 0 {
+// payload copies the next n bytes of s into a pooled buffer (nil for
+// none, as protobuf). The caller checked that s has them.
+func payload(s *scanner, n int) []byte {
+	if n == 0 {
 		return nil
 	}
-	b := *bufpool.Shared().Get(len(v))
-	copy(b, v)
+	b := *bufpool.Shared().Get(n)
+	s.copyTo(b)
 	return b
 }
 
@@ -136,9 +135,6 @@ const PoisonEnv = "MAGNETAR_POISON_RELEASED"
 
 var poison = sync.OnceValue(func() bool { return os.Getenv(PoisonEnv) == "1" })
 
-// field reads one field's tag; n < 0 on malformed input.
-func field(b []byte) (protowire.Number, protowire.Type, int) { return protowire.ConsumeTag(b) }
-
 // seen tracks the fields met in one message: a second occurrence makes
 // the decoder decline (protobuf merges or replaces; not worth mimicking).
 type seen uint32
@@ -155,19 +151,16 @@ func (s *seen) first(n protowire.Number) bool {
 // decodeAddEntries decodes an AddEntriesRequest (repeated AddEntryRequest
 // entries = 1). The entries are allocated together; entries of one ledger
 // share one master key.
-func decodeAddEntries(b []byte, m *bookiepb.AddEntriesRequest) error {
+func decodeAddEntries(s *scanner, m *bookiepb.AddEntriesRequest) error {
 	n := 0
-	for rest := b; len(rest) > 0; {
-		num, typ, k := field(rest)
-		if k < 0 || num != 1 || typ != protowire.BytesType {
+	for c := *s; c.left > 0; n++ {
+		num, typ, ok := c.tag()
+		if !ok || num != 1 || typ != protowire.BytesType {
 			return errFallback
 		}
-		_, l := protowire.ConsumeBytes(rest[k:])
-		if l < 0 {
+		if l, ok := c.length(); !ok || !c.skip(l) {
 			return errFallback
 		}
-		rest = rest[k+l:]
-		n++
 	}
 	if n == 0 {
 		return nil
@@ -176,39 +169,38 @@ func decodeAddEntries(b []byte, m *bookiepb.AddEntriesRequest) error {
 	m.Entries = make([]*bookiepb.AddEntryRequest, 0, n)
 	var key []byte
 	for i := range reqs {
-		_, _, k := field(b)
-		v, l := protowire.ConsumeBytes(b[k:])
-		b = b[k+l:]
+		s.tag()
+		l, _ := s.length()
 		r := &reqs[i]
 		m.Entries = append(m.Entries, r) // before decoding: a decline releases its payload
-		if err := decodeAddEntry(v, r, &key); err != nil {
+		if err := decodeAddEntry(s, l, r, &key); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func decodeAddEntry(b []byte, r *bookiepb.AddEntryRequest, key *[]byte) error {
-	var s seen
-	for len(b) > 0 {
-		num, typ, k := field(b)
-		if k < 0 || num < 1 || num > 9 || !s.first(num) {
+// decodeAddEntry decodes the next size bytes of s.
+func decodeAddEntry(s *scanner, size int, r *bookiepb.AddEntryRequest, key *[]byte) error {
+	end := s.left - size
+	var seen seen
+	for s.left > end {
+		num, typ, ok := s.tag()
+		if !ok || num < 1 || num > 9 || !seen.first(num) {
 			return errFallback
 		}
-		b = b[k:]
 		switch num {
 		case 3, 7: // master_key, payload
 			if typ != protowire.BytesType {
 				return errFallback
 			}
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
+			l, ok := s.length()
+			if !ok || l > s.left-end {
 				return errFallback
 			}
-			b = b[l:]
 			if num == 7 {
-				r.Payload = payload(v)
-			} else if len(v) > 0 {
+				r.Payload = payload(s, l)
+			} else if v := s.bytes(l); len(v) > 0 {
 				if !bytes.Equal(*key, v) {
 					*key = bytes.Clone(v)
 				}
@@ -218,21 +210,19 @@ func decodeAddEntry(b []byte, r *bookiepb.AddEntryRequest, key *[]byte) error {
 			if typ != protowire.Fixed32Type {
 				return errFallback
 			}
-			v, l := protowire.ConsumeFixed32(b)
-			if l < 0 {
+			v, ok := s.fixed32()
+			if !ok {
 				return errFallback
 			}
-			b = b[l:]
 			r.Crc32C = v
 		default:
 			if typ != protowire.VarintType {
 				return errFallback
 			}
-			v, l := protowire.ConsumeVarint(b)
-			if l < 0 {
+			v, ok := s.varint()
+			if !ok {
 				return errFallback
 			}
-			b = b[l:]
 			switch num {
 			case 1:
 				r.LedgerId = int64(v)
@@ -249,38 +239,38 @@ func decodeAddEntry(b []byte, r *bookiepb.AddEntryRequest, key *[]byte) error {
 			}
 		}
 	}
+	if s.left != end { // the last field ran past the entry
+		return errFallback
+	}
 	return nil
 }
 
 // decodeProduce decodes a ProduceRequest holding a Send (oneof request:
 // send = 2); a ProducerOpen (once per stream) is left to protobuf.
-func decodeProduce(b []byte, m *brokerpb.ProduceRequest) error {
-	num, typ, k := field(b)
-	if k < 0 || num != 2 || typ != protowire.BytesType {
+func decodeProduce(s *scanner, m *brokerpb.ProduceRequest) error {
+	num, typ, ok := s.tag()
+	if !ok || num != 2 || typ != protowire.BytesType {
 		return errFallback
 	}
-	v, l := protowire.ConsumeBytes(b[k:])
-	if l < 0 || k+l != len(b) {
+	if l, ok := s.length(); !ok || l != s.left {
 		return errFallback
 	}
 	send := &brokerpb.Send{}
 	m.Request = &brokerpb.ProduceRequest_Send{Send: send} // before decoding: a decline releases its payload
-	var s seen
-	for b := v; len(b) > 0; {
-		num, typ, k := field(b)
-		if k < 0 || num < 1 || num > 4 || !s.first(num) {
+	var seen seen
+	for s.left > 0 {
+		num, typ, ok := s.tag()
+		if !ok || num < 1 || num > 4 || !seen.first(num) {
 			return errFallback
 		}
-		b = b[k:]
 		if num <= 2 {
 			if typ != protowire.VarintType {
 				return errFallback
 			}
-			x, l := protowire.ConsumeVarint(b)
-			if l < 0 {
+			x, ok := s.varint()
+			if !ok {
 				return errFallback
 			}
-			b = b[l:]
 			if num == 1 {
 				send.SequenceId = x
 			} else {
@@ -291,20 +281,146 @@ func decodeProduce(b []byte, m *brokerpb.ProduceRequest) error {
 		if typ != protowire.BytesType {
 			return errFallback
 		}
-		x, l := protowire.ConsumeBytes(b)
-		if l < 0 {
+		l, ok := s.length()
+		if !ok {
 			return errFallback
 		}
-		b = b[l:]
 		if num == 4 {
-			send.Payload = payload(x)
+			send.Payload = payload(s, l)
 			continue
 		}
 		md := &pulsarpb.MessageMetadata{}
-		if err := proto.Unmarshal(x, md); err != nil {
+		if err := proto.Unmarshal(s.bytes(l), md); err != nil {
 			return errFallback // protobuf reports it
 		}
 		send.Metadata = md
 	}
 	return nil
+}
+
+// scanner reads a message from the buffers gRPC received it in (one per
+// HTTP/2 frame of up to 16 KiB), without joining them first: small fields
+// are read across the buffers' boundaries, payloads copied from them
+// straight into their pooled buffers.
+type scanner struct {
+	cur  []byte   // what is left of the current buffer
+	next [][]byte // the buffers after it
+	left int      // bytes left in all
+}
+
+func newScanner(data mem.BufferSlice) scanner {
+	s := scanner{left: data.Len()}
+	if len(data) == 1 {
+		s.cur = data[0].ReadOnlyData()
+		return s
+	}
+	s.next = make([][]byte, len(data))
+	for i, b := range data {
+		s.next[i] = b.ReadOnlyData()
+	}
+	return s
+}
+
+// fill makes cur non-empty; false at the end.
+func (s *scanner) fill() bool {
+	for len(s.cur) == 0 {
+		if len(s.next) == 0 {
+			return false
+		}
+		s.cur, s.next = s.next[0], s.next[1:]
+	}
+	return true
+}
+
+func (s *scanner) advance(n int) {
+	s.cur = s.cur[n:]
+	s.left -= n
+}
+
+func (s *scanner) varint() (uint64, bool) {
+	if !s.fill() {
+		return 0, false
+	}
+	if v, n := protowire.ConsumeVarint(s.cur); n > 0 {
+		s.advance(n)
+		return v, true
+	}
+	// Across buffers (or malformed).
+	var b [binary.MaxVarintLen64]byte
+	k := 0
+	for k < len(b) && s.fill() {
+		b[k] = s.cur[0]
+		s.advance(1)
+		k++
+		if b[k-1] < 0x80 {
+			break
+		}
+	}
+	v, n := protowire.ConsumeVarint(b[:k])
+	return v, n == k
+}
+
+func (s *scanner) tag() (protowire.Number, protowire.Type, bool) {
+	v, ok := s.varint()
+	if !ok || v>>3 > math.MaxInt32 {
+		return 0, 0, false
+	}
+	num, typ := protowire.DecodeTag(v)
+	return num, typ, num >= protowire.MinValidNumber
+}
+
+// length reads a length prefix that the bytes left can hold.
+func (s *scanner) length() (int, bool) {
+	v, ok := s.varint()
+	if !ok || v > uint64(s.left) {
+		return 0, false
+	}
+	return int(v), true
+}
+
+func (s *scanner) fixed32() (uint32, bool) {
+	var b [4]byte
+	if !s.copyTo(b[:]) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint32(b[:]), true
+}
+
+// copyTo fills p with the next bytes.
+func (s *scanner) copyTo(p []byte) bool {
+	if len(p) > s.left {
+		return false
+	}
+	for len(p) > 0 && s.fill() {
+		n := copy(p, s.cur)
+		p = p[n:]
+		s.advance(n)
+	}
+	return len(p) == 0
+}
+
+func (s *scanner) skip(n int) bool {
+	if n > s.left {
+		return false
+	}
+	for n > 0 && s.fill() {
+		k := min(n, len(s.cur))
+		s.advance(k)
+		n -= k
+	}
+	return n == 0
+}
+
+// bytes returns the next n bytes, which the caller checked s has: in
+// place when they are in one buffer (valid until Unmarshal returns), else
+// copied.
+func (s *scanner) bytes(n int) []byte {
+	if s.fill() && len(s.cur) >= n {
+		b := s.cur[:n]
+		s.advance(n)
+		return b
+	}
+	b := make([]byte, n)
+	s.copyTo(b)
+	return b
 }

@@ -3,6 +3,7 @@ package wirecodec
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	"testing"
@@ -84,7 +85,7 @@ func decodeAdds(t *testing.T, data mem.BufferSlice) (*bookiepb.AddEntriesRequest
 
 func TestAddEntriesDecodesAsProtobuf(t *testing.T) {
 	for name, want := range addEntries() {
-		for _, pieces := range []int{1, 3} {
+		for _, pieces := range []int{1, 3, 7, math.MaxInt} { // MaxInt: a buffer per byte
 			t.Run(fmt.Sprintf("%s/%d buffers", name, pieces), func(t *testing.T) {
 				wire, err := proto.Marshal(want)
 				if err != nil {
@@ -225,7 +226,7 @@ func TestProduceDecodesAsProtobuf(t *testing.T) {
 		"nothing": {},
 	}
 	for name, want := range cases {
-		for _, pieces := range []int{1, 4} {
+		for _, pieces := range []int{1, 4, math.MaxInt} { // MaxInt: a buffer per byte
 			t.Run(fmt.Sprintf("%s/%d buffers", name, pieces), func(t *testing.T) {
 				wire, err := proto.Marshal(want)
 				if err != nil {
