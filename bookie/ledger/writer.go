@@ -167,9 +167,10 @@ func (w *Writer) Append(ctx context.Context, payload []byte) (int64, error) {
 // or an error, from the writer's completion goroutine, in entry order.
 // Callbacks must not block on the writer. AppendAsync waits (up to ctx)
 // while MaxPendingBytes or MaxPendingEntries are in flight. The writer
-// keeps payload and sends it as it is, without a copy, to every bookie of
-// the entry's write quorum, also after the entry completes (a slower
-// bookie's copy may still be on its way): do not modify it, ever.
+// keeps payload and sends it as it is, without a copy (over 512 bytes),
+// to every bookie of the entry's write quorum, also after the entry
+// completes (a slower bookie's copy may still be on its way): do not
+// modify it, ever.
 func (w *Writer) AppendAsync(ctx context.Context, payload []byte, cb func(entryID int64, err error)) error {
 	if len(payload) > w.c.cfg.MaxEntrySize {
 		return fmt.Errorf("%w: entry of %d bytes, the maximum is %d", ErrInvalidArgument, len(payload), w.c.cfg.MaxEntrySize)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/mem"
@@ -42,6 +43,16 @@ func split(b []byte, n int) mem.BufferSlice {
 	return s
 }
 
+// fuzzSplit cuts b as the fuzzer's input says: into 1 to 8 buffers,
+// with an empty one among them for odd lengths.
+func fuzzSplit(b []byte) mem.BufferSlice {
+	s := split(b, 1+len(b)%8)
+	if len(b)%2 == 1 {
+		s = slices.Insert(s, len(s)/2, mem.Buffer(mem.SliceBuffer(nil)))
+	}
+	return s
+}
+
 func isPooled(b []byte) bool {
 	c := cap(b)
 	return c >= 256 && bits.OnesCount(uint(c)) == 1
@@ -58,7 +69,7 @@ func addEntries() map[string]*bookiepb.AddEntriesRequest {
 		}
 		many.Entries = append(many.Entries, &bookiepb.AddEntryRequest{
 			LedgerId: int64(7 + i/8), EntryId: int64(i), MasterKey: k, LastAddConfirmed: int64(i) - 1,
-			Length: int64(1024 * (i + 1)), Crc32C: uint32(0xdeadbeef + i), Payload: fill(1024, byte(i)),
+			Length: int64(1000 * (i + 1)), Crc32C: uint32(0xdeadbeef + i), Payload: fill(1000, byte(i)),
 			RequestId: uint64(1000 + i),
 		})
 	}
@@ -71,7 +82,7 @@ func addEntries() map[string]*bookiepb.AddEntriesRequest {
 		"no payload, no key, first entry": {Entries: []*bookiepb.AddEntryRequest{{LedgerId: 5, LastAddConfirmed: -1}}},
 		"a 1-byte and a 64 KiB payload": {Entries: []*bookiepb.AddEntryRequest{
 			{LedgerId: 5, EntryId: 0, MasterKey: key, LastAddConfirmed: -1, Payload: []byte{9}},
-			{LedgerId: 5, EntryId: 1, MasterKey: key, Payload: fill(64<<10, 3)},
+			{LedgerId: 5, EntryId: 1, MasterKey: key, Payload: fill(64<<10-100, 3)},
 		}},
 		"16 entries of two ledgers": many,
 	}
@@ -168,12 +179,14 @@ func TestAddEntriesLeftToProtobuf(t *testing.T) {
 			if err := proto.Unmarshal(wire, want); err != nil {
 				t.Fatalf("protobuf: %v", err)
 			}
-			got, err := decodeAdds(t, split(wire, 1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !proto.Equal(got, want) {
-				t.Fatalf("decoded %v, want %v", got, want)
+			for _, pieces := range []int{1, 7, math.MaxInt} {
+				got, err := decodeAdds(t, split(wire, pieces))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(got, want) {
+					t.Fatalf("%d buffers: decoded %v, want %v", pieces, got, want)
+				}
 			}
 		})
 	}
@@ -189,15 +202,17 @@ func TestMalformedAddEntries(t *testing.T) {
 	for cut := 1; cut < len(wire); cut += 97 {
 		b := wire[:cut]
 		perr := proto.Unmarshal(b, &bookiepb.AddEntriesRequest{})
-		got, err := decodeAdds(t, split(b, 1))
-		if (err == nil) != (perr == nil) {
-			t.Fatalf("cut at %d: error %v, protobuf's %v", cut, err, perr)
-		}
-		if err == nil {
-			want := &bookiepb.AddEntriesRequest{}
-			_ = proto.Unmarshal(b, want)
-			if !proto.Equal(got, want) {
-				t.Fatalf("cut at %d: decoded differently", cut)
+		for _, pieces := range []int{1, 7, math.MaxInt} {
+			got, err := decodeAdds(t, split(b, pieces))
+			if (err == nil) != (perr == nil) {
+				t.Fatalf("cut at %d, %d buffers: error %v, protobuf's %v", cut, pieces, err, perr)
+			}
+			if err == nil {
+				want := &bookiepb.AddEntriesRequest{}
+				_ = proto.Unmarshal(b, want)
+				if !proto.Equal(got, want) {
+					t.Fatalf("cut at %d, %d buffers: decoded differently", cut, pieces)
+				}
 			}
 		}
 	}
@@ -348,7 +363,7 @@ func FuzzAddEntries(f *testing.F) {
 		want := &bookiepb.AddEntriesRequest{}
 		perr := proto.Unmarshal(b, want)
 		got := &bookiepb.AddEntriesRequest{}
-		err := Codec().Unmarshal(split(b, 1+len(b)%3), got) // one buffer or several
+		err := Codec().Unmarshal(fuzzSplit(b), got)
 		if (err == nil) != (perr == nil) {
 			t.Fatalf("error %v, protobuf's %v", err, perr)
 		}
@@ -377,7 +392,7 @@ func FuzzProduce(f *testing.F) {
 		want := &brokerpb.ProduceRequest{}
 		perr := proto.Unmarshal(b, want)
 		got := &brokerpb.ProduceRequest{}
-		err := Codec().Unmarshal(split(b, 1+len(b)%3), got) // one buffer or several
+		err := Codec().Unmarshal(fuzzSplit(b), got)
 		if (err == nil) != (perr == nil) {
 			t.Fatalf("error %v, protobuf's %v", err, perr)
 		}
