@@ -210,9 +210,9 @@ type composeCluster struct {
 
 func startCompose(t *testing.T) *composeCluster {
 	needImages(t)
-	c := &composeCluster{t: t, project: fmt.Sprintf("magnetare2e%d", os.Getpid()), net: "10.213.8"}
-	if n := os.Getenv("MAGNETAR_E2E_NET"); n != "" {
-		c.net = n
+	c := &composeCluster{t: t, project: fmt.Sprintf("magnetare2e%d", os.Getpid()), net: os.Getenv("MAGNETAR_E2E_NET")}
+	if c.net == "" {
+		c.net = freeSubnet(t)
 	}
 	c.env = append(os.Environ(), "COMPOSE_PROJECT_NAME="+c.project, "MAGNETAR_NET="+c.net,
 		"MAGNETAR_IMAGE="+testImage, "ETCD_IMAGE="+images.etcd, "MAGNETAR_BIND=127.0.0.1")
@@ -241,6 +241,39 @@ func startCompose(t *testing.T) *composeCluster {
 		waitReady(t, fmt.Sprintf("%s.%d:8000", c.net, 20+i), 2*time.Minute)
 	}
 	return c
+}
+
+// freeSubnet returns the first three bytes of a /24 under 10.213.8.0/21
+// that no Docker network on this host uses, so the cluster's fixed
+// addresses do not overlap another project's network (another run's, or
+// one a killed run left behind; those are not ours to remove).
+func freeSubnet(t *testing.T) string {
+	t.Helper()
+	used := map[string]bool{}
+	for _, id := range strings.Fields(docker(t, "network", "ls", "-q")) {
+		for _, s := range strings.Fields(docker(t, "network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", id)) {
+			if _, n, err := net.ParseCIDR(s); err == nil {
+				used[n.String()] = true
+			}
+		}
+	}
+	for i := 8; i < 16; i++ {
+		cand := fmt.Sprintf("10.213.%d", i)
+		_, want, _ := net.ParseCIDR(cand + ".0/24")
+		free := true
+		for s := range used {
+			_, n, _ := net.ParseCIDR(s)
+			if n.Contains(want.IP) || want.Contains(n.IP) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return cand
+		}
+	}
+	t.Fatalf("no free /24 in 10.213.8.0/21 for the compose network; Docker networks in use: %v", used)
+	return ""
 }
 
 func (c *composeCluster) composeErr(args ...string) (string, error) {

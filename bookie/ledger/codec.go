@@ -51,22 +51,24 @@ func marshalAddEntries(m *bookiepb.AddEntriesRequest) (mem.BufferSlice, bool) {
 	if len(m.ProtoReflect().GetUnknown()) > 0 {
 		return nil, false
 	}
-	size := 0
+	size, refs := 0, 0
 	for _, e := range m.Entries {
 		if e == nil || len(e.ProtoReflect().GetUnknown()) > 0 {
 			return nil, false
 		}
-		n := addEntrySize(e)
-		size += protowire.SizeTag(1) + protowire.SizeBytes(n)
+		size += protowire.SizeTag(1) + protowire.SizeBytes(addEntrySize(e))
 		if len(e.Payload) > inlinePayload {
 			size -= len(e.Payload)
+			refs++
 		}
 	}
-	// fields holds every byte but the referenced payloads; cuts[i] is where
-	// the i-th referenced payload goes between them.
+	// fields holds every byte but the referenced payloads, which go into
+	// out between its pieces as they come. Its capacity is exact, so the
+	// pieces already in out stay in its array (and would stay valid, as
+	// bytes already written, if it grew).
 	fields := make([]byte, 0, size)
-	var cuts []int
-	var refs [][]byte
+	out := make(mem.BufferSlice, 0, 2*refs+1)
+	from := 0
 	for _, e := range m.Entries {
 		fields = protowire.AppendTag(fields, 1, protowire.BytesType)
 		fields = protowire.AppendVarint(fields, uint64(addEntrySize(e)))
@@ -88,23 +90,14 @@ func marshalAddEntries(m *bookiepb.AddEntriesRequest) (mem.BufferSlice, bool) {
 				fields = protowire.AppendBytes(fields, p)
 			} else {
 				fields = protowire.AppendVarint(fields, uint64(len(p)))
-				cuts = append(cuts, len(fields))
-				refs = append(refs, p)
+				out = append(out, mem.SliceBuffer(fields[from:]), mem.SliceBuffer(p))
+				from = len(fields)
 			}
 		}
 		if e.Recovery {
 			fields = appendVarintField(fields, 8, 1)
 		}
 		fields = appendVarintField(fields, 9, e.RequestId)
-	}
-	out := make(mem.BufferSlice, 0, 2*len(refs)+1)
-	from := 0
-	for i, cut := range cuts {
-		if cut > from {
-			out = append(out, mem.SliceBuffer(fields[from:cut]))
-		}
-		out = append(out, mem.SliceBuffer(refs[i]))
-		from = cut
 	}
 	if from < len(fields) || len(out) == 0 {
 		out = append(out, mem.SliceBuffer(fields[from:]))
