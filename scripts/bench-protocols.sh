@@ -54,6 +54,11 @@ settle() {
 	local cpu prev=-1 i
 	for ((i = 0; i < 40; i++)); do
 		cpu=$(curl -s "http://$standalone_http/metrics" | awk '$1 == "process_cpu_seconds_total" { print $2 }')
+		if [[ -z $cpu ]]; then # no answer: not known to be idle
+			prev=-1
+			sleep 0.5
+			continue
+		fi
 		if [[ $prev != -1 ]] && awk -v a="$prev" -v b="$cpu" 'BEGIN { exit !(b - a < 0.025) }'; then
 			return
 		fi
