@@ -1,13 +1,20 @@
 package client
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
+	"github.com/magnetar-io/magnetar/proto/entry"
 )
 
 // A batch's buffer goes back to the pool only once the batch is done and
@@ -48,6 +55,88 @@ func TestBatchBufferReleasedAfterDoneAndSent(t *testing.T) {
 	if b.buf == nil {
 		t.Fatal("released before the batch was done")
 	}
+}
+
+// A batch that expires while the sender is writing it keeps its bytes
+// until the write is over: gRPC encodes the request after the expiry, and
+// must find the payload the batch was built with (a buffer released at
+// the expiry would be poisoned and taken off the request). Driven through
+// a producer, its sender held inside Send by an interceptor until the
+// application has been told of the timeout.
+func TestBatchExpiredWhileSentKeepsItsBytes(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{})
+	entered, gate := make(chan struct{}), make(chan struct{})
+	encoded := make(chan []byte, 1) // the payload as gRPC is given it, after the gate
+	var hold sync.Once
+	testDialOptions = []grpc.DialOption{grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		s, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != brokerpb.Broker_Produce_FullMethodName {
+			return s, err
+		}
+		return &sendHook{ClientStream: s, send: func(m any) {
+			req, ok := m.(*brokerpb.ProduceRequest)
+			if !ok || req.GetSend() == nil {
+				return
+			}
+			hold.Do(func() {
+				close(entered)
+				<-gate
+				encoded <- bytes.Clone(req.GetSend().Payload)
+			})
+		}}, nil
+	})}
+	t.Cleanup(func() { testDialOptions = nil })
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", SendTimeout: 200 * time.Millisecond,
+		BatchingMaxMessages: 3, BatchingMaxPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		p.Close()
+	}()
+	want := []string{"first message", "second message", "third message"}
+	errs := make(chan error, len(want))
+	for _, m := range want {
+		p.SendAsync(ctxT(t), &ProducerMessage{Payload: []byte(m)}, func(_ MessageID, _ *ProducerMessage, err error) { errs <- err })
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch was never sent")
+	}
+	for range want {
+		if err := <-errs; !errors.Is(err, ErrSendTimeout) {
+			t.Fatalf("got %v, want a send timeout", err)
+		}
+	}
+	close(gate)
+	payload := <-encoded
+	msgs, err := entry.SplitBatch(payload, len(want))
+	if err != nil {
+		t.Fatalf("the payload written after the expiry: %v (%q)", err, payload[:min(len(payload), 16)])
+	}
+	for i, m := range msgs {
+		if string(m.Payload) != want[i] {
+			t.Fatalf("message %d written as %q, want %q", i, m.Payload, want[i])
+		}
+	}
+}
+
+// sendHook is a client stream whose SendMsg calls send first.
+type sendHook struct {
+	grpc.ClientStream
+	send func(m any)
+}
+
+func (s *sendHook) SendMsg(m any) error {
+	s.send(m)
+	return s.ClientStream.SendMsg(m)
 }
 
 func TestBatchBufSizes(t *testing.T) {

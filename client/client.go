@@ -196,6 +196,7 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 		if _, isTLS := c.opts.Authentication.(tlsAuth); c.opts.Authentication != nil && !isTLS {
 			opts = append(opts, grpc.WithPerRPCCredentials(perRPC{c.opts.Authentication}))
 		}
+		opts = append(opts, testDialOptions...)
 		cc, err = grpc.NewClient(addr, append(opts,
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
 			// A broker that stops answering (paused, cut off) is noticed
@@ -211,6 +212,10 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 	}
 	return brokerpb.NewBrokerClient(cc), nil
 }
+
+// testDialOptions, set by tests, are added to every connection's options
+// (an interceptor that holds a send, say).
+var testDialOptions []grpc.DialOption
 
 // reconnectTimeout bounds one connection attempt (lookup, stream open,
 // the broker's answer): a stalled broker is given up for the next
