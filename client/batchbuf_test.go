@@ -68,6 +68,7 @@ func TestBatchExpiredWhileSentKeepsItsBytes(t *testing.T) {
 	entered, gate := make(chan struct{}), make(chan struct{})
 	encoded := make(chan []byte, 1) // the payload as gRPC is given it, after the gate
 	var hold sync.Once
+	saved := testDialOptions
 	testDialOptions = []grpc.DialOption{grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		s, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil || method != brokerpb.Broker_Produce_FullMethodName {
@@ -85,9 +86,12 @@ func TestBatchExpiredWhileSentKeepsItsBytes(t *testing.T) {
 			})
 		}}, nil
 	})}
-	t.Cleanup(func() { testDialOptions = nil })
+	t.Cleanup(func() { testDialOptions = saved })
 	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
-	p, err := c.CreateProducer(ProducerOptions{Topic: "t", SendTimeout: 200 * time.Millisecond,
+	// The timeout leaves the sender ample time to take the batch (it
+	// must be inside Send when the batch expires); the hold makes a long
+	// one as deterministic as a short one.
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", SendTimeout: 2 * time.Second,
 		BatchingMaxMessages: 3, BatchingMaxPublishDelay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -110,13 +114,24 @@ func TestBatchExpiredWhileSentKeepsItsBytes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the batch was never sent")
 	}
+	deadline := time.After(30 * time.Second)
 	for range want {
-		if err := <-errs; !errors.Is(err, ErrSendTimeout) {
-			t.Fatalf("got %v, want a send timeout", err)
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrSendTimeout) {
+				t.Fatalf("got %v, want a send timeout", err)
+			}
+		case <-deadline:
+			t.Fatal("the held batch did not expire")
 		}
 	}
 	close(gate)
-	payload := <-encoded
+	var payload []byte
+	select {
+	case payload = <-encoded:
+	case <-deadline:
+		t.Fatal("the sender did not go on once released")
+	}
 	msgs, err := entry.SplitBatch(payload, len(want))
 	if err != nil {
 		t.Fatalf("the payload written after the expiry: %v (%q)", err, payload[:min(len(payload), 16)])

@@ -214,7 +214,8 @@ func (c *client) conn(addr string) (brokerpb.BrokerClient, error) {
 }
 
 // testDialOptions, set by tests, are added to every connection's options
-// (an interceptor that holds a send, say).
+// (an interceptor that holds a send, say). As for any option: nothing in
+// them may read a message after Send returns (see the dial options).
 var testDialOptions []grpc.DialOption
 
 // reconnectTimeout bounds one connection attempt (lookup, stream open,

@@ -246,14 +246,21 @@ func startCompose(t *testing.T) *composeCluster {
 // freeSubnet returns the first three bytes of a /24 under 10.213.8.0/21
 // that no Docker network on this host uses, so the cluster's fixed
 // addresses do not overlap another project's network (another run's, or
-// one a killed run left behind; those are not ours to remove).
+// one a killed run left behind; those are not ours to remove). Two runs
+// that pick at the same moment can still pick the same one: the second's
+// "up" then fails with "Pool overlaps".
 func freeSubnet(t *testing.T) string {
 	t.Helper()
-	used := map[string]bool{}
+	var used []*net.IPNet
 	for _, id := range strings.Fields(docker(t, "network", "ls", "-q")) {
-		for _, s := range strings.Fields(docker(t, "network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", id)) {
+		// A network removed since the listing is simply not in use.
+		out, err := exec.Command("docker", "network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", id).Output()
+		if err != nil {
+			continue
+		}
+		for _, s := range strings.Fields(string(out)) {
 			if _, n, err := net.ParseCIDR(s); err == nil {
-				used[n.String()] = true
+				used = append(used, n)
 			}
 		}
 	}
@@ -261,8 +268,7 @@ func freeSubnet(t *testing.T) string {
 		cand := fmt.Sprintf("10.213.%d", i)
 		_, want, _ := net.ParseCIDR(cand + ".0/24")
 		free := true
-		for s := range used {
-			_, n, _ := net.ParseCIDR(s)
+		for _, n := range used {
 			if n.Contains(want.IP) || want.Contains(n.IP) {
 				free = false
 				break

@@ -53,8 +53,8 @@ trap standalone_stop EXIT
 settle() {
 	local cpu prev=-1 i
 	for ((i = 0; i < 40; i++)); do
-		cpu=$(curl -s "http://$standalone_http/metrics" | awk '$1 == "process_cpu_seconds_total" { print $2 }')
-		if [[ -z $cpu ]]; then # no answer: not known to be idle
+		cpu=$(curl -sf "http://$standalone_http/metrics" | awk '$1 == "process_cpu_seconds_total" { print $2 }') || cpu=
+		if [[ -z $cpu ]]; then # no answer, or no such metric: not known to be idle
 			prev=-1
 			sleep 0.5
 			continue

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
 
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/internal/testcluster"
@@ -25,15 +26,17 @@ func TestAddStreamsUseTheAddCodec(t *testing.T) {
 		if method == bookiepb.Bookie_AddEntries_FullMethodName {
 			mu.Lock()
 			streams++
+			// The last codec forced is the one gRPC uses.
+			var codec encoding.CodecV2
 			for _, o := range opts {
-				f, ok := o.(grpc.ForceCodecV2CallOption)
-				if !ok {
-					continue
+				if f, ok := o.(grpc.ForceCodecV2CallOption); ok {
+					codec = f.CodecV2
 				}
-				out, err := f.CodecV2.Marshal(probe)
+			}
+			if codec != nil {
+				out, err := codec.Marshal(probe)
 				if err != nil {
 					t.Errorf("the forced codec: %v", err)
-					break
 				}
 				for _, b := range out {
 					if d := b.ReadOnlyData(); len(d) == len(payload) && &d[0] == &payload[0] {

@@ -117,11 +117,19 @@ func BenchmarkRawFsyncLoad(b *testing.B) {
 	b.ReportMetric(float64(lat.Percentile(99.9).Microseconds()), "p99.9-us")
 	b.ReportMetric(float64(lat.Percentile(100).Microseconds()), "max-us")
 	// The two calls apart: a direct write waits for the device to take the
-	// bytes, fdatasync for its cache flush (docs/benchmarks.md: here only
-	// the flushes slow down when a CPU is busy).
-	b.ReportMetric(float64(writes.Percentile(99).Microseconds()), "write-p99-us")
-	b.ReportMetric(float64(syncs.Percentile(50).Microseconds()), "sync-p50-us")
-	b.ReportMetric(float64(syncs.Percentile(99).Microseconds()), "sync-p99-us")
+	// bytes, fdatasync for its cache flush (docs/benchmarks.md compares
+	// them with a CPU busy and without).
+	for _, q := range []struct {
+		name string
+		l    *testutil.Latencies
+	}{{"write", &writes}, {"sync", &syncs}} {
+		for _, p := range []struct {
+			unit string
+			p    float64
+		}{{"p50", 50}, {"p99", 99}, {"p99.9", 99.9}, {"max", 100}} {
+			b.ReportMetric(float64(q.l.Percentile(p.p).Microseconds()), q.name+"-"+p.unit+"-us")
+		}
+	}
 }
 
 var benchSizes = []int{1 << 10, 64 << 10}
