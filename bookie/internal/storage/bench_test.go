@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
@@ -58,7 +59,22 @@ func BenchmarkRawFsync(b *testing.B) {
 // The pace makes it take N/1800 seconds, so ns/op and MB/s only echo it
 // (ops/s below 1,800: the disk fell behind); run with -benchtime=20000x,
 // which writes 2.5 GiB under TMPDIR: it must be on the disk under test.
+//
+// calls=syscall makes the calls as Go code does (the goroutine's P may be
+// handed to another thread while it waits); calls=raw with RawSyscall,
+// which keeps the P through the call: an experiment of
+// docs/benchmarks.md, not something the storage does.
 func BenchmarkRawFsyncLoad(b *testing.B) {
+	for _, raw := range []bool{false, true} {
+		name := "calls=syscall"
+		if raw {
+			name = "calls=raw"
+		}
+		b.Run(name, func(b *testing.B) { rawFsyncLoad(b, raw) })
+	}
+}
+
+func rawFsyncLoad(b *testing.B, raw bool) {
 	const writers, chunk, perSecond = 3, 128 << 10, 600
 	dir := b.TempDir()
 	files := make([]*os.File, writers)
@@ -92,12 +108,27 @@ func BenchmarkRawFsyncLoad(b *testing.B) {
 				next = next.Add(time.Second / perSecond)
 				time.Sleep(time.Until(next))
 				start := time.Now()
-				if _, err := f.WriteAt(buf, int64(i)*chunk); err != nil {
+				var err error
+				if raw {
+					if _, _, e := syscall.RawSyscall6(syscall.SYS_PWRITE64, f.Fd(), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(int64(i)*chunk), 0, 0); e != 0 {
+						err = e
+					}
+				} else {
+					_, err = f.WriteAt(buf, int64(i)*chunk)
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
 				written := time.Now()
-				if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+				if raw {
+					if _, _, e := syscall.RawSyscall(syscall.SYS_FDATASYNC, f.Fd(), 0, 0); e != 0 {
+						err = e
+					}
+				} else {
+					err = syscall.Fdatasync(int(f.Fd()))
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
