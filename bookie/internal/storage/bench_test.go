@@ -60,10 +60,15 @@ func BenchmarkRawFsync(b *testing.B) {
 // (ops/s below 1,800: the disk fell behind); run with -benchtime=20000x,
 // which writes 2.5 GiB under TMPDIR: it must be on the disk under test.
 //
-// calls=syscall makes the calls as Go code does (the goroutine's P may be
-// handed to another thread while it waits); calls=raw with RawSyscall,
-// which keeps the P through the call: an experiment of
-// docs/benchmarks.md, not something the storage does.
+// calls=syscall makes the calls as Go code does (if a call lasts and other
+// goroutines wait, the runtime may give its P to another thread, and the
+// thread needs one again when the call returns); calls=raw with
+// RawSyscall, which keeps the P through the call (nothing else runs on
+// it meanwhile): an experiment of docs/benchmarks.md, not something the
+// storage does. Linux, 64-bit. due-* is from when the write was due to
+// the end of its sync: it also counts a writer late to start, which the
+// other latencies leave out (with raw calls, writers in their calls may
+// hold every P).
 func BenchmarkRawFsyncLoad(b *testing.B) {
 	for _, raw := range []bool{false, true} {
 		name := "calls=syscall"
@@ -90,7 +95,7 @@ func rawFsyncLoad(b *testing.B, raw bool) {
 		files[i] = f
 	}
 	buf := alignedBuf(chunk)
-	var lat, writes, syncs testutil.Latencies
+	var lat, writes, syncs, due testutil.Latencies
 	b.SetBytes(chunk)
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -110,8 +115,11 @@ func rawFsyncLoad(b *testing.B, raw bool) {
 				start := time.Now()
 				var err error
 				if raw {
-					if _, _, e := syscall.RawSyscall6(syscall.SYS_PWRITE64, f.Fd(), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(int64(i)*chunk), 0, 0); e != 0 {
+					n, _, e := syscall.RawSyscall6(syscall.SYS_PWRITE64, f.Fd(), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(int64(i)*chunk), 0, 0)
+					if e != 0 {
 						err = e
+					} else if n != uintptr(len(buf)) {
+						err = fmt.Errorf("short write: %d of %d bytes", n, len(buf))
 					}
 				} else {
 					_, err = f.WriteAt(buf, int64(i)*chunk)
@@ -135,6 +143,7 @@ func rawFsyncLoad(b *testing.B, raw bool) {
 				lat.Add(time.Since(start))
 				writes.Add(written.Sub(start))
 				syncs.Add(time.Since(written))
+				due.Add(time.Since(next))
 			}
 		}()
 	}
@@ -153,7 +162,7 @@ func rawFsyncLoad(b *testing.B, raw bool) {
 	for _, q := range []struct {
 		name string
 		l    *testutil.Latencies
-	}{{"write", &writes}, {"sync", &syncs}} {
+	}{{"write", &writes}, {"sync", &syncs}, {"due", &due}} {
 		for _, p := range []struct {
 			unit string
 			p    float64
