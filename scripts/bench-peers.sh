@@ -16,19 +16,22 @@
 # 3. magnetar standalone with 3 bookies (3/3/2) and with 1 (1/1/1), driven
 #    by magnetar perf in separate processes: batched at the maximum rate,
 #    unbatched with 500 in flight, and at half the maximum rate with
-#    batches waiting 1 ms at most (the tail: p99 of the run and of every
-#    second). Resident memory of the
-#    standalone after the runs.
+#    batches waiting 1 ms at most, after a warm-up of WARM_HALF seconds at
+#    that rate (the tail: p99 of the run and of every second). Resident
+#    memory of the standalone after the runs.
 # Every run records the load average before and after it. The table goes
 # to bench/out/side-by-side.md and to stdout.
 #
-# Env: SECS (30, length of each Magnetar run), SKIP_PEERS=1, SKIP_GOBENCH=1,
+# Env: SECS (30, length of each Magnetar run), WARM_HALF (10, seconds of
+# warm-up before the half-rate run), SKIP_PEERS=1, SKIP_GOBENCH=1,
 # MAGNETAR_FLAGS (extra standalone flags, e.g. --memory-budget 1GiB).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 root=$PWD
 secs=${SECS:-30}
+warm_half=${WARM_HALF:-10}
+[[ $warm_half =~ ^(0|[1-9][0-9]*)$ ]] || { echo "WARM_HALF must be whole seconds, not '$warm_half'" >&2; exit 2; }
 out=$root/bench/out
 mkdir -p "$out"
 peers=$root/../shared/bench/peers
@@ -44,7 +47,7 @@ fi
 mag=$out/magnetar.txt
 : >"$mag"
 rec() { echo "$*" | tee -a "$mag"; }
-rec "# magnetar $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty) cpus=$(nproc) secs=$secs"
+rec "# magnetar $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty) cpus=$(nproc) secs=$secs warm_half=$warm_half"
 
 gb=$out/magnetar-gobench.txt
 if [[ ${SKIP_GOBENCH:-0} != 1 ]]; then
@@ -78,8 +81,8 @@ start_standalone() { # bookies
 rss() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)); }
 hwm() { echo $(($(awk '/VmHWM/ {print $2}' "/proc/$pid/status") / 1024)); }
 
-# perf_run NAME TOPIC ARGS...: one perf produce run; records its summary
-# and the worst per-second p99.
+# perf_run NAME TOPIC ARGS...: one perf produce run; records its summary,
+# the worst per-second p99 after the first second, and the first second's.
 perf_run() {
 	local name=$1 topic=$2
 	shift 2
@@ -101,15 +104,17 @@ perf_run() {
 			if ($i == "p99") p99 = $(i+1)
 			if ($i == "errors") errs = $(i+1)
 		}
-		# the worst second, skipping the first (connections, warm-up)
-		worst = 0; n1 = 0
+		# the worst second, skipping the first (connections, warm-up),
+		# which is recorded apart
+		worst = 0; first = 0; n1 = 0
 		while ((getline line < file) > 0) {
 			if (line ~ / summary: / || line !~ /latency ms/) continue
-			if (n1++ == 0) continue
 			split(line, f, " ")
-			for (j = 1; j in f; j++) if (f[j] == "p99" && f[j+1] + 0 > worst) worst = f[j+1] + 0
+			for (j = 1; j in f; j++) if (f[j] == "p99") p = f[j+1] + 0
+			if (n1++ == 0) first = p
+			else if (p > worst) worst = p
 		}
-		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f errors=%s load=%s\n", n, rate, p50, p99, worst, errs, l
+		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s\n", n, rate, p50, p99, worst, first, errs, l
 	}' | tee -a "$mag"
 }
 
@@ -124,6 +129,14 @@ for bookies in 3 1; do
 			# Batches wait 1 ms at most, as in Pulsar's published
 			# latency runs (the OpenMessaging benchmark's Pulsar driver):
 			# perf's default of 10 ms alone would be twice the goal.
+			# A warm-up at that rate first, on the same topic, not
+			# counted (as the OpenMessaging benchmark's warm-up phase):
+			# right after the unbatched run the first seconds pay for
+			# the heap regrowing (page faults; docs/benchmarks.md). Its
+			# figures are in the raw lines.
+			if ((warm_half > 0)); then # --time 0s would be no limit
+				secs=$warm_half perf_run "b3_batched_half_warmup" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
+			fi
 			perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
 		fi
 	fi
@@ -147,6 +160,9 @@ mu99=$(kv magnetar b3_unbatched_500 6)
 mh50=$(kv magnetar b3_batched_half 5)
 mh99=$(kv magnetar b3_batched_half 6)
 mhw=$(kv magnetar b3_batched_half 7)
+mwu50=$(kv magnetar b3_batched_half_warmup 5)
+mwu99=$(kv magnetar b3_batched_half_warmup 6)
+mwu1=$(kv magnetar b3_batched_half_warmup 8)
 nats_always=$(get nats r3fsync_pub_async500 3)
 nats_always99=$(kv nats r3fsync_pub_async500 8 | awk '{ if ($1 + 0 > 0) printf "%.1f", $1 / 1000 }')
 redis_always=$(get redis always_xadd_c50p16 3)
@@ -167,7 +183,10 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	echo "| 3 copies unbatched, 500 in flight vs NATS R3 always, async 500 | $mu msg/s | $nats_always msg/s | $(ratio "$mu" "$nats_always") | >= 1.5x |"
 	echo "| the same: p99 | $mu99 ms | ${nats_always99:-?} ms | $(ratio "$mu99" "$nats_always99") | <= 1x |"
 	echo "| 1 copy batched, max rate vs Redis always, 50x16 | $m1 msg/s | $redis_always msg/s | $(ratio "$m1" "$redis_always") | >= 1.5x |"
-	echo "| 3 copies at half the max rate, batches <= 1 ms: p50 / p99 / worst second's p99 | $mh50 / $mh99 / $mhw ms | | worst/p50 $(ratio "$mhw" "$mh50") | p99 <= 5 ms, worst second <= 3x p50 |"
+	echo "| 3 copies at half the max rate, batches <= 1 ms, after ${warm_half} s of warm-up: p50 / p99 / worst second's p99 | $mh50 / $mh99 / $mhw ms | | worst/p50 $(ratio "$mhw" "$mh50") | p99 <= 5 ms, worst second <= 3x p50 |"
+	if [[ -n $mwu99 ]]; then
+		echo "| the warm-up before it (not counted): p50 / p99 / first second's p99 | $mwu50 / $mwu99 / $mwu1 ms | | | |"
+	fi
 	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
 	if [[ -n ${fsync:-} ]]; then
 		echo "| group commit: bookie gRPC adds (256 in flight) / raw fsync | $stream / $fsync ops/s | | $(ratio "$stream" "$fsync") | >= 40x |"
