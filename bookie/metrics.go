@@ -1,12 +1,10 @@
 package bookie
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // Prometheus metrics of a bookie, under BookKeeper's names where it has
@@ -16,12 +14,13 @@ import (
 //   - bookkeeper_server_ADD_ENTRY_REQUEST and _READ_ENTRY_REQUEST:
 //     summaries in milliseconds with a success label (true/false), from
 //     the request's arrival to its answer; bookkeeper_server_ADD_ENTRY
-//     and _READ_ENTRY observe the same (dashboards take their rates from
-//     the _count).
+//     and _READ_ENTRY export the same figures (dashboards take their
+//     rates from the _count). Their quantiles come from bucketed counts
+//     (latencies: within 3.1% above the true value).
 //   - bookie_WRITE_BYTES, bookie_READ_BYTES: payload bytes (counters).
 //   - bookie_journal_JOURNAL_SYNC: the group commit's write and WAL sync,
-//     milliseconds, success label; _FORCE_WRITE_BATCH_ENTRIES and
-//     _BATCH_BYTES: what one group commit held.
+//     milliseconds, success label (latencies too); _FORCE_WRITE_BATCH_ENTRIES
+//     and _BATCH_BYTES: what one group commit held (client_golang summaries).
 //   - bookie_SERVER_STATUS: 1 writable, 0 read-only (a draining bookie is
 //     read-only); magnetar_bookie_state says which of the three.
 //   - magnetar_bookie_disk_{total,used,free}_bytes, bookie_ledger_writable_dirs,
@@ -30,16 +29,16 @@ import (
 //     by reason: the storage engine held writes back (memtables or level 0
 //     full), a cause of latency spikes.
 //
-// Quantiles cover the last 30 to 60 seconds (ageBuckets); BookKeeper's
-// cover the previous minute.
+// Quantiles cover the last 30 to 60 seconds (the latencies' two windows,
+// the batch summaries' ageBuckets); BookKeeper's cover the previous
+// minute.
 type metrics struct {
-	// add and read are exported twice, as _REQUEST and without it (see
-	// twin): one observation per request.
-	add, read         *prometheus.SummaryVec
-	addOK, addFailed  prometheus.Observer // add's two children, looked up once: adds are many
+	// add and read are exported twice, as _REQUEST and without it: one
+	// observation per request.
+	add, read         *latencies
 	writeBytes        prometheus.Counter
 	readBytes         prometheus.Counter
-	sync              *prometheus.SummaryVec
+	sync              *latencies
 	batchEntries      prometheus.Summary
 	batchBytes        prometheus.Summary
 	stalls, stallSecs *prometheus.CounterVec
@@ -47,67 +46,49 @@ type metrics struct {
 
 var objectives = map[float64]float64{0.5: 0.05, 0.75: 0.02, 0.95: 0.005, 0.99: 0.001, 0.999: 0.0001}
 
-// ageBuckets: the quantiles cover the last 30 to 60 seconds (a bucket is
-// dropped every 30 s), close to BookKeeper's, which reports the previous
-// minute. Every observation goes into every bucket's stream: with
-// Prometheus's default of 5 buckets, and two summaries per add, the
-// per-add summaries took a tenth of a busy bookie's CPU.
+// ageBuckets: the batch summaries' quantiles cover the last 30 to 60
+// seconds (a bucket is dropped every 30 s), close to BookKeeper's, which
+// reports the previous minute, and as latencies' windows do. Every
+// observation goes into every bucket's stream.
 const ageBuckets = 2
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
-	summary := func(name, help string) *prometheus.SummaryVec {
-		return prometheus.NewSummaryVec(prometheus.SummaryOpts{Name: name, Help: help, Objectives: objectives,
-			MaxAge: time.Minute, AgeBuckets: ageBuckets}, []string{"success"})
-	}
 	m := &metrics{
-		add:        summary("bookkeeper_server_ADD_ENTRY_REQUEST", "Add requests, arrival to answer, milliseconds."),
-		read:       summary("bookkeeper_server_READ_ENTRY_REQUEST", "Read requests, arrival to answer, milliseconds."),
+		add: newLatencies(time.Now, "bookkeeper_server_ADD_ENTRY_REQUEST", "Add requests, arrival to answer, milliseconds.",
+			"bookkeeper_server_ADD_ENTRY"),
+		read: newLatencies(time.Now, "bookkeeper_server_READ_ENTRY_REQUEST", "Read requests, arrival to answer, milliseconds.",
+			"bookkeeper_server_READ_ENTRY"),
 		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_WRITE_BYTES", Help: "Payload bytes added."}),
 		readBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_READ_BYTES", Help: "Payload bytes read."}),
-		sync:       summary("bookie_journal_JOURNAL_SYNC", "Group commits: write and WAL sync, milliseconds."),
+		sync:       newLatencies(time.Now, "bookie_journal_JOURNAL_SYNC", "Group commits: write and WAL sync, milliseconds."),
 		batchEntries: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
 			Help: "Requests per group commit.", Objectives: objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 		batchBytes: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
 			Help: "Payload bytes per group commit.", Objectives: objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 	}
-	add := twin{m.add, prometheus.NewDesc("bookkeeper_server_ADD_ENTRY", "Adds, milliseconds (the same as the requests).", []string{"success"}, nil)}
-	read := twin{m.read, prometheus.NewDesc("bookkeeper_server_READ_ENTRY", "Reads, milliseconds (the same as the requests).", []string{"success"}, nil)}
 	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stalls_total",
 		Help: "Times the storage engine held writes back, by reason (memtables or level 0 full)."}, []string{"reason"})
 	m.stallSecs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stall_seconds_total",
 		Help: "Seconds writes were held back by the storage engine, by reason."}, []string{"reason"})
-	reg.MustRegister(add, read, m.writeBytes, m.readBytes, m.sync, m.batchEntries, m.batchBytes,
+	// Both success values are exported from the start, as BookKeeper's are.
+	reg.MustRegister(m.add, m.read, m.writeBytes, m.readBytes, m.sync, m.batchEntries, m.batchBytes,
 		m.stalls, m.stallSecs, stateCollector{s})
-	for _, v := range []*prometheus.SummaryVec{m.add, m.read, m.sync} {
-		v.WithLabelValues("true") // exported from the start, as BookKeeper's are
-		v.WithLabelValues("false")
-	}
-	m.addOK, m.addFailed = m.add.WithLabelValues("true"), m.add.WithLabelValues("false")
 	return m
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func success(err error) string {
-	if err != nil {
-		return "false"
+// added records the outcome of an add that started at start.
+func (m *metrics) added(bytes int, start time.Time, err error) {
+	now := time.Now()
+	m.add.observe(now, now.Sub(start), err)
+	if err == nil {
+		m.writeBytes.Add(float64(bytes))
 	}
-	return "true"
 }
 
-// added records an add's outcome.
-func (m *metrics) added(bytes int, took time.Duration, err error) {
-	if err != nil {
-		m.addFailed.Observe(ms(took))
-		return
-	}
-	m.addOK.Observe(ms(took))
-	m.writeBytes.Add(float64(bytes))
-}
-
-// readDone records a read's outcome.
-func (m *metrics) readDone(bytes int, took time.Duration, err error) {
-	m.read.WithLabelValues(success(err)).Observe(ms(took))
+// readDone records the outcome of a read that started at start.
+func (m *metrics) readDone(bytes int, start time.Time, err error) {
+	now := time.Now()
+	m.read.observe(now, now.Sub(start), err)
 	if err == nil {
 		m.readBytes.Add(float64(bytes))
 	}
@@ -115,7 +96,7 @@ func (m *metrics) readDone(bytes int, took time.Duration, err error) {
 
 // synced records a group commit (storage.Options.OnSync).
 func (m *metrics) synced(requests, bytes int, took time.Duration, err error) {
-	m.sync.WithLabelValues(success(err)).Observe(ms(took))
+	m.sync.observe(time.Now(), took, err)
 	m.batchEntries.Observe(float64(requests))
 	m.batchBytes.Observe(float64(bytes))
 }
@@ -125,51 +106,6 @@ func (m *metrics) synced(requests, bytes int, took time.Duration, err error) {
 func (m *metrics) stalled(reason string, took time.Duration) {
 	m.stalls.WithLabelValues(reason).Inc()
 	m.stallSecs.WithLabelValues(reason).Add(took.Seconds())
-}
-
-// twin exports a summary under its own name and, with the same figures,
-// under a second one: BookKeeper exports each request latency as both
-// X_REQUEST and X; observing each request once halves the cost. Both are
-// built from one reading of the summary, so that a scrape shows them
-// equal while adds go on.
-type twin struct {
-	vec  *prometheus.SummaryVec
-	desc *prometheus.Desc // the second name; the same variable labels
-}
-
-func (t twin) Describe(ch chan<- *prometheus.Desc) {
-	t.vec.Describe(ch)
-	ch <- t.desc
-}
-
-func (t twin) Collect(ch chan<- prometheus.Metric) {
-	ms := make(chan prometheus.Metric)
-	go func() { // ends with the vector's Collect
-		t.vec.Collect(ms)
-		close(ms)
-	}()
-	for m := range ms {
-		var pb dto.Metric
-		if err := m.Write(&pb); err != nil || pb.Summary == nil {
-			ch <- prometheus.NewInvalidMetric(m.Desc(), fmt.Errorf("summary: %v", err))
-			continue
-		}
-		q := make(map[float64]float64, len(pb.Summary.Quantile))
-		for _, x := range pb.Summary.Quantile {
-			q[x.GetQuantile()] = x.GetValue()
-		}
-		values := make([]string, len(pb.Label)) // one label (success): in order
-		for i, l := range pb.Label {
-			values[i] = l.GetValue()
-		}
-		for _, d := range []*prometheus.Desc{m.Desc(), t.desc} {
-			s, err := prometheus.NewConstSummary(d, pb.Summary.GetSampleCount(), pb.Summary.GetSampleSum(), q, values...)
-			if err != nil {
-				s = prometheus.NewInvalidMetric(d, err)
-			}
-			ch <- s
-		}
-	}
 }
 
 // stateCollector reports the bookie's state and disk when scraped.

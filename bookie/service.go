@@ -83,7 +83,7 @@ func (v *service) AddEntry(ctx context.Context, req *bookiepb.AddEntryRequest) (
 	}
 	defer v.s.budget.Release(n)
 	err = v.s.db.AddEntry(ctx, e, req.MasterKey, req.Recovery)
-	v.s.metrics.added(len(e.Payload), time.Since(start), err)
+	v.s.metrics.added(len(e.Payload), start, err)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (a *streamAdd) AddDone(err error) {
 	wirecodec.Release(a.payload)
 	a.payload = nil
 	v := a.s.v
-	v.s.metrics.added(int(n), time.Since(a.start), err)
+	v.s.metrics.added(int(n), a.start, err)
 	a.result.Code, a.result.Reason, a.result.Message = wire.ToResult(err)
 	a.s.results.push(&a.result)
 	if a.budgeted { // on every outcome: a refused add holds nothing either
@@ -336,7 +336,7 @@ func (v *service) ReadEntry(ctx context.Context, req *bookiepb.ReadEntryRequest)
 		return nil, err
 	}
 	start, bytes := time.Now(), 0
-	defer func() { v.s.metrics.readDone(bytes, time.Since(start), err) }()
+	defer func() { v.s.metrics.readDone(bytes, start, err) }()
 	if req.Fence {
 		// A recovery read: the fence is durable before anything is read,
 		// so the old writer cannot get an add past us afterwards.

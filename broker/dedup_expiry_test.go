@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +13,6 @@ import (
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/metapb"
 )
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // dedupSnapshot reads a topic's deduplication snapshot from etcd ("" if
 // there is none yet) as its position and sequence ids.
@@ -86,7 +67,7 @@ func TestDedupInactiveProducerIsPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stays.Close()
-	clock := &fakeClock{now: time.Now()}
+	clock := testutil.NewClock(time.Now())
 	if !e.b.SetDedupClock(topic, clock.Now) {
 		t.Fatal("topic not loaded")
 	}
@@ -198,7 +179,7 @@ func TestDedupRetentionKeepsEntriesAfterTheSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	clock := &fakeClock{now: time.Now()}
+	clock := testutil.NewClock(time.Now())
 	if !e.b.SetDedupClock(topic, clock.Now) {
 		t.Fatal("topic not loaded")
 	}
