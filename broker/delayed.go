@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"time"
+
 	"github.com/google/btree"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
@@ -35,6 +37,21 @@ type delayedIndex struct {
 	scanAt    mledger.Position // the next position the scan reads
 	nextSpill *mledger.Position
 }
+
+// dueBy is the latest deliver_at_time (unix ms) that is due at now: a
+// message is due once the millisecond its deliver_at_time names is over,
+// not when it begins. Pulsar's clients truncate the time they mean to
+// whole milliseconds (pulsar-client-go: now+DeliverAfter), so at the
+// millisecond's start the time meant may still be up to 1 ms away; their
+// own tests check that no message arrives before it. Magnetar's client
+// rounds up, and so waits at most 1 ms longer than it asked.
+//
+// Invariant (TestDueByAndDueAtAgree): at <= dueBy(now) exactly when now is
+// not before dueAt(at), so the timer set for dueAt finds the entry due.
+func dueBy(now time.Time) int64 { return now.UnixMilli() - 1 }
+
+// dueAt is when an entry with deliver_at_time at becomes due.
+func dueAt(at int64) time.Time { return time.UnixMilli(at + 1) }
 
 type delayedItem struct {
 	at   int64 // unix ms
@@ -96,12 +113,12 @@ func (d *delayedIndex) spill(it delayedItem) {
 	}
 }
 
-// due removes and returns the entries due at now.
-func (d *delayedIndex) due(now int64) []delayedItem {
+// due removes and returns the entries due by cutoff (dueBy of the time).
+func (d *delayedIndex) due(cutoff int64) []delayedItem {
 	var out []delayedItem
 	for {
 		first, ok := d.byTime.Min()
-		if !ok || first.at > now {
+		if !ok || first.at > cutoff {
 			return out
 		}
 		d.byTime.DeleteMin()
@@ -124,12 +141,12 @@ func (d *delayedIndex) next() int64 {
 }
 
 // wantScan reports whether spilled entries should be looked for now:
-// there is room for them, or one of them is due.
-func (d *delayedIndex) wantScan(now int64) bool {
+// there is room for them, or one of them is due by cutoff (dueBy).
+func (d *delayedIndex) wantScan(cutoff int64) bool {
 	if d.scanning {
 		return true
 	}
-	return d.spilled && (2*d.byTime.Len() < d.max || d.spillMinAt <= now)
+	return d.spilled && (2*d.byTime.Len() < d.max || d.spillMinAt <= cutoff)
 }
 
 // startScan begins a scan at the earliest spilled position.

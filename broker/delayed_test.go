@@ -2,6 +2,7 @@ package broker
 
 import (
 	"testing"
+	"time"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 )
@@ -47,5 +48,39 @@ func TestDelayedIndexKeepsTheEarliestAndRemembersSpills(t *testing.T) {
 	}
 	if !d.has(pos(1)) || !d.has(pos(2)) || !d.has(pos(3)) || d.has(pos(0)) {
 		t.Fatal("wrong entries indexed after the scan")
+	}
+}
+
+// A deliver_at_time of at (whole ms, as a Pulsar client truncates the time
+// it means) is due only once that millisecond is over, and the timer set
+// for dueAt finds it due: never early, at most 1 ms late.
+func TestDueByAndDueAtAgree(t *testing.T) {
+	const at = int64(1_700_000_000_000)
+	for _, tc := range []struct {
+		now time.Time
+		due bool
+	}{
+		{time.UnixMilli(at - 1), false},
+		{time.UnixMilli(at), false},
+		{time.UnixMilli(at).Add(999_999 * time.Nanosecond), false},
+		{time.UnixMilli(at + 1), true},
+		{time.UnixMilli(at + 1).Add(time.Nanosecond), true},
+		{time.UnixMilli(at + 7), true},
+	} {
+		if got := at <= dueBy(tc.now); got != tc.due {
+			t.Errorf("at %d, now %v: due %v, want %v", at, tc.now.UnixNano(), got, tc.due)
+		}
+		if got := !tc.now.Before(dueAt(at)); got != tc.due {
+			t.Errorf("at %d, now %v: dueAt says due %v, want %v", at, tc.now.UnixNano(), got, tc.due)
+		}
+	}
+	// The index hands an entry out by the same rule.
+	d := newDelayedIndex(4)
+	d.add(delayedItem{at: at, pos: mledger.Position{Ledger: 1, Entry: 0}, hash: -1})
+	if got := d.due(dueBy(time.UnixMilli(at).Add(500 * time.Microsecond))); len(got) != 0 {
+		t.Fatalf("due within its millisecond: %v", got)
+	}
+	if got := d.due(dueBy(dueAt(at))); len(got) != 1 {
+		t.Fatalf("not due at dueAt: %v", got)
 	}
 }

@@ -299,11 +299,11 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 	}
 	gen := s.mu.gen
 	keyShared := s.mu.typ == brokerpb.SubscriptionType_KEY_SHARED
-	now := time.Now().UnixMilli()
-	for _, it := range m.delayed.due(now) {
+	cutoff := dueBy(time.Now())
+	for _, it := range m.delayed.due(cutoff) {
 		s.addReplayLocked(it.pos, it.hash)
 	}
-	scan := m.delayed.wantScan(now)
+	scan := m.delayed.wantScan(cutoff)
 	if scan {
 		m.delayed.startScan()
 	}
@@ -312,7 +312,7 @@ func (s *subscription) dispatchMultiOnce(ctx context.Context) (progressed bool, 
 	s.mu.Unlock()
 
 	if scan {
-		more, err := s.scanDelayed(ctx, gen, now)
+		more, err := s.scanDelayed(ctx, gen, cutoff)
 		if err != nil {
 			return progressed, wait, err
 		}
@@ -420,7 +420,7 @@ const maxScan = 1000
 // scanDelayed looks again, from where it stopped, for the delayed entries
 // the index spilled: up to maxScan entries, stopping at the read position.
 // It reports whether the scan is to go on.
-func (s *subscription) scanDelayed(ctx context.Context, gen int64, now int64) (more bool, err error) {
+func (s *subscription) scanDelayed(ctx context.Context, gen int64, cutoff int64) (more bool, err error) {
 	s.mu.Lock()
 	from := s.mu.multi.delayed.scanAt
 	s.mu.Unlock()
@@ -464,7 +464,7 @@ func (s *subscription) scanDelayed(ctx context.Context, gen int64, now int64) (m
 			if s.mu.typ == brokerpb.SubscriptionType_KEY_SHARED {
 				hash = stickyKeyHash(stickyKey(md))
 			}
-			if at := md.GetDeliverAtTime(); at > now {
+			if at := md.GetDeliverAtTime(); at > cutoff {
 				m.delayed.add(delayedItem{at: at, pos: e.Pos, hash: hash})
 			} else {
 				s.addReplayLocked(e.Pos, hash)
@@ -585,7 +585,7 @@ func (s *subscription) offer(gen int64, e mledger.Entry, fromReplay bool, blocke
 	if s.mu.typ == brokerpb.SubscriptionType_KEY_SHARED {
 		hash = stickyKeyHash(stickyKey(md))
 	}
-	if at := md.GetDeliverAtTime(); !fromReplay && at > time.Now().UnixMilli() {
+	if at := md.GetDeliverAtTime(); !fromReplay && at > dueBy(time.Now()) {
 		// Delayed: indexed (or spilled) until due, then replayed.
 		m.delayed.add(delayedItem{at: at, pos: e.Pos, hash: hash})
 		s.cur.SetReadPosition(s.t.ml.Next(e.Pos))

@@ -529,7 +529,7 @@ func (s *subscription) dispatch() {
 				var timer *time.Timer
 				var due <-chan time.Time
 				if at := s.nextDelayed(); at > 0 {
-					timer = time.NewTimer(time.Until(time.UnixMilli(at)))
+					timer = time.NewTimer(time.Until(dueAt(at)))
 					due = timer.C
 				}
 				select {
