@@ -18,7 +18,9 @@
 #    unbatched with 500 in flight, and at half the maximum rate with
 #    batches waiting 1 ms at most, after a warm-up of WARM_HALF seconds at
 #    that rate (the tail: p99 of the run and of every second). Resident
-#    memory of the standalone after the runs.
+#    memory of the standalone after the runs. During every run `magnetar
+#    perf pauses` counts the times the host stopped the whole machine (a
+#    throttled virtual machine): they lengthen the tail whatever runs.
 # Every run records the load average before and after it. The table goes
 # to bench/out/side-by-side.md and to stdout.
 #
@@ -86,18 +88,25 @@ hwm() { echo $(($(awk '/VmHWM/ {print $2}' "/proc/$pid/status") / 1024)); }
 perf_run() {
 	local name=$1 topic=$2
 	shift 2
-	local log=$out/perf-$name.log l0 rc=0
+	local log=$out/perf-$name.log l0 rc=0 pp
 	l0=$(load)
+	# The host's pauses over the same time (perf pauses: every CPU stopped
+	# at once, as a throttled virtual machine is).
+	"$bin" perf pauses --time "${secs}s" >"$out/pauses-$name.log" 2>&1 &
+	pp=$!
 	# A failed send makes perf exit non-zero: the run is recorded all the
 	# same (its errors column says how many), not ended.
 	"$bin" perf produce "$topic" --size 1024 --time "${secs}s" --url "$url" "$@" >"$log" 2>&1 || rc=$?
+	wait "$pp" || true
+	local paused
+	paused=$(sed -nE 's/^pauses: ([0-9]+) in .*: ([0-9.]+) ms in all \(([0-9.]+)% .*/host_pauses=\1 host_paused_ms=\2 host_paused_pct=\3/p' "$out/pauses-$name.log")
 	local s
 	s=$(grep ' summary: ' "$log" | tail -1 || true)
 	if [[ -z $s ]]; then
 		rec "magnetar $name FAILED(rc=$rc) see $log"
 		return 0
 	fi
-	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" '{
+	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" -v paused="${paused:-host_pauses=na}" '{
 		for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") rate = $i
 			if ($i == "p50") p50 = $(i+1)
@@ -114,7 +123,7 @@ perf_run() {
 			if (n1++ == 0) first = p
 			else if (p > worst) worst = p
 		}
-		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s\n", n, rate, p50, p99, worst, first, errs, l
+		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s %s\n", n, rate, p50, p99, worst, first, errs, l, paused
 	}' | tee -a "$mag"
 }
 
@@ -163,6 +172,9 @@ mhw=$(kv magnetar b3_batched_half 7)
 mwu50=$(kv magnetar b3_batched_half_warmup 5)
 mwu99=$(kv magnetar b3_batched_half_warmup 6)
 mwu1=$(kv magnetar b3_batched_half_warmup 8)
+mhp=$(kv magnetar b3_batched_half 11)
+mhpms=$(kv magnetar b3_batched_half 12)
+mhppct=$(kv magnetar b3_batched_half 13)
 nats_always=$(get nats r3fsync_pub_async500 3)
 nats_always99=$(kv nats r3fsync_pub_async500 8 | awk '{ if ($1 + 0 > 0) printf "%.1f", $1 / 1000 }')
 redis_always=$(get redis always_xadd_c50p16 3)
@@ -184,6 +196,9 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	echo "| the same: p99 | $mu99 ms | ${nats_always99:-?} ms | $(ratio "$mu99" "$nats_always99") | <= 1x |"
 	echo "| 1 copy batched, max rate vs Redis always, 50x16 | $m1 msg/s | $redis_always msg/s | $(ratio "$m1" "$redis_always") | >= 1.5x |"
 	echo "| 3 copies at half the max rate, batches <= 1 ms, after ${warm_half} s of warm-up: p50 / p99 / worst second's p99 | $mh50 / $mh99 / $mhw ms | | worst/p50 $(ratio "$mhw" "$mh50") | p99 <= 5 ms, worst second <= 3x p50 |"
+	if [[ -n $mhp ]]; then
+		echo "| the host's pauses during it (every CPU stopped at once; \`magnetar perf pauses\`) | $mhp pauses, $mhpms ms ($mhppct% of the run) | | | none to speak of |"
+	fi
 	if [[ -n $mwu99 ]]; then
 		echo "| the warm-up before it (not counted): p50 / p99 / first second's p99 | $mwu50 / $mwu99 / $mwu1 ms | | | |"
 	fi

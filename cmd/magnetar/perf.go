@@ -465,7 +465,7 @@ printing the reasons.`,
 	consume.Flags().BoolVar(&earliest, "earliest", false, "a new subscription starts at the earliest message")
 	consume.Flags().IntVarP(&count, "num-messages", "n", 0, "stop after this many messages (0: until interrupted)")
 	consume.Flags().DurationVar(&duration, "time", 0, "stop after this long (0: no limit)")
-	cmd.AddCommand(produce, consume)
+	cmd.AddCommand(produce, consume, newPerfPausesCmd())
 	return cmd
 }
 
