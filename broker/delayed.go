@@ -40,18 +40,19 @@ type delayedIndex struct {
 
 // dueBy is the latest deliver_at_time (unix ms) that is due at now: a
 // message is due once the millisecond its deliver_at_time names is over,
-// not when it begins. Pulsar's clients truncate the time they mean to
-// whole milliseconds (pulsar-client-go: now+DeliverAfter), so at the
-// millisecond's start the time meant may still be up to 1 ms away; their
-// own tests check that no message arrives before it. Magnetar's client
-// rounds up, and so waits at most 1 ms longer than it asked.
+// not when it begins. Pulsar's clients (and Magnetar's) send the time
+// they mean truncated to whole milliseconds (pulsar-client-go:
+// now+DeliverAfter), so at the millisecond's start the time meant may
+// still be up to 1 ms away; their own tests check that no message arrives
+// before it. So a message is never early, and at most 1 ms late.
 //
 // Invariant (TestDueByAndDueAtAgree): at <= dueBy(now) exactly when now is
 // not before dueAt(at), so the timer set for dueAt finds the entry due.
 func dueBy(now time.Time) int64 { return now.UnixMilli() - 1 }
 
-// dueAt is when an entry with deliver_at_time at becomes due.
-func dueAt(at int64) time.Time { return time.UnixMilli(at + 1) }
+// dueAt is when an entry with deliver_at_time at becomes due (no
+// overflow: time.Time holds UnixMilli(math.MaxInt64) plus 1 ms).
+func dueAt(at int64) time.Time { return time.UnixMilli(at).Add(time.Millisecond) }
 
 type delayedItem struct {
 	at   int64 // unix ms

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -73,6 +74,11 @@ func TestDueByAndDueAtAgree(t *testing.T) {
 		if got := !tc.now.Before(dueAt(at)); got != tc.due {
 			t.Errorf("at %d, now %v: dueAt says due %v, want %v", at, tc.now.UnixNano(), got, tc.due)
 		}
+	}
+	// The largest deliver_at_time is never due, and its timer is not in
+	// the past (at+1 would wrap: the dispatcher would spin).
+	if far := int64(math.MaxInt64); far <= dueBy(time.Now()) || !dueAt(far).After(time.Now()) {
+		t.Fatalf("deliver_at_time %d: due by now %v, due at %v", far, far <= dueBy(time.Now()), dueAt(far))
 	}
 	// The index hands an entry out by the same rule.
 	d := newDelayedIndex(4)

@@ -180,8 +180,10 @@ type ProducerMessage struct {
 	DeliverAt    time.Time
 }
 
-// deliverAt is when a message may be delivered, in unix ms rounded up
-// (never before the time asked for), 0 for at once.
+// deliverAt is the message's deliver_at_time: the unix millisecond the
+// time asked for falls in, truncated as Pulsar's clients send it (the
+// broker delivers once that millisecond is over: never before the time
+// asked for, at most 1 ms after it), 0 for at once.
 func (m *ProducerMessage) deliverAt(now time.Time) int64 {
 	var t time.Time
 	switch {
@@ -192,5 +194,5 @@ func (m *ProducerMessage) deliverAt(now time.Time) int64 {
 	default:
 		return 0
 	}
-	return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	return t.UnixMilli()
 }

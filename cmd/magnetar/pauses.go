@@ -19,6 +19,11 @@ import (
 // over that interval. A pause is an interval in which every CPU's sleeper
 // was late: no busy CPU makes all of them late together, a stopped
 // machine does (docs/benchmarks.md, "The host stops the whole machine").
+// A late interval starts at the sleeper's due time, up to --sleep after
+// the stop began: the lengths are lower bounds, and a stop shorter than
+// about --threshold plus --sleep can go unseen. Only user-space load was
+// shown not to count; long non-preemptible kernel work on every CPU at
+// once would.
 
 // interval is [from, to) on a run's clock (time since its start).
 type interval struct{ from, to time.Duration }
@@ -56,7 +61,7 @@ type pauseReport struct {
 	run       time.Duration
 	threshold time.Duration
 	realtime  bool  // the sleepers ran at real-time priority
-	lateCPUs  []int // late intervals of each CPU
+	lateCPUs  []int // how many late intervals each CPU had
 	pauses    []interval
 }
 
@@ -77,7 +82,7 @@ func (r pauseReport) print(w io.Writer) {
 	if r.run > 0 {
 		share = 100 * float64(total) / float64(r.run)
 	}
-	fmt.Fprintf(w, "pauses: %d in %.1fs (every CPU late together by %v or more): %.1f ms in all (%.1f%% of the run), longest %.1f ms, median %.1f ms | late per CPU %v\n",
+	fmt.Fprintf(w, "pauses: %d in %.1fs (every CPU late together by %v or more): %.1f ms in all (%.1f%% of the run), longest %.1f ms, median %.1f ms (lower bounds) | late per CPU %v\n",
 		len(r.pauses), r.run.Seconds(), r.threshold, inMs(total), share, inMs(longest), inMs(median), r.lateCPUs)
 	if !r.realtime {
 		fmt.Fprintln(w, "note: the sleepers could not have real-time priority (needs root or CAP_SYS_NICE): CPUs all busy at once count as a pause too")
@@ -90,7 +95,7 @@ func newPerfPausesCmd() *cobra.Command {
 	var duration, sleep, threshold time.Duration
 	cmd := &cobra.Command{
 		Use:   "pauses",
-		Short: "Measure the times the machine stopped running (a throttled virtual machine): every CPU's sleeper late at once",
+		Short: "Count the times every CPU's sleeper was late at once: the machine stopped running (a throttled virtual machine)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {

@@ -16,10 +16,10 @@ import (
 func measureLate(ctx context.Context, d, sleep, threshold time.Duration) (late [][]interval, realtime bool, run time.Duration, err error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, false, 0, fmt.Errorf("the CPUs: %w", err)
+		return nil, false, 0, fmt.Errorf("sched_getaffinity: %w", err)
 	}
 	var cpus []int
-	for c := 0; c < len(set)*64 && len(cpus) < set.Count(); c++ {
+	for c, n := 0, set.Count(); c < 1<<16 && len(cpus) < n; c++ { // IsSet is false past the set's end
 		if set.IsSet(c) {
 			cpus = append(cpus, c)
 		}
