@@ -18,7 +18,7 @@
 #    unbatched with 500 in flight, and at half the maximum rate with
 #    batches waiting 1 ms at most, after a warm-up of WARM_HALF seconds at
 #    that rate (the tail: p99 of the run and of every second). Resident
-#    memory of the standalone after the runs. During every run `magnetar
+#    memory of the standalone after the runs. During the warm-up `magnetar
 #    perf pauses` counts the times every CPU was late at once, which we
 #    take for the host stopping the whole machine (a throttled virtual
 #    machine; docs/benchmarks.md).
@@ -89,24 +89,32 @@ hwm() { echo $(($(awk '/VmHWM/ {print $2}' "/proc/$pid/status") / 1024)); }
 perf_run() {
 	local name=$1 topic=$2
 	shift 2
-	local log=$out/perf-$name.log l0 rc=0 pp
+	local log=$out/perf-$name.log l0 rc=0 pp=
 	l0=$(load)
-	# The host's pauses over the same time (perf pauses: every CPU stopped
-	# at once, as a throttled virtual machine is).
-	"$bin" perf pauses --time "${secs}s" >"$out/pauses-$name.log" 2>&1 &
-	pp=$!
+	# With PAUSES=1, the host's pauses over the same time (perf pauses:
+	# every CPU late at once, as a throttled virtual machine is). Only in
+	# the warm-up: the meter itself slowed the half-rate run's tail by a
+	# third or more (docs/benchmarks.md).
+	if [[ ${PAUSES:-0} == 1 ]]; then
+		"$bin" perf pauses --time "${secs}s" >"$out/pauses-$name.log" 2>&1 &
+		pp=$!
+	fi
 	# A failed send makes perf exit non-zero: the run is recorded all the
 	# same (its errors column says how many), not ended.
 	"$bin" perf produce "$topic" --size 1024 --time "${secs}s" --url "$url" "$@" >"$log" 2>&1 || rc=$?
-	wait "$pp" || true
-	local paused
-	paused=$(sed -nE 's/^pauses: ([0-9]+) in .*: ([0-9.]+) ms in all \(([0-9.]+)% .*/host_pauses=\1 host_paused_ms=\2 host_paused_pct=\3/p' "$out/pauses-$name.log")
-	# Without real-time priority (not root) busy CPUs count as pauses too.
-	if [[ -n $paused ]]; then
-		if grep -q '^note: the sleepers could not have real-time priority' "$out/pauses-$name.log"; then
-			paused+=" host_pauses_rt=no"
+	local paused=
+	if [[ -n $pp ]]; then
+		wait "$pp" || true
+		paused=$(sed -nE 's/^pauses: ([0-9]+) in .*: ([0-9.]+) ms in all \(([0-9.]+)% .*/host_pauses=\1 host_paused_ms=\2 host_paused_pct=\3/p' "$out/pauses-$name.log")
+		# Without real-time priority (not root) busy CPUs count too.
+		if [[ -n $paused ]]; then
+			if grep -q '^note: the sleepers could not have real-time priority' "$out/pauses-$name.log"; then
+				paused+=" host_pauses_rt=no"
+			else
+				paused+=" host_pauses_rt=yes"
+			fi
 		else
-			paused+=" host_pauses_rt=yes"
+			paused="host_pauses=na"
 		fi
 	fi
 	local s
@@ -115,7 +123,7 @@ perf_run() {
 		rec "magnetar $name FAILED(rc=$rc) see $log"
 		return 0
 	fi
-	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" -v paused="${paused:-host_pauses=na}" '{
+	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" -v paused="$paused" '{
 		for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") rate = $i
 			if ($i == "p50") p50 = $(i+1)
@@ -132,7 +140,7 @@ perf_run() {
 			if (n1++ == 0) first = p
 			else if (p > worst) worst = p
 		}
-		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s %s\n", n, rate, p50, p99, worst, first, errs, l, paused
+		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s%s\n", n, rate, p50, p99, worst, first, errs, l, (paused == "" ? "" : " " paused)
 	}' | tee -a "$mag"
 }
 
@@ -153,7 +161,7 @@ for bookies in 3 1; do
 			# the heap regrowing (page faults; docs/benchmarks.md). Its
 			# figures are in the raw lines.
 			if ((warm_half > 0)); then # --time 0s would be no limit
-				secs=$warm_half perf_run "b3_batched_half_warmup" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
+				secs=$warm_half PAUSES=1 perf_run "b3_batched_half_warmup" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
 			fi
 			perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
 		fi
@@ -181,10 +189,10 @@ mhw=$(kv magnetar b3_batched_half 7)
 mwu50=$(kv magnetar b3_batched_half_warmup 5)
 mwu99=$(kv magnetar b3_batched_half_warmup 6)
 mwu1=$(kv magnetar b3_batched_half_warmup 8)
-mhp=$(kv magnetar b3_batched_half 11)
-mhpms=$(kv magnetar b3_batched_half 12)
-mhppct=$(kv magnetar b3_batched_half 13)
-mhprt=$(kv magnetar b3_batched_half 14)
+mhp=$(kv magnetar b3_batched_half_warmup 11)
+mhpms=$(kv magnetar b3_batched_half_warmup 12)
+mhppct=$(kv magnetar b3_batched_half_warmup 13)
+mhprt=$(kv magnetar b3_batched_half_warmup 14)
 nats_always=$(get nats r3fsync_pub_async500 3)
 nats_always99=$(kv nats r3fsync_pub_async500 8 | awk '{ if ($1 + 0 > 0) printf "%.1f", $1 / 1000 }')
 redis_always=$(get redis always_xadd_c50p16 3)
@@ -209,7 +217,7 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	if [[ -n $mhp && $mhp != na ]]; then
 		rtnote=
 		[[ $mhprt == no ]] && rtnote=" (without real-time priority: busy CPUs count too)"
-		echo "| the host's pauses during it (every CPU's sleeper late at once; \`magnetar perf pauses\`, lower bounds)$rtnote | $mhp pauses, $mhpms ms ($mhppct% of the run) | | | none to speak of |"
+		echo "| the host's pauses during the warm-up at that rate (every CPU's sleeper late at once; \`magnetar perf pauses\`, lower bounds; not run during the measured run, which it slows)$rtnote | $mhp pauses, $mhpms ms ($mhppct% of the warm-up) | | | none to speak of |"
 	fi
 	if [[ -n $mwu99 ]]; then
 		echo "| the warm-up before it (not counted): p50 / p99 / first second's p99 | $mwu50 / $mwu99 / $mwu1 ms | | | |"

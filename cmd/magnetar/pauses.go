@@ -23,7 +23,9 @@ import (
 // the stop began: the lengths are lower bounds, and a stop shorter than
 // about --threshold plus --sleep can go unseen. Only user-space load was
 // shown not to count; long non-preemptible kernel work on every CPU at
-// once would.
+// once would. It is not free: beside a loaded standalone its wakeups
+// raised the publish p99 by a third or more, so measure beside a
+// comparable load, not the run whose latency counts.
 
 // interval is [from, to) on a run's clock (time since its start).
 type interval struct{ from, to time.Duration }
@@ -96,7 +98,11 @@ func newPerfPausesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pauses",
 		Short: "Count the times every CPU's sleeper was late at once: the machine stopped running (a throttled virtual machine)",
-		Args:  cobra.NoArgs,
+		Long: "Count the times every CPU's sleeper was late at once: the machine stopped running (a throttled virtual machine).\n" +
+			"One sleeper thread per CPU, pinned, at real-time priority (root or CAP_SYS_NICE; else busy CPUs count too).\n" +
+			"Its wakeups slow a loaded machine (beside a standalone the publish p99 rose by a third or more):\n" +
+			"run it beside a comparable load, not beside the run whose latency counts.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case duration <= 0 || duration > 24*time.Hour:
