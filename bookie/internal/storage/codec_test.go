@@ -2,6 +2,9 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"slices"
 	"testing"
 )
 
@@ -88,6 +91,97 @@ func FuzzDecodeLedgerState(f *testing.F) {
 		}
 		if again := encodeLedgerRecord(rec); !bytes.Equal(again, v) {
 			t.Fatalf("ledger record %x re-encodes to %x", v, again)
+		}
+	})
+}
+
+// The entry log's index values (version 3) decode to what was encoded, for
+// any LAC, and stay small for the usual ones.
+func TestEntryPointerRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		entry, lac int64
+		p          entryPointer
+		maxLen     int // 0: no bound checked
+	}{
+		{0, -1, entryPointer{file: 1, off: entryRecordOverhead, len: 0}, 6},
+		{1000, 999, entryPointer{file: 12, off: 100 << 20, len: 1024}, 10},                  // the usual add
+		{1 << 40, 1<<40 - 3, entryPointer{file: 70_000, off: 127 << 20, len: 64 << 10}, 12}, // a big ledger, a late LAC
+		{5, 9, entryPointer{file: 1, off: 64, len: 1}, 0},                                   // a LAC past the entry (no add sends one)
+		{5, -1 << 63, entryPointer{file: 1, off: 64, len: 1}, 0},
+		{1<<63 - 1, -1, entryPointer{file: 1<<32 - 1, off: 1<<63 - 1, len: MaxPayload}, maxEntryPointerLen},
+	} {
+		v := appendEntryPointer(nil, c.entry, c.lac, c.p)
+		if c.maxLen > 0 && len(v) > c.maxLen {
+			t.Errorf("%+v: %d bytes, want at most %d", c, len(v), c.maxLen)
+		}
+		h, payload, p, isPtr, err := decodeStoredEntry(c.entry, v)
+		if err != nil || !isPtr || payload != nil || p != c.p || h != (entryHeader{LAC: c.lac}) {
+			t.Errorf("%+v: encoded %x, decoded %+v %+v %v %v", c, v, h, p, isPtr, err)
+		}
+	}
+}
+
+// Index values written before version 3 (the entry's header in full, then
+// fixed-width file, offset and length) are still read.
+func TestEntryPointerVersion2(t *testing.T) {
+	v := []byte{
+		2,                                              // version
+		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // LAC -1
+		0, 0, 0, 0, 0, 0, 0x04, 0, // length 1024
+		0xde, 0xad, 0xbe, 0xef, // crc32c
+		0, 0, 0, 7, // file
+		0, 0, 0, 0, 0, 0, 0x10, 0, // offset 4096
+		0, 0, 0x04, 0, // payload length 1024
+	}
+	h, payload, p, isPtr, err := decodeStoredEntry(0, v)
+	if err != nil || !isPtr || payload != nil || p != (entryPointer{file: 7, off: 4096, len: 1024}) || h.LAC != -1 {
+		t.Fatalf("decoded %+v %+v %v %v", h, p, isPtr, err)
+	}
+	if _, _, _, _, err := decodeStoredEntry(0, v[:len(v)-1]); !errors.Is(err, errCorrupt) {
+		t.Fatalf("short version 2 value: %v", err)
+	}
+}
+
+func TestEntryPointerRejects(t *testing.T) {
+	good := appendEntryPointer(nil, 10, 9, entryPointer{file: 3, off: 4096, len: 100})
+	for name, v := range map[string][]byte{
+		"empty":               {},
+		"version only":        {pointerVersion},
+		"truncated":           good[:len(good)-1],
+		"trailing byte":       append(slices.Clone(good), 0),
+		"overlong varint":     {pointerVersion, 0x83, 0x00, 0x80, 0x20, 0x64, 0x01}, // file 3 in two bytes
+		"file over 32 bits":   appendUvarints(pointerVersion, 1<<32, 4096, 100, 1),
+		"offset over 63 bits": appendUvarints(pointerVersion, 3, 1<<63, 100, 1),
+		"payload too long":    appendUvarints(pointerVersion, 3, 4096, MaxPayload+1, 1),
+		"varint overflow":     {pointerVersion, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x64, 0x01},
+	} {
+		if _, _, _, _, err := decodeStoredEntry(10, v); !errors.Is(err, errCorrupt) {
+			t.Errorf("%s (%x): %v, want corrupt", name, v, err)
+		}
+	}
+}
+
+func appendUvarints(version byte, xs ...uint64) []byte {
+	v := []byte{version}
+	for _, x := range xs {
+		v = binary.AppendUvarint(v, x)
+	}
+	return v
+}
+
+// What decodeStoredEntry accepts as a pointer it re-encodes to the same
+// bytes; it never panics.
+func FuzzDecodeStoredEntry(f *testing.F) {
+	f.Add(int64(10), appendEntryPointer(nil, 10, 9, entryPointer{file: 3, off: 4096, len: 100}))
+	f.Add(int64(0), []byte{2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0x04, 0, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x04, 0})
+	f.Add(int64(1), []byte{3, 0x80})
+	f.Fuzz(func(t *testing.T, entry int64, v []byte) {
+		h, _, p, isPtr, err := decodeStoredEntry(entry, v)
+		if err != nil || !isPtr || v[0] != pointerVersion {
+			return
+		}
+		if again := appendEntryPointer(nil, entry, h.LAC, p); !bytes.Equal(again, v) {
+			t.Fatalf("pointer %x re-encodes to %x", v, again)
 		}
 	})
 }

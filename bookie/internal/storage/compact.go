@@ -105,7 +105,7 @@ func (d *DB) compact(ctx context.Context) error {
 				it.Close()
 				return finish(err)
 			}
-			h, _, ptr, isPtr, err := decodeStoredEntry(it.Value())
+			_, _, ptr, isPtr, err := decodeStoredEntry(entry, it.Value())
 			if err != nil {
 				it.Close()
 				return finish(err)
@@ -113,7 +113,7 @@ func (d *DB) compact(ctx context.Context) error {
 			if !isPtr || ptr.file != num {
 				continue
 			}
-			payload, err := d.elog.read(ledger, entry, ptr)
+			h, payload, err := d.elog.read(ledger, entry, ptr)
 			if err != nil {
 				it.Close()
 				d.mu.Lock()

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,8 +28,8 @@ import (
 // The entry log (Options.EntryLog) is the write-once storage design: every
 // write is appended to a log of our own and made durable by its fdatasync,
 // as BookKeeper's journal is; payloads stay in the log, and Pebble, with
-// its write-ahead log off, holds only an index (entry id -> header and
-// position in the log) and the ledger records. Each payload is written to
+// its write-ahead log off, holds only an index (entry id -> position in
+// the log and LAC) and the ledger records. Each payload is written to
 // disk once per bookie instead of twice (Pebble's WAL, then a blob file or
 // sstable at the memtable's flush).
 //
@@ -96,10 +97,23 @@ const (
 	prefixCheckpoint byte = 'c'
 	prefixFileLedger byte = 'f'
 
-	// entryPointerLen is an indexed entry's value: version(1)=2, header
-	// fields (20), file(4), offset(8), payload length(4).
-	entryPointerLen = entryHeaderLen + 4 + 8 + 4
-	pointerVersion  = 2
+	// An indexed entry's value is where its payload is in the log:
+	//
+	//	version(1)=3, file, offset, payload length, entry id - LAC
+	//
+	// as unsigned varints (the last one wrapping: LAC -1 is entry+1), so
+	// about 10 bytes for a small file's entry with the usual LAC. The
+	// rest of the entry's header (its length and checksum) is in the log
+	// record, which every read reads whole anyway; the LAC is kept so
+	// that Open learns each ledger's from its last entry without reading
+	// the log. Version 2, written before (and still read), was 37 bytes:
+	// version(1)=2, the header's fields (20), file(4), offset(8), payload
+	// length(4); the index was most of what the bookie's Pebble flushed
+	// and compacted (docs/benchmarks.md, "A smaller index").
+	pointerVersionFixed = 2
+	pointerFixedLen     = entryHeaderLen + 4 + 8 + 4
+	pointerVersion      = 3
+	maxEntryPointerLen  = 1 + binary.MaxVarintLen32 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen32
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -168,42 +182,66 @@ type entryPointer struct {
 	len  uint32
 }
 
-func encodeEntryPointer(h entryHeader, p entryPointer) []byte {
-	v := make([]byte, entryPointerLen)
-	putEntryPointer(v, h, p)
-	return v
+// appendEntryPointer appends the index value of entry, whose LAC is lac,
+// stored at p (version 3).
+func appendEntryPointer(dst []byte, entry, lac int64, p entryPointer) []byte {
+	dst = append(dst, pointerVersion)
+	dst = binary.AppendUvarint(dst, uint64(p.file))
+	dst = binary.AppendUvarint(dst, uint64(p.off))
+	dst = binary.AppendUvarint(dst, uint64(p.len))
+	return binary.AppendUvarint(dst, uint64(entry)-uint64(lac))
 }
 
-// putEntryPointer writes an indexed entry's value into v (entryPointerLen
-// bytes).
-func putEntryPointer(v []byte, h entryHeader, p entryPointer) {
-	putEntryHeader(v, h)
-	v[0] = pointerVersion
-	binary.BigEndian.PutUint32(v[entryHeaderLen:], p.file)
-	binary.BigEndian.PutUint64(v[entryHeaderLen+4:], uint64(p.off))
-	binary.BigEndian.PutUint32(v[entryHeaderLen+12:], p.len)
-}
-
-// decodeStoredEntry decodes an entry's value in Pebble: either the entry
-// itself (payload inline, Pebble storage) or, in the entry log's index, its
-// header and where its payload is (isPtr).
-func decodeStoredEntry(v []byte) (h entryHeader, payload []byte, ptr entryPointer, isPtr bool, err error) {
-	if len(v) > 0 && v[0] == pointerVersion {
-		if len(v) != entryPointerLen {
+// decodeStoredEntry decodes entry's value in Pebble: either the entry
+// itself (payload inline, Pebble storage) or, in the entry log's index,
+// where its record is (isPtr). For a pointer, h holds the LAC only: the
+// rest of the header is the log record's (entryLog.read returns it).
+func decodeStoredEntry(entry int64, v []byte) (h entryHeader, payload []byte, ptr entryPointer, isPtr bool, err error) {
+	if len(v) == 0 {
+		return h, nil, ptr, false, fmt.Errorf("%w: empty entry value", errCorrupt)
+	}
+	switch v[0] {
+	case pointerVersion:
+		ptr, h.LAC, err = decodeEntryPointer(entry, v)
+		return h, nil, ptr, true, err
+	case pointerVersionFixed:
+		if len(v) != pointerFixedLen {
 			return h, nil, ptr, false, fmt.Errorf("%w: entry pointer of %d bytes", errCorrupt, len(v))
 		}
-		w := slices.Clone(v[:entryHeaderLen])
-		w[0] = recordVersion
-		h, _, err = decodeEntry(w)
 		ptr = entryPointer{
 			file: binary.BigEndian.Uint32(v[entryHeaderLen:]),
 			off:  int64(binary.BigEndian.Uint64(v[entryHeaderLen+4:])),
 			len:  binary.BigEndian.Uint32(v[entryHeaderLen+12:]),
 		}
-		return h, nil, ptr, true, err
+		h.LAC = int64(binary.BigEndian.Uint64(v[1:]))
+		return h, nil, ptr, true, nil
 	}
 	h, payload, err = decodeEntry(v)
 	return h, payload, ptr, false, err
+}
+
+// decodeEntryPointer decodes a version 3 index value. It accepts only
+// what appendEntryPointer writes: no overlong varint, nothing after.
+func decodeEntryPointer(entry int64, v []byte) (p entryPointer, lac int64, err error) {
+	var f [4]uint64
+	rest := v[1:]
+	for i := range f {
+		x, n := binary.Uvarint(rest)
+		if n <= 0 {
+			return p, 0, fmt.Errorf("%w: entry pointer %x", errCorrupt, v)
+		}
+		f[i], rest = x, rest[n:]
+	}
+	if f[0] > 1<<32-1 || f[1] > 1<<63-1 || f[2] > MaxPayload || len(rest) != 0 {
+		return p, 0, fmt.Errorf("%w: entry pointer %x", errCorrupt, v)
+	}
+	p = entryPointer{file: uint32(f[0]), off: int64(f[1]), len: uint32(f[2])}
+	lac = int64(uint64(entry) - f[3])
+	var buf [maxEntryPointerLen]byte
+	if !bytes.Equal(appendEntryPointer(buf[:0], entry, lac, p), v) {
+		return p, 0, fmt.Errorf("%w: entry pointer %x not in its shortest form", errCorrupt, v)
+	}
+	return p, lac, nil
 }
 
 // logFile is a log file being written. Owned by the committer; the syncer
@@ -882,9 +920,10 @@ func (l *entryLog) forgetLedgerLocked(b *pebble.Batch, ledger int64) (emptied []
 // An entry record is entryRecordOverhead + payload bytes long.
 const entryRecordOverhead = logRecordHeaderLen + 1 + entryKeyLen + entryHeaderLen
 
-// read returns an entry's payload from the log, after checking its
-// record: the checksum (the disk's bits) and the key (the index's pointer).
-func (l *entryLog) read(ledger, entry int64, p entryPointer) ([]byte, error) {
+// read returns an entry's header and payload from the log, after checking
+// its record: the checksum (the disk's bits) and the key (the index's
+// pointer).
+func (l *entryLog) read(ledger, entry int64, p entryPointer) (entryHeader, []byte, error) {
 	l.readers.RLock()
 	f := l.readers.m[p.file]
 	l.readers.RUnlock()
@@ -894,35 +933,39 @@ func (l *entryLog) read(ledger, entry int64, p entryPointer) ([]byte, error) {
 			var err error
 			if f, err = l.fs.Open(l.path(p.file)); err != nil {
 				l.readers.Unlock()
-				return nil, err
+				return entryHeader{}, nil, err
 			}
 			l.readers.m[p.file] = f
 		}
 		l.readers.Unlock()
 	}
 	if p.off < entryRecordOverhead || p.len > MaxPayload {
-		return nil, fmt.Errorf("%w: entry pointer to %d bytes at offset %d", errCorrupt, p.len, p.off)
+		return entryHeader{}, nil, fmt.Errorf("%w: entry pointer to %d bytes at offset %d", errCorrupt, p.len, p.off)
 	}
 	rec := make([]byte, entryRecordOverhead+int(p.len))
 	l.readers.RLock()
 	if l.readers.m[p.file] != f {
 		l.readers.RUnlock()
-		return nil, fmt.Errorf("log file %d was removed", p.file)
+		return entryHeader{}, nil, fmt.Errorf("log file %d was removed", p.file)
 	}
 	_, err := f.ReadAt(rec, p.off-entryRecordOverhead)
 	l.readers.RUnlock()
 	if err != nil {
-		return nil, err
+		return entryHeader{}, nil, err
 	}
 	body := rec[logRecordHeaderLen:]
 	if binary.BigEndian.Uint32(rec[4:]) != uint32(len(body)) || body[0] != logKindEntry ||
 		recordCRC(p.file, body) != binary.BigEndian.Uint32(rec) {
-		return nil, fmt.Errorf("%w: entry log file %d: bad record at offset %d", errCorrupt, p.file, p.off-entryRecordOverhead)
+		return entryHeader{}, nil, fmt.Errorf("%w: entry log file %d: bad record at offset %d", errCorrupt, p.file, p.off-entryRecordOverhead)
 	}
 	if _, kl, ke, err := decodeKey(body[1 : 1+entryKeyLen]); err != nil || kl != ledger || ke != entry {
-		return nil, fmt.Errorf("%w: entry log file %d: the record at offset %d is not entry %d/%d", errCorrupt, p.file, p.off-entryRecordOverhead, ledger, entry)
+		return entryHeader{}, nil, fmt.Errorf("%w: entry log file %d: the record at offset %d is not entry %d/%d", errCorrupt, p.file, p.off-entryRecordOverhead, ledger, entry)
 	}
-	return rec[entryRecordOverhead:], nil
+	h, payload, err := decodeEntry(body[1+entryKeyLen:])
+	if err != nil {
+		return entryHeader{}, nil, fmt.Errorf("entry log file %d, offset %d: %w", p.file, p.off-entryRecordOverhead, err)
+	}
+	return h, payload, nil
 }
 
 // remove deletes a log file. The readers' lock is held throughout, so
@@ -1045,7 +1088,8 @@ func replayRecord(b *pebble.Batch, num uint32, recOff int64, kind byte, body []b
 			return err
 		}
 		ptr := entryPointer{file: num, off: recOff + logRecordHeaderLen + 1 + entryKeyLen + entryHeaderLen, len: uint32(len(payload))}
-		if err := b.Set(entryKey(ledger, entry), encodeEntryPointer(h, ptr), nil); err != nil {
+		var v [maxEntryPointerLen]byte
+		if err := b.Set(entryKey(ledger, entry), appendEntryPointer(v[:0], entry, h.LAC, ptr), nil); err != nil {
 			return err
 		}
 		return b.Set(fileLedgerKey(num, ledger), nil, nil)

@@ -549,7 +549,7 @@ func (d *DB) load() error {
 		if err != nil {
 			return err
 		}
-		h, _, _, _, err := decodeStoredEntry(it.Value())
+		h, _, _, _, err := decodeStoredEntry(last, it.Value())
 		if err != nil {
 			return fmt.Errorf("storage: ledger %d entry %d: %w", ledger, last, err)
 		}
@@ -869,7 +869,7 @@ func (d *DB) ReadEntry(ledger, entry int64) (Entry, error) {
 	}
 	for attempt := 0; isPtr; attempt++ {
 		var readErr error
-		if payload, readErr = d.elog.read(ledger, entry, ptr); readErr == nil {
+		if h, payload, readErr = d.elog.read(ledger, entry, ptr); readErr == nil {
 			break
 		}
 		if _, ierr := d.Info(ledger); ierr != nil {
@@ -879,7 +879,7 @@ func (d *DB) ReadEntry(ledger, entry int64) (Entry, error) {
 			// Compaction may have copied the entry, and its old file
 			// gone, since the lookup: look again.
 			var moved entryPointer
-			h, _, moved, isPtr, err = d.lookup(ledger, entry, lac)
+			_, _, moved, isPtr, err = d.lookup(ledger, entry, lac)
 			if err != nil {
 				return Entry{}, err
 			}
@@ -904,7 +904,7 @@ func (d *DB) lookup(ledger, entry, lac int64) (h entryHeader, payload []byte, pt
 		return h, nil, ptr, false, fmt.Errorf("%w: read ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
 	}
 	defer closer.Close()
-	h, payload, ptr, isPtr, err = decodeStoredEntry(v)
+	h, payload, ptr, isPtr, err = decodeStoredEntry(entry, v)
 	if err != nil {
 		return h, nil, ptr, false, fmt.Errorf("%w: ledger %d entry %d: %v", wire.ErrStorage, ledger, entry, err)
 	}
@@ -1078,9 +1078,11 @@ func (w *writes) entry(e *Entry) error {
 	h := entryHeader{LAC: e.LAC, Length: e.Length, CRC: e.CRC}
 	if w.log != nil {
 		ptr := w.log.addEntry(e.LedgerID, e.EntryID, h, e.Payload)
-		op := w.b.SetDeferred(entryKeyLen, entryPointerLen)
+		var buf [maxEntryPointerLen]byte
+		v := appendEntryPointer(buf[:0], e.EntryID, e.LAC, ptr)
+		op := w.b.SetDeferred(entryKeyLen, len(v))
 		putEntryKey(op.Key, e.LedgerID, e.EntryID)
-		putEntryPointer(op.Value, h, ptr)
+		copy(op.Value, v)
 		if err := op.Finish(); err != nil {
 			return err
 		}
