@@ -176,21 +176,22 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		}
 	}
 	db, err := storage.Open(storage.Options{
-		Dir:                 cfg.DataDir,
-		FS:                  fs,
-		Logger:              s.log.Named("storage"),
-		ValueSeparation:     cfg.ValueSeparation,
-		MemTableSize:        uint64(cfg.MemtableSize),
-		MemtablesHeld:       memtablesHeld,
-		CacheSize:           int64(cfg.BlockCacheSize),
-		Compress:            cfg.StorageCompression,
-		EntryLog:            cfg.EntryLog,
-		EntryLogFileSize:    int64(cfg.EntryLogFileSize),
-		EntryLogRecycle:     cfg.EntryLogRecycleFiles,
-		CheckpointBytes:     int64(cfg.EntryLogCheckpointBytes),
-		EntryLogDirectIO:    cfg.EntryLogDirectIO,
-		CompactionThreshold: compactionThreshold(cfg.EntryLogCompactionThreshold),
-		OnSync:              s.metrics.synced,
+		Dir:                  cfg.DataDir,
+		FS:                   fs,
+		Logger:               s.log.Named("storage"),
+		ValueSeparation:      cfg.ValueSeparation,
+		MemTableSize:         uint64(cfg.MemtableSize),
+		MemtablesHeld:        memtablesHeld,
+		CacheSize:            int64(cfg.BlockCacheSize),
+		Compress:             cfg.StorageCompression,
+		EntryLog:             cfg.EntryLog,
+		EntryLogFileSize:     int64(cfg.EntryLogFileSize),
+		EntryLogRecycle:      cfg.EntryLogRecycleFiles,
+		CheckpointBytes:      int64(cfg.EntryLogCheckpointBytes),
+		EntryLogDirectIO:     cfg.EntryLogDirectIO,
+		EntryLogSyncInterval: cfg.EntryLogSyncInterval,
+		CompactionThreshold:  compactionThreshold(cfg.EntryLogCompactionThreshold),
+		OnSync:               s.metrics.synced,
 		OnWriteStall: func(reason string, took time.Duration) {
 			s.metrics.stalled(reason, took)
 			if took >= time.Second { // short ones are counted, not logged: they can come every second

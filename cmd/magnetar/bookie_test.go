@@ -65,14 +65,14 @@ func TestBookieDiskAndPlacementSettings(t *testing.T) {
 		}
 		return cfg
 	}
-	if cfg := load(t, ""); cfg.DiskUsageThreshold != 0.90 || cfg.DiskUsageLowThreshold != 0.85 || cfg.DiskCheckInterval != time.Second || cfg.Rack != "" || cfg.HostLabel != "" || !cfg.EntryLog || cfg.EntryLogCompactionThreshold != 0.5 || !cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 0 || cfg.EntryLogCheckpointBytes != 64<<20 {
+	if cfg := load(t, ""); cfg.DiskUsageThreshold != 0.90 || cfg.DiskUsageLowThreshold != 0.85 || cfg.DiskCheckInterval != time.Second || cfg.Rack != "" || cfg.HostLabel != "" || !cfg.EntryLog || cfg.EntryLogCompactionThreshold != 0.5 || !cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 0 || cfg.EntryLogCheckpointBytes != 64<<20 || cfg.EntryLogSyncInterval != 0 {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	t.Run("flags", func(t *testing.T) {
 		cfg := load(t, "", "--disk-usage-threshold", "0.95", "--disk-usage-low-threshold", "0.9", "--disk-check-interval", "3s", "--rack", "zone-a", "--host-label", "node-1", "--max-inflight-bytes", "67108864",
-			"--memtable-size", "16MiB", "--block-cache-size", "33554432", "--entry-log=false", "--entry-log-file-size", "64MiB", "--entry-log-compaction-threshold", "0.25", "--entry-log-direct-io=false", "--entry-log-recycle-files", "3", "--entry-log-checkpoint-bytes", "256MiB")
+			"--memtable-size", "16MiB", "--block-cache-size", "33554432", "--entry-log=false", "--entry-log-file-size", "64MiB", "--entry-log-compaction-threshold", "0.25", "--entry-log-direct-io=false", "--entry-log-recycle-files", "3", "--entry-log-checkpoint-bytes", "256MiB", "--entry-log-sync-interval", "4ms")
 		if cfg.DiskUsageThreshold != 0.95 || cfg.DiskUsageLowThreshold != 0.9 || cfg.DiskCheckInterval != 3*time.Second || cfg.Rack != "zone-a" || cfg.HostLabel != "node-1" || cfg.MaxInflightBytes != 64<<20 ||
-			cfg.MemtableSize != 16<<20 || cfg.BlockCacheSize != 32<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 64<<20 || cfg.EntryLogCompactionThreshold != 0.25 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 3 || cfg.EntryLogCheckpointBytes != 256<<20 {
+			cfg.MemtableSize != 16<<20 || cfg.BlockCacheSize != 32<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 64<<20 || cfg.EntryLogCompactionThreshold != 0.25 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 3 || cfg.EntryLogCheckpointBytes != 256<<20 || cfg.EntryLogSyncInterval != 4*time.Millisecond {
 			t.Fatalf("%+v", cfg)
 		}
 	})
@@ -86,19 +86,20 @@ func TestBookieDiskAndPlacementSettings(t *testing.T) {
 		t.Setenv("MAGNETAR_ENTRY_LOG_DIRECT_IO", "false")
 		t.Setenv("MAGNETAR_ENTRY_LOG_RECYCLE_FILES", "5")
 		t.Setenv("MAGNETAR_ENTRY_LOG_CHECKPOINT_BYTES", "2GiB")
+		t.Setenv("MAGNETAR_ENTRY_LOG_SYNC_INTERVAL", "2ms")
 		cfg := load(t, "")
-		if cfg.DiskUsageThreshold != 0.8 || cfg.DiskUsageLowThreshold != 0.7 || cfg.Rack != "zone-b" || cfg.HostLabel != "node-2" || cfg.MemtableSize != 8<<20 || cfg.BlockCacheSize != 64<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 128<<20 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 5 || cfg.EntryLogCheckpointBytes != 2<<30 {
+		if cfg.DiskUsageThreshold != 0.8 || cfg.DiskUsageLowThreshold != 0.7 || cfg.Rack != "zone-b" || cfg.HostLabel != "node-2" || cfg.MemtableSize != 8<<20 || cfg.BlockCacheSize != 64<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 128<<20 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 5 || cfg.EntryLogCheckpointBytes != 2<<30 || cfg.EntryLogSyncInterval != 2*time.Millisecond {
 			t.Fatalf("%+v", cfg)
 		}
 	})
 	t.Run("yaml", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "bookie.yaml")
-		body := "disk-usage-threshold: 0.97\ndisk-usage-low-threshold: 0.5\nrack: zone-c\nhost-label: node-3\nmemtable-size: 4MiB\nblock-cache-size: 2097152\nentry-log: false\nentry-log-file-size: 1GiB\nentry-log-direct-io: false\nentry-log-recycle-files: 7\nentry-log-checkpoint-bytes: 512MiB\n"
+		body := "disk-usage-threshold: 0.97\ndisk-usage-low-threshold: 0.5\nrack: zone-c\nhost-label: node-3\nmemtable-size: 4MiB\nblock-cache-size: 2097152\nentry-log: false\nentry-log-file-size: 1GiB\nentry-log-direct-io: false\nentry-log-recycle-files: 7\nentry-log-checkpoint-bytes: 512MiB\nentry-log-sync-interval: 1500us\n"
 		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cfg := load(t, file)
-		if cfg.DiskUsageThreshold != 0.97 || cfg.DiskUsageLowThreshold != 0.5 || cfg.Rack != "zone-c" || cfg.HostLabel != "node-3" || cfg.MemtableSize != 4<<20 || cfg.BlockCacheSize != 2<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 1<<30 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 7 || cfg.EntryLogCheckpointBytes != 512<<20 {
+		if cfg.DiskUsageThreshold != 0.97 || cfg.DiskUsageLowThreshold != 0.5 || cfg.Rack != "zone-c" || cfg.HostLabel != "node-3" || cfg.MemtableSize != 4<<20 || cfg.BlockCacheSize != 2<<20 || cfg.EntryLog || cfg.EntryLogFileSize != 1<<30 || cfg.EntryLogDirectIO || cfg.EntryLogRecycleFiles != 7 || cfg.EntryLogCheckpointBytes != 512<<20 || cfg.EntryLogSyncInterval != 1500*time.Microsecond {
 			t.Fatalf("%+v", cfg)
 		}
 	})
@@ -131,6 +132,9 @@ func TestBadDiskSettingsAreClearErrors(t *testing.T) {
 		{[]string{"--entry-log-checkpoint-bytes", "1MiB"}, "--entry-log-checkpoint-bytes 1MiB: must be in 16MiB..64GiB"},
 		{[]string{"--entry-log-checkpoint-bytes", "65GiB"}, "--entry-log-checkpoint-bytes 65GiB: must be in 16MiB..64GiB"},
 		{[]string{"--entry-log-recycle-files", "65"}, "--entry-log-recycle-files 65: must be in 0..64"},
+		{[]string{"--entry-log-sync-interval", "2s"}, "--entry-log-sync-interval 2s: must be in 0..1s"},
+		{[]string{"--entry-log-sync-interval", "-1ms"}, "--entry-log-sync-interval -1ms: must be in 0..1s"},
+		{[]string{"--entry-log-sync-interval", "4"}, `invalid argument "4" for "--entry-log-sync-interval"`},
 		{[]string{"--entry-log-recycle-files", "-1"}, "--entry-log-recycle-files -1: must be in 0..64"},
 		{[]string{"--entry-log-compaction-threshold", "1"}, "--entry-log-compaction-threshold 1: must be in [0, 1)"},
 		{[]string{"--entry-log-compaction-threshold", "NaN"}, "--entry-log-compaction-threshold NaN: must be in [0, 1)"},

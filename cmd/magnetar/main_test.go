@@ -55,6 +55,7 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		{[]string{"standalone", "--memory-budget", "12parsecs"}, `invalid argument "12parsecs" for "--memory-budget"`},
 		{[]string{"standalone", "--memory-budget", "64MiB"}, "--memory-budget 64MiB: must be in 128MiB..1TiB"},
 		{[]string{"standalone", "--entry-log-checkpoint-bytes", "1MiB"}, "--entry-log-checkpoint-bytes 1MiB: must be in 16MiB..64GiB"},
+		{[]string{"standalone", "--entry-log-sync-interval", "5s"}, "--entry-log-sync-interval 5s: must be in 0..1s"},
 		{[]string{"standalone", "--authentication-enabled"}, "needs a token key (--token-secret-key or --token-public-key) or client certificates"},
 		{[]string{"standalone", "--tls-cert-file", "c.pem"}, "both --tls-cert-file and --tls-key-file"},
 		{[]string{"client", "produce", "t", "-m", "x", "--auth-tls-cert-file", "c.pem"}, "both --auth-tls-cert-file and --auth-tls-key-file"},

@@ -43,6 +43,8 @@ type Config struct {
 	EntryLog bool `mapstructure:"entry-log"`
 	// EntryLogDirectIO is the bookies' --entry-log-direct-io.
 	EntryLogDirectIO bool `mapstructure:"entry-log-direct-io"`
+	// EntryLogSyncInterval is the bookies' --entry-log-sync-interval.
+	EntryLogSyncInterval time.Duration `mapstructure:"entry-log-sync-interval"`
 	// EntryLogCheckpointBytes is the bookies'
 	// --entry-log-checkpoint-bytes.
 	EntryLogCheckpointBytes bytesize.Size `mapstructure:"entry-log-checkpoint-bytes"`
@@ -248,6 +250,7 @@ func (c *Config) bookieConfig(b Budget, i int) bookie.Config {
 	bc.EntryLog = c.EntryLog
 	bc.EntryLogDirectIO = c.EntryLogDirectIO
 	bc.EntryLogCheckpointBytes = c.EntryLogCheckpointBytes
+	bc.EntryLogSyncInterval = c.EntryLogSyncInterval
 	bc.MemtableSize = bytesize.Size(b.Bookie.Memtables / 2)
 	bc.BlockCacheSize = bytesize.Size(b.Bookie.BlockCache)
 	bc.MaxInflightBytes = b.Bookie.InflightPayload

@@ -178,6 +178,20 @@ func TestMemoryBudget(t *testing.T) {
 	}
 }
 
+// The standalone's entry log settings reach every bookie.
+func TestEntryLogSettingsReachTheBookies(t *testing.T) {
+	c := DefaultConfig()
+	c.Bookies = 3
+	c.EntryLog, c.EntryLogDirectIO = true, false
+	c.EntryLogCheckpointBytes, c.EntryLogSyncInterval = 1<<30, 4*time.Millisecond
+	for i := range c.Bookies {
+		bc := c.bookieConfig(c.Budget(), i)
+		if !bc.EntryLog || bc.EntryLogDirectIO || bc.EntryLogCheckpointBytes != 1<<30 || bc.EntryLogSyncInterval != 4*time.Millisecond {
+			t.Errorf("bookie %d: entry log %v, direct I/O %v, checkpoint bytes %v, sync interval %v", i, bc.EntryLog, bc.EntryLogDirectIO, bc.EntryLogCheckpointBytes, bc.EntryLogSyncInterval)
+		}
+	}
+}
+
 // The standalone sets the broker's replication from its bookie count; it
 // does not use the broker's default (2/2/2), which one bookie cannot serve.
 func TestReplication(t *testing.T) {

@@ -364,6 +364,78 @@ func indexValue(t *testing.T, d *DB, ledger, entry int64) []byte {
 	return bytes.Clone(v)
 }
 
+// With an interval between the entry log's syncs, the adds that come
+// meanwhile share the next one: never more syncs than intervals passed,
+// and every add is acknowledged once durable.
+func TestEntryLogSyncInterval(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	mem := vfs.NewCrashableMem()
+	var syncs atomic.Int64
+	count := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileSyncData && strings.Contains(op.Path, logDir) {
+			syncs.Add(1)
+		}
+		return nil
+	})
+	opts := Options{EntryLog: true, CheckpointInterval: time.Hour, EntryLogSyncInterval: interval}
+	d := open(t, opts, errorfs.Wrap(mem, count))
+	defer d.Close()
+	const writers, each = 8, 10
+	start := time.Now()
+	errs := make(chan error, writers)
+	for w := range int64(writers) {
+		go func() {
+			var err error
+			for e := int64(0); e < each && err == nil; e++ {
+				err = d.AddEntry(ctxT(t), mkEntry(w+1, e, 300), key, false)
+			}
+			errs <- err
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	// The first sync starts at once, each later one an interval after
+	// the one before at the earliest.
+	if n, most := syncs.Load(), int64(elapsed/interval)+1; n > most {
+		t.Fatalf("%d syncs in %v: more than one per %v", n, elapsed, interval)
+	}
+	// Acknowledged means durable: all of it survives a crash.
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	d2 := open(t, opts, crashed)
+	defer d2.Close()
+	for w := int64(1); w <= writers; w++ {
+		for e := int64(0); e < each; e++ {
+			checkEntry(t, d2, mkEntry(w, e, 300))
+		}
+	}
+}
+
+// The interval never delays the first sync after a quiet spell, nor
+// Close: what waits for the next sync is synced at once and acknowledged.
+func TestEntryLogSyncIntervalAndClose(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := Options{EntryLog: true, CheckpointInterval: time.Hour, EntryLogSyncInterval: time.Hour}
+	d := open(t, opts, fs)
+	mustAdd(t, d, mkEntry(1, 0, 100)) // an hour's wait would end the test
+	handed := d.logBytes.Load()
+	done := make(chan error, 1)
+	d.AddEntryAsync(mkEntry(1, 1, 100), key, false, addFunc(func(err error) { done <- err }))
+	testutil.Eventually(t, 10*time.Second, "the add handed over to the syncer", func() bool { return d.logBytes.Load() > handed })
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the add waiting for the interval at Close: %v", err)
+	}
+	d = open(t, opts, fs)
+	defer d.Close()
+	checkEntry(t, d, mkEntry(1, 1, 100))
+}
+
 // A data directory written with the entry log is not opened without it:
 // its entries would not be found.
 func TestEntryLogDataNeedsTheEntryLog(t *testing.T) {
