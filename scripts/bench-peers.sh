@@ -22,18 +22,25 @@
 #    perf pauses` counts the times every CPU was late at once, which we
 #    take for the host stopping the whole machine (a throttled virtual
 #    machine; docs/benchmarks.md).
+# 4. The 3-bookie maximum and half-rate runs again (at the same rate as
+#    in 3.) on a new standalone with --entry-log-sync-interval
+#    $SYNC_INTERVAL: fewer, larger I/O requests, which on this project's
+#    test machines kept the host from stopping the machine
+#    (docs/benchmarks.md, "Fewer I/O requests").
 # Every run records the load average before and after it. The table goes
 # to bench/out/side-by-side.md and to stdout.
 #
 # Env: SECS (30, length of each Magnetar run), WARM_HALF (10, seconds of
 # warm-up before the half-rate run), SKIP_PEERS=1, SKIP_GOBENCH=1,
-# MAGNETAR_FLAGS (extra standalone flags, e.g. --memory-budget 1GiB).
+# MAGNETAR_FLAGS (extra standalone flags, e.g. --memory-budget 1GiB),
+# SYNC_INTERVAL (4ms; 0 skips step 4).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 root=$PWD
 secs=${SECS:-30}
 warm_half=${WARM_HALF:-10}
+sync_interval=${SYNC_INTERVAL:-4ms}
 [[ $warm_half =~ ^(0|[1-9][0-9]*)$ ]] || { echo "WARM_HALF must be whole seconds, not '$warm_half'" >&2; exit 2; }
 out=$root/bench/out
 mkdir -p "$out"
@@ -76,9 +83,11 @@ url=magnetar://127.0.0.1:16650
 source "$root/scripts/lib/standalone.sh"
 trap standalone_stop EXIT
 
-start_standalone() { # bookies
+start_standalone() { # name bookies [flags...]
+	local name=$1 bookies=$2
+	shift 2
 	# shellcheck disable=SC2086
-	standalone_start "$out/standalone-$1.log" -- --bookies "$1" ${MAGNETAR_FLAGS:-}
+	standalone_start "$out/standalone-$name.log" -- --bookies "$bookies" ${MAGNETAR_FLAGS:-} "$@"
 }
 
 rss() { echo $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)); }
@@ -144,31 +153,40 @@ perf_run() {
 	}' | tee -a "$mag"
 }
 
+# half_runs NAME: at half b3_batched_max's rate, batches waiting 1 ms at
+# most, as in Pulsar's published latency runs (the OpenMessaging
+# benchmark's Pulsar driver): perf's default of 10 ms alone would be twice
+# the goal. A warm-up at that rate first, on the same topic, not counted
+# (as the OpenMessaging benchmark's warm-up phase): right after the
+# unbatched run the first seconds pay for the heap regrowing (page faults;
+# docs/benchmarks.md). Its figures are in the raw lines.
+half_runs() {
+	local max
+	max=$(awk '$2 == "b3_batched_max" && $4 == "msgs/s" { print $3 }' "$mag")
+	[[ ${max:-0} -gt 0 ]] || return 0 # --rate 0 would be no limit
+	if ((warm_half > 0)); then        # --time 0s would be no limit
+		secs=$warm_half PAUSES=1 perf_run "$1_batched_half_warmup" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
+	fi
+	perf_run "$1_batched_half" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
+}
+
 for bookies in 3 1; do
-	start_standalone "$bookies"
+	start_standalone "$bookies" "$bookies"
 	rec "magnetar rss_start_$bookies $(rss) MiB"
 	perf_run "b${bookies}_batched_max" "max-$bookies" --rate 0 --max-pending 5000
 	if [[ $bookies == 3 ]]; then
 		perf_run "b3_unbatched_500" unbatched --rate 0 --disable-batching --max-pending 500
-		max=$(awk '$2 == "b3_batched_max" && $4 == "msgs/s" { print $3 }' "$mag")
-		if [[ ${max:-0} -gt 0 ]]; then # --rate 0 would be no limit
-			# Batches wait 1 ms at most, as in Pulsar's published
-			# latency runs (the OpenMessaging benchmark's Pulsar driver):
-			# perf's default of 10 ms alone would be twice the goal.
-			# A warm-up at that rate first, on the same topic, not
-			# counted (as the OpenMessaging benchmark's warm-up phase):
-			# right after the unbatched run the first seconds pay for
-			# the heap regrowing (page faults; docs/benchmarks.md). Its
-			# figures are in the raw lines.
-			if ((warm_half > 0)); then # --time 0s would be no limit
-				secs=$warm_half PAUSES=1 perf_run "b3_batched_half_warmup" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
-			fi
-			perf_run "b3_batched_half" half --rate $((max / 2)) --max-pending 5000 --batch-delay 1ms
-		fi
+		half_runs b3
 	fi
 	rec "magnetar rss_after_$bookies $(rss) MiB peak $(hwm) MiB"
 	standalone_stop
 done
+if [[ $sync_interval != 0 ]]; then
+	start_standalone "3-interval" 3 --entry-log-sync-interval "$sync_interval"
+	perf_run "b3i_batched_max" "max-3" --rate 0 --max-pending 5000
+	half_runs b3i
+	standalone_stop
+fi
 
 # ---- the table ----
 files=()
@@ -193,6 +211,12 @@ mhp=$(kv magnetar b3_batched_half_warmup 11)
 mhpms=$(kv magnetar b3_batched_half_warmup 12)
 mhppct=$(kv magnetar b3_batched_half_warmup 13)
 mhprt=$(kv magnetar b3_batched_half_warmup 14)
+mi3=$(get magnetar b3i_batched_max 3)
+mih50=$(kv magnetar b3i_batched_half 5)
+mih99=$(kv magnetar b3i_batched_half 6)
+mihw=$(kv magnetar b3i_batched_half 7)
+mihp=$(kv magnetar b3i_batched_half_warmup 11)
+mihppct=$(kv magnetar b3i_batched_half_warmup 13)
 nats_always=$(get nats r3fsync_pub_async500 3)
 nats_always99=$(kv nats r3fsync_pub_async500 8 | awk '{ if ($1 + 0 > 0) printf "%.1f", $1 / 1000 }')
 redis_always=$(get redis always_xadd_c50p16 3)
@@ -221,6 +245,12 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	fi
 	if [[ -n $mwu99 ]]; then
 		echo "| the warm-up before it (not counted): p50 / p99 / first second's p99 | $mwu50 / $mwu99 / $mwu1 ms | | | |"
+	fi
+	if [[ -n $mih99 ]]; then
+		echo "| the same half-rate case on a new standalone with \`--entry-log-sync-interval $sync_interval\` (after its own max-rate run, $mi3 msg/s): p50 / p99 / worst second's p99 | $mih50 / $mih99 / $mihw ms | | worst/p50 $(ratio "$mihw" "$mih50") | p99 <= 5 ms, worst second <= 3x p50 |"
+		if [[ -n $mihp && $mihp != na ]]; then
+			echo "| the host's pauses during its warm-up | $mihp pauses ($mihppct% of the warm-up) | | | none to speak of |"
+		fi
 	fi
 	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
 	if [[ -n ${fsync:-} ]]; then
