@@ -94,11 +94,13 @@ type Config struct {
 	// bookie makes fewer, larger I/O requests, and each add may wait
 	// this much longer (every add of a writer that waits for each, one
 	// at a time, too; the first after a quiet spell does not). Default
-	// 0: each starts as soon as the one before ended; in 0..1s. On a
-	// virtual machine whose host charges its I/O requests to its CPU
-	// quota, as this project's test machine, 4ms removed the pauses a
-	// loaded standalone caused (docs/benchmarks.md, "Fewer I/O
-	// requests"): measure on yours.
+	// 0: each starts as soon as the one before ended; in 0..1s. On this
+	// project's test machine, a virtual machine whose host seems to
+	// charge its I/O requests to its CPU allowance, 4ms made the pauses a
+	// loaded standalone caused rarer, and its p99 lower, for 2ms more at
+	// the median; a lone writer waiting for each add went from about
+	// 1,300 adds a second to 220 (docs/benchmarks.md, "A smaller index;
+	// fewer I/O requests"): measure on yours.
 	EntryLogSyncInterval time.Duration `mapstructure:"entry-log-sync-interval" yaml:"entry-log-sync-interval"`
 	// EntryLogDirectIO writes the entry log with direct I/O (O_DIRECT),
 	// around the page cache, which costs CPU for every byte written.

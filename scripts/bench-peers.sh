@@ -2,7 +2,7 @@
 # Magnetar side by side with Redis Streams and NATS JetStream, in one run
 # on this machine (issue 14; docs/benchmarks.md records a run).
 #
-#   make bench-peers                  # the whole run, about 15 minutes (14 in the recorded one)
+#   make bench-peers                  # the whole run, about 10 minutes (8 in the last recorded one)
 #   SKIP_PEERS=1 make bench-peers     # Magnetar only, with the peers' last
 #                                     # figures in bench/out (same session!)
 #
@@ -22,18 +22,18 @@
 #    perf pauses` counts the times every CPU was late at once, which we
 #    take for the host stopping the whole machine (a throttled virtual
 #    machine; docs/benchmarks.md).
-# 4. The 3-bookie maximum and half-rate runs again (at the same rate as
-#    in 3.) on a new standalone with --entry-log-sync-interval
-#    $SYNC_INTERVAL: fewer, larger I/O requests, which on this project's
-#    test machines kept the host from stopping the machine
-#    (docs/benchmarks.md, "Fewer I/O requests").
+# 4. The 3-bookie runs again, the half rate at the same rate as in 3., on
+#    a new standalone with --entry-log-sync-interval $SYNC_INTERVAL:
+#    fewer, larger I/O requests, which on this project's test machines
+#    made the host stop the machine less often (docs/benchmarks.md, "A
+#    smaller index; fewer I/O requests").
 # Every run records the load average before and after it. The table goes
 # to bench/out/side-by-side.md and to stdout.
 #
 # Env: SECS (30, length of each Magnetar run), WARM_HALF (10, seconds of
 # warm-up before the half-rate run), SKIP_PEERS=1, SKIP_GOBENCH=1,
 # MAGNETAR_FLAGS (extra standalone flags, e.g. --memory-budget 1GiB),
-# SYNC_INTERVAL (4ms; 0 skips step 4).
+# SYNC_INTERVAL (4ms, a Go duration in (0, 1s]; 0 skips step 4).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -41,6 +41,12 @@ root=$PWD
 secs=${SECS:-30}
 warm_half=${WARM_HALF:-10}
 sync_interval=${SYNC_INTERVAL:-4ms}
+if [[ $sync_interval =~ ^0+(\.0*)?(ns|us|µs|ms|s)?$ ]]; then
+	sync_interval=0
+elif ! [[ $sync_interval =~ ^[0-9]+(\.[0-9]+)?(ns|us|µs|ms|s)$ ]]; then
+	echo "SYNC_INTERVAL must be a duration such as 4ms, or 0, not '$sync_interval'" >&2
+	exit 2
+fi
 [[ $warm_half =~ ^(0|[1-9][0-9]*)$ ]] || { echo "WARM_HALF must be whole seconds, not '$warm_half'" >&2; exit 2; }
 out=$root/bench/out
 mkdir -p "$out"
@@ -182,8 +188,11 @@ for bookies in 3 1; do
 	standalone_stop
 done
 if [[ $sync_interval != 0 ]]; then
+	# The same sequence as in step 3, so that the half-rate runs follow
+	# the same runs (the first seconds after the unbatched one are slow).
 	start_standalone "3-interval" 3 --entry-log-sync-interval "$sync_interval"
 	perf_run "b3i_batched_max" "max-3" --rate 0 --max-pending 5000
+	perf_run "b3i_unbatched_500" unbatched --rate 0 --disable-batching --max-pending 500
 	half_runs b3i
 	standalone_stop
 fi
@@ -212,6 +221,7 @@ mhpms=$(kv magnetar b3_batched_half_warmup 12)
 mhppct=$(kv magnetar b3_batched_half_warmup 13)
 mhprt=$(kv magnetar b3_batched_half_warmup 14)
 mi3=$(get magnetar b3i_batched_max 3)
+miu=$(get magnetar b3i_unbatched_500 3)
 mih50=$(kv magnetar b3i_batched_half 5)
 mih99=$(kv magnetar b3i_batched_half 6)
 mihw=$(kv magnetar b3i_batched_half 7)
@@ -247,7 +257,7 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 		echo "| the warm-up before it (not counted): p50 / p99 / first second's p99 | $mwu50 / $mwu99 / $mwu1 ms | | | |"
 	fi
 	if [[ -n $mih99 ]]; then
-		echo "| the same half-rate case on a new standalone with \`--entry-log-sync-interval $sync_interval\` (after its own max-rate run, $mi3 msg/s): p50 / p99 / worst second's p99 | $mih50 / $mih99 / $mihw ms | | worst/p50 $(ratio "$mihw" "$mih50") | p99 <= 5 ms, worst second <= 3x p50 |"
+		echo "| the same half-rate case on a new standalone with \`--entry-log-sync-interval $sync_interval\` (after its own max-rate and unbatched runs: $mi3 and $miu msg/s): p50 / p99 / worst second's p99 | $mih50 / $mih99 / $mihw ms | | worst/p50 $(ratio "$mihw" "$mih50") | p99 <= 5 ms, worst second <= 3x p50 |"
 		if [[ -n $mihp && $mihp != na ]]; then
 			echo "| the host's pauses during its warm-up | $mihp pauses ($mihppct% of the warm-up) | | | none to speak of |"
 		fi

@@ -113,7 +113,8 @@ const (
 	pointerVersionFixed = 2
 	pointerFixedLen     = entryHeaderLen + 4 + 8 + 4
 	pointerVersion      = 3
-	maxEntryPointerLen  = 1 + binary.MaxVarintLen32 + 2*binary.MaxVarintLen64 + binary.MaxVarintLen32
+	// version, file, offset, payload length, gap
+	maxEntryPointerLen = 1 + binary.MaxVarintLen32 + binary.MaxVarintLen64 + binary.MaxVarintLen32 + binary.MaxVarintLen64
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)

@@ -425,8 +425,15 @@ func TestEntryLogSyncIntervalAndClose(t *testing.T) {
 	done := make(chan error, 1)
 	d.AddEntryAsync(mkEntry(1, 1, 100), key, false, addFunc(func(err error) { done <- err }))
 	testutil.Eventually(t, 10*time.Second, "the add handed over to the syncer", func() bool { return d.logBytes.Load() > handed })
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waits for the sync interval (an hour)")
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("the add waiting for the interval at Close: %v", err)

@@ -111,10 +111,11 @@ type Options struct {
 	// soon as the one before ended. An add waits up to this much longer,
 	// and so does every add of a lone writer that waits for each (one
 	// after a quiet spell does not). On this project's test machine, a
-	// virtual machine whose host stops it when its I/O requests come too
-	// often, 4ms took a loaded standalone's bookies from 1,700 syncs a
-	// second to 700 and the machine's pauses from 5% of the time to none
-	// (docs/benchmarks.md, "Fewer I/O requests").
+	// virtual machine whose host stops it, it seems, when its I/O
+	// requests come too often beside a busy CPU, 4ms took a loaded
+	// standalone's disk from 1,700 flushes a second to 700 and the
+	// machine's pauses from 5% of the time to 0-1% (docs/benchmarks.md,
+	// "A smaller index; fewer I/O requests").
 	EntryLogSyncInterval time.Duration
 	// EntryLogDirectIO writes the entry log with O_DIRECT, around the page
 	// cache: copying every byte into freshly allocated page-cache pages
