@@ -30,6 +30,18 @@ func entryLogOptions() Options {
 	return Options{EntryLog: true, EntryLogFileSize: 16 << 10, CheckpointBytes: 1 << 30, CheckpointInterval: 10 * time.Millisecond}
 }
 
+// noneLeft says whether none of the log files nums is on fs any more.
+func noneLeft(t *testing.T, fs vfs.FS, nums []uint32) bool {
+	t.Helper()
+	now := logFiles(t, fs)
+	for _, num := range nums {
+		if slices.Contains(now, num) {
+			return false
+		}
+	}
+	return true
+}
+
 // checkpointOf returns d's checkpoint key's value, in hex.
 func checkpointOf(t *testing.T, d *DB) string {
 	t.Helper()
@@ -99,15 +111,7 @@ func TestEntryLogFilesGoWithTheirLedgers(t *testing.T) {
 	if len(gone) < 3 {
 		t.Fatalf("only %d files without ledger 2: %v", len(gone), holds)
 	}
-	testutil.Eventually(t, 30*time.Second, "files of deleted ledgers removed at a checkpoint", func() bool {
-		now := logFiles(t, fs)
-		for _, num := range gone {
-			if slices.Contains(now, num) {
-				return false
-			}
-		}
-		return true
-	})
+	testutil.Eventually(t, 30*time.Second, "files of deleted ledgers removed at a checkpoint", func() bool { return noneLeft(t, fs, gone) })
 	for num, ls := range holds {
 		if slices.Contains(ls, 2) && !slices.Contains(logFiles(t, fs), num) {
 			t.Fatalf("file %d (ledgers %v) removed while ledger 2 has entries in it", num, ls)
@@ -336,15 +340,7 @@ func TestEntryLogReadsVersion2Index(t *testing.T) {
 	if err := d.DeleteLedgers(ctxT(t), []int64{2}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 30*time.Second, "files shared with a deleted ledger compacted and removed", func() bool {
-		now := logFiles(t, fs)
-		for _, num := range old {
-			if slices.Contains(now, num) {
-				return false
-			}
-		}
-		return true
-	})
+	testutil.Eventually(t, 30*time.Second, "files shared with a deleted ledger compacted and removed", func() bool { return noneLeft(t, fs, old) })
 	for e := int64(0); e < 60; e++ {
 		checkEntry(t, d, mkEntry(1, e, 100))
 	}
@@ -502,13 +498,7 @@ func TestEntryLogCompaction(t *testing.T) {
 		if len(crashes) < 20 {
 			crashes = append(crashes, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}))
 		}
-		now := logFiles(t, mem)
-		for _, num := range old {
-			if slices.Contains(now, num) {
-				return false
-			}
-		}
-		return true
+		return noneLeft(t, mem, old)
 	})
 	// Files kept for reuse (EntryLogRecycle) still take their space.
 	if after := d.DiskSpaceUsage() - uint64(d.elog.freeBytes.Load()); after*2 >= usage {
