@@ -18,7 +18,7 @@ import (
 // over; a sleeper waking later than --threshold past its time was late
 // over that interval. A pause is an interval in which every CPU's sleeper
 // was late: no busy CPU makes all of them late together, a stopped
-// machine does (docs/benchmarks.md, "The host stops the whole machine").
+// machine does (docs/benchmarks.md, "The host stops the whole machine, it seems").
 // A late interval starts at the sleeper's due time, up to --sleep after
 // the stop began: the lengths are lower bounds, and a stop shorter than
 // about --threshold plus --sleep can go unseen. Only user-space load was

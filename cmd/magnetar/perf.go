@@ -266,7 +266,7 @@ func produceOptions(topic string, batchDelay time.Duration, disableBatching bool
 func newPerfCmd(g *globals) *cobra.Command {
 	var url string
 	var af authFlags
-	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency",
+	cmd := &cobra.Command{Use: "perf", Short: "Measure produce and consume throughput and latency, and the host's pauses",
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
 			if err := config.ApplyToFlags(c.Flags(), g.config); err != nil {
 				return err
