@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 )
 
 // Prometheus metrics of a bookie, under BookKeeper's names where it has
@@ -18,9 +20,16 @@ import (
 //     rates from the _count). Their quantiles come from bucketed counts
 //     (latencies: within 3.1% above the true value).
 //   - bookie_WRITE_BYTES, bookie_READ_BYTES: payload bytes (counters).
-//   - bookie_journal_JOURNAL_SYNC: the group commit's write and WAL sync,
-//     milliseconds, success label (latencies too); _FORCE_WRITE_BATCH_ENTRIES
-//     and _BATCH_BYTES: what one group commit held (client_golang summaries).
+//   - bookie_journal_*: the group commit, as BookKeeper's journal exports
+//     it, in milliseconds with a success label (latencies too). For each
+//     batch of adds handed to the syncer: _JOURNAL_FORCE_WRITE_ENQUEUE,
+//     the wait for the syncer (behind the syncs before); _JOURNAL_ADD_ENTRY
+//     (once per request), hand-over to durable. For each write and sync
+//     the syncer makes: _JOURNAL_FLUSH_LATENCY, the entry log's write;
+//     _JOURNAL_SYNC, its fdatasync (without the entry log, Pebble's WAL
+//     write and sync together). A rollover's own write and sync are not
+//     counted. _FORCE_WRITE_BATCH_ENTRIES and _BATCH_BYTES: what one batch
+//     held (client_golang summaries).
 //   - bookie_SERVER_STATUS: 1 writable, 0 read-only (a draining bookie is
 //     read-only); magnetar_bookie_state says which of the three.
 //   - magnetar_bookie_disk_{total,used,free}_bytes, bookie_ledger_writable_dirs,
@@ -35,13 +44,14 @@ import (
 type metrics struct {
 	// add and read are exported twice, as _REQUEST and without it: one
 	// observation per request.
-	add, read         *latencies
-	writeBytes        prometheus.Counter
-	readBytes         prometheus.Counter
-	sync              *latencies
-	batchEntries      prometheus.Summary
-	batchBytes        prometheus.Summary
-	stalls, stallSecs *prometheus.CounterVec
+	add, read  *latencies
+	writeBytes prometheus.Counter
+	readBytes  prometheus.Counter
+	// the group commit's parts (storage.SyncStats)
+	enqueue, journalAdd, flush, sync *latencies
+	batchEntries                     prometheus.Summary
+	batchBytes                       prometheus.Summary
+	stalls, stallSecs                *prometheus.CounterVec
 }
 
 var objectives = map[float64]float64{0.5: 0.05, 0.75: 0.02, 0.95: 0.005, 0.99: 0.001, 0.999: 0.0001}
@@ -60,7 +70,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			"bookkeeper_server_READ_ENTRY"),
 		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_WRITE_BYTES", Help: "Payload bytes added."}),
 		readBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_READ_BYTES", Help: "Payload bytes read."}),
-		sync:       newLatencies(time.Now, "bookie_journal_JOURNAL_SYNC", "Group commits: write and WAL sync, milliseconds."),
+		enqueue: newLatencies(time.Now, "bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE",
+			"Group commits: a batch's wait for the syncer, milliseconds."),
+		journalAdd: newLatencies(time.Now, "bookie_journal_JOURNAL_ADD_ENTRY",
+			"Group commits: a request's hand-over to the syncer to durable, milliseconds."),
+		flush: newLatencies(time.Now, "bookie_journal_JOURNAL_FLUSH_LATENCY",
+			"Group commits: the entry log's writes, milliseconds."),
+		sync: newLatencies(time.Now, "bookie_journal_JOURNAL_SYNC",
+			"Group commits: the entry log's fdatasync (without the entry log: Pebble's WAL write and sync), milliseconds."),
 		batchEntries: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
 			Help: "Requests per group commit.", Objectives: objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 		batchBytes: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
@@ -71,7 +88,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	m.stallSecs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stall_seconds_total",
 		Help: "Seconds writes were held back by the storage engine, by reason."}, []string{"reason"})
 	// Both success values are exported from the start, as BookKeeper's are.
-	reg.MustRegister(m.add, m.read, m.writeBytes, m.readBytes, m.sync, m.batchEntries, m.batchBytes,
+	reg.MustRegister(m.add, m.read, m.writeBytes, m.readBytes, m.enqueue, m.journalAdd, m.flush, m.sync,
+		m.batchEntries, m.batchBytes,
 		m.stalls, m.stallSecs, stateCollector{s})
 	return m
 }
@@ -94,11 +112,25 @@ func (m *metrics) readDone(bytes int, start time.Time, err error) {
 	}
 }
 
-// synced records a group commit (storage.Options.OnSync).
-func (m *metrics) synced(requests, bytes int, took time.Duration, err error) {
-	m.sync.observe(time.Now(), took, err)
-	m.batchEntries.Observe(float64(requests))
-	m.batchBytes.Observe(float64(bytes))
+// synced records a batch of a group commit (storage.Options.OnSync).
+func (m *metrics) synced(st storage.SyncStats) {
+	now := time.Now()
+	m.enqueue.observe(now, st.Queued, st.Err)
+	for range st.Requests {
+		m.journalAdd.observe(now, st.Took, st.Err)
+	}
+	if st.Wrote {
+		err := st.Err
+		if st.Synced { // the sync follows a write that worked
+			err = nil
+		}
+		m.flush.observe(now, st.Write, err)
+	}
+	if st.Synced {
+		m.sync.observe(now, st.Sync, st.Err)
+	}
+	m.batchEntries.Observe(float64(st.Requests))
+	m.batchBytes.Observe(float64(st.Bytes))
 }
 
 // stalled records a write stall (storage.Options.OnWriteStall). Pebble's

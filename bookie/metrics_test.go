@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
 
@@ -250,4 +251,37 @@ func TestLatenciesExportBothNames(t *testing.T) {
 	}
 	close(stop)
 	<-done
+}
+
+// A group commit's batch is exported under BookKeeper's journal names:
+// the wait for the syncer per batch, hand-over to durable once per
+// request, the write and the sync only for the batch whose turn made
+// them; a failed sync fails the sync, not the write before it.
+func TestSyncedMetrics(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry(), nil)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.enqueue, m.journalAdd, m.flush, m.sync)
+	ms := time.Millisecond
+	failed := errors.New("sync failed")
+	m.synced(storage.SyncStats{Requests: 3, Queued: 1 * ms, Took: 9 * ms, Wrote: true, Write: 2 * ms, Synced: true, Sync: 5 * ms})
+	m.synced(storage.SyncStats{Requests: 2, Queued: 1 * ms, Took: 6 * ms})                                                                      // covered by the write before
+	m.synced(storage.SyncStats{Requests: 1, Queued: 1 * ms, Took: 9 * ms, Wrote: true, Write: 2 * ms, Synced: true, Sync: 5 * ms, Err: failed}) // the sync failed
+	m.synced(storage.SyncStats{Requests: 1, Queued: 1 * ms, Took: 3 * ms, Wrote: true, Write: 2 * ms, Err: failed})                             // the write failed
+	s := gatherSummaries(t, reg)
+	for _, c := range []struct {
+		name    string
+		ok, bad uint64
+		okSumMs float64
+	}{
+		{"bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE", 2, 2, 2},
+		{"bookie_journal_JOURNAL_ADD_ENTRY", 5, 2, 3*9 + 2*6},
+		{"bookie_journal_JOURNAL_FLUSH_LATENCY", 2, 1, 4},
+		{"bookie_journal_JOURNAL_SYNC", 1, 1, 5},
+	} {
+		ok, bad := s[c.name]["true"], s[c.name]["false"]
+		if ok.GetSampleCount() != c.ok || bad.GetSampleCount() != c.bad || ok.GetSampleSum() != c.okSumMs {
+			t.Errorf("%s: %d ok (sum %v ms), %d failed; want %d (sum %v ms), %d", c.name,
+				ok.GetSampleCount(), ok.GetSampleSum(), bad.GetSampleCount(), c.ok, c.okSumMs, c.bad)
+		}
+	}
 }

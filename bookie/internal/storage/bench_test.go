@@ -52,7 +52,8 @@ func BenchmarkRawFsync(b *testing.B) {
 // group commits a second each, of 117 KiB of payload on average). No
 // Magnetar code runs: the latencies are of the write and its fdatasync
 // only, with no queueing behind a sync in progress (the bookies'
-// bookie_journal_JOURNAL_SYNC includes that). A writer that fell behind
+// bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE; before 2026-12-05 their
+// JOURNAL_SYNC included it and the write). A writer that fell behind
 // its pace catches up back to back, where a bookie would put the adds
 // that waited into one sync. docs/benchmarks.md compares the two.
 //

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -407,6 +408,90 @@ func TestEntryLogSyncInterval(t *testing.T) {
 		for e := int64(0); e < each; e++ {
 			checkEntry(t, d2, mkEntry(w, e, 300))
 		}
+	}
+}
+
+// OnSync tells where each batch's time went: the wait for the syncer,
+// and for the batch whose turn wrote and synced the entry log, the write
+// and the fdatasync; a batch an earlier write covered reports neither.
+// Writes and syncs are slowed by known amounts, and the first sync held
+// until two more batches wait behind it.
+func TestEntryLogSyncStats(t *testing.T) {
+	const writeDelay, syncDelay, hold = 10 * time.Millisecond, 25 * time.Millisecond, 30 * time.Millisecond
+	held, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	slow := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !strings.Contains(op.Path, logDir) {
+			return nil
+		}
+		switch op.Kind {
+		case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
+			time.Sleep(writeDelay)
+		case errorfs.OpFileSyncData:
+			if first.CompareAndSwap(false, true) {
+				close(held)
+				<-release
+			}
+			time.Sleep(syncDelay)
+		}
+		return nil
+	})
+	var mu sync.Mutex
+	var stats []SyncStats
+	opts := Options{EntryLog: true, CheckpointInterval: time.Hour, OnSync: func(st SyncStats) {
+		mu.Lock()
+		stats = append(stats, st)
+		mu.Unlock()
+	}}
+	d := open(t, opts, errorfs.Wrap(vfs.NewMem(), slow))
+	defer d.Close()
+	done := make(chan error, 3)
+	cb := addFunc(func(err error) { done <- err })
+	// z's sync is held; a and b are handed over meanwhile, one at a time.
+	for i, size := range []int{100, 200, 300} {
+		handed := d.logBytes.Load()
+		d.AddEntryAsync(mkEntry(1, int64(i), size), key, false, cb)
+		testutil.Eventually(t, 10*time.Second, "the add handed over to the syncer", func() bool { return d.logBytes.Load() > handed })
+		if i == 0 {
+			select {
+			case <-held:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no sync of the entry log")
+			}
+		}
+	}
+	time.Sleep(hold) // the held sync, a and b wait at least this long
+	close(release)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stats) != 3 {
+		t.Fatalf("%d batches told, want 3: %+v", len(stats), stats)
+	}
+	for i, st := range stats {
+		if st.Requests != 1 || st.Bytes != []int{100, 200, 300}[i] || st.Err != nil {
+			t.Errorf("batch %d: %d requests, %d bytes, %v; want 1, %d, nil", i, st.Requests, st.Bytes, st.Err, []int{100, 200, 300}[i])
+		}
+		if st.Took < st.Queued+st.Write+st.Sync {
+			t.Errorf("batch %d took %v, less than its parts: queued %v, write %v, sync %v", i, st.Took, st.Queued, st.Write, st.Sync)
+		}
+		// z and a wrote and synced; b was written with a.
+		if did := i < 2; st.Wrote != did || st.Synced != did {
+			t.Errorf("batch %d: wrote %v, synced %v; want %v", i, st.Wrote, st.Synced, did)
+		}
+		if st.Wrote && (st.Write < writeDelay || st.Sync < syncDelay) {
+			t.Errorf("batch %d: write %v, sync %v; want at least %v and %v", i, st.Write, st.Sync, writeDelay, syncDelay)
+		}
+		if i > 0 && st.Queued < hold {
+			t.Errorf("batch %d waited %v for the syncer, want at least %v (behind the held sync)", i, st.Queued, hold)
+		}
+	}
+	if stats[0].Sync < hold+syncDelay {
+		t.Errorf("the held sync took %v, want at least %v", stats[0].Sync, hold+syncDelay)
 	}
 }
 

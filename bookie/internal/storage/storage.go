@@ -75,11 +75,10 @@ type Options struct {
 	// MaxBatchBytes caps the payload bytes of one group commit; default
 	// 16 MiB.
 	MaxBatchBytes int
-	// OnSync, if set, is told of each group commit once its WAL sync
-	// ended: the requests and payload bytes it held, how long it took
-	// from its write to the end of the sync, and the sync's error (metrics).
+	// OnSync, if set, is told of each batch of a group commit once it is
+	// durable or failed: what it held and where its time went (metrics).
 	// Called by the syncer: it must not block.
-	OnSync func(requests, bytes int, took time.Duration, err error)
+	OnSync func(SyncStats)
 	// OnWriteStall, if set, is told of each time Pebble held writes back
 	// (its memtables or level 0 full: flushes or compactions behind), with
 	// the reason and how long. Called from Pebble: it must not block.
@@ -268,10 +267,28 @@ func (r *request) finish(err error) {
 	}
 }
 
+// SyncStats is what the syncer tells Options.OnSync of one batch.
+type SyncStats struct {
+	Requests int // requests in the batch
+	Bytes    int // their payload bytes
+	// Queued is the time from the batch's hand-over to the syncer taking
+	// it (waiting behind the syncs before); Took, to durable or failed.
+	Queued, Took time.Duration
+	// Wrote: the syncer wrote the entry log for this batch, in Write
+	// (everything handed over by then: a batch a write covered already
+	// is not written again). Synced: it synced for this batch, in Sync:
+	// the entry log's fdatasync, or without the entry log Pebble's WAL
+	// write and sync together.
+	Wrote, Synced bool
+	Write, Sync   time.Duration
+	Err           error
+}
+
 type inflight struct {
 	batch   *pebble.Batch
 	reqs    []*request
-	started time.Time // when the batch was handed to Pebble (or to the syncer, with the entry log)
+	started time.Time     // when the batch was handed to Pebble (or to the syncer, with the entry log)
+	queued  time.Duration // from started to the syncer taking it (set by the syncer)
 
 	// With the entry log: the file to sync, a file rolled over (its
 	// writes all synced by earlier batches) to close, and where the
@@ -1284,13 +1301,16 @@ func (d *DB) syncLoop() {
 	var failed error
 	var lastSync time.Time
 	for f := range d.syncs {
+		f.queued = time.Since(f.started)
 		if f.file == nil {
+			t0 := time.Now()
 			err := f.batch.SyncWait()
+			st := SyncStats{Synced: true, Sync: time.Since(t0)}
 			if failed != nil {
 				err = failed
 			}
 			failed = err
-			d.synced(f, err)
+			d.synced(f, st, err)
 			continue
 		}
 		// Every batch queued by now was written before this sync starts:
@@ -1303,6 +1323,7 @@ func (d *DB) syncLoop() {
 				if !ok {
 					break drain
 				}
+				g.queued = time.Since(g.started)
 				group = append(group, g)
 			default:
 				break drain
@@ -1310,6 +1331,7 @@ func (d *DB) syncLoop() {
 		}
 		err := failed
 		for _, g := range group {
+			var st SyncStats
 			// One write and one sync cover every batch handed over by
 			// then: the rest of the group, and maybe batches not received
 			// yet (their sync is then skipped).
@@ -1318,9 +1340,13 @@ func (d *DB) syncLoop() {
 					d.waitSyncInterval(lastSync)
 					lastSync = time.Now()
 				}
+				t0 := time.Now()
 				err = d.elog.writePending()
+				t1 := time.Now()
+				st.Wrote, st.Write = true, t1.Sub(t0)
 				if err == nil {
 					err = g.file.f.SyncData()
+					st.Synced, st.Sync = true, time.Since(t1)
 				}
 				if err == nil {
 					g.file.synced = g.file.written
@@ -1333,7 +1359,7 @@ func (d *DB) syncLoop() {
 				err = g.batch.Commit(pebble.NoSync)
 			}
 			failed = err
-			d.synced(g, err)
+			d.synced(g, st, err)
 		}
 	}
 }
@@ -1359,13 +1385,13 @@ const maxSyncGroup = 64
 
 // synced ends a batch once its sync did: it fails the storage or makes the
 // batch's writes visible, and answers its requests.
-func (d *DB) synced(f inflight, err error) {
+func (d *DB) synced(f inflight, st SyncStats, err error) {
 	if d.opts.OnSync != nil && f.barrier == nil {
-		bytes := 0
 		for _, r := range f.reqs {
-			bytes += len(r.entry.Payload)
+			st.Bytes += len(r.entry.Payload)
 		}
-		d.opts.OnSync(len(f.reqs), bytes, time.Since(f.started), err)
+		st.Requests, st.Queued, st.Took, st.Err = len(f.reqs), f.queued, time.Since(f.started), err
+		d.opts.OnSync(st)
 	}
 	if err == nil {
 		err = d.failure()
