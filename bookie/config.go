@@ -341,6 +341,30 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// storageOptions maps the settings to the storage engine's options; the
+// server adds the filesystem, the logger and the callbacks.
+func (c Config) storageOptions() storage.Options {
+	o := storage.Options{
+		Dir:                  c.DataDir,
+		ValueSeparation:      c.ValueSeparation,
+		MemTableSize:         uint64(c.MemtableSize),
+		MemtablesHeld:        memtablesHeld,
+		CacheSize:            int64(c.BlockCacheSize),
+		Compress:             c.StorageCompression,
+		EntryLog:             c.EntryLog,
+		EntryLogFileSize:     int64(c.EntryLogFileSize),
+		EntryLogRecycle:      c.EntryLogRecycleFiles,
+		CheckpointBytes:      int64(c.EntryLogCheckpointBytes),
+		EntryLogDirectIO:     c.EntryLogDirectIO,
+		EntryLogSyncInterval: c.EntryLogSyncInterval,
+		CompactionThreshold:  c.EntryLogCompactionThreshold,
+	}
+	if o.CompactionThreshold == 0 { // the bookie's never is the storage's negative
+		o.CompactionThreshold = -1
+	}
+	return o
+}
+
 // memtablesHeld is how many memtables a bookie's Pebble holds at most:
 // its MemTableStopWritesThreshold (Pebble stops writes when the queued
 // memtables reach this many times the memtable size).

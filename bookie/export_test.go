@@ -9,6 +9,3 @@ func SetRetireGrace(d time.Duration) func() {
 	retireGrace = d
 	return func() { retireGrace = old }
 }
-
-// CompactionThreshold maps --entry-log-compaction-threshold to the storage's.
-var CompactionThreshold = compactionThreshold

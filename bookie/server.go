@@ -175,30 +175,15 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 			return nil, fmt.Errorf("bookie: data directory: %w", err)
 		}
 	}
-	db, err := storage.Open(storage.Options{
-		Dir:                  cfg.DataDir,
-		FS:                   fs,
-		Logger:               s.log.Named("storage"),
-		ValueSeparation:      cfg.ValueSeparation,
-		MemTableSize:         uint64(cfg.MemtableSize),
-		MemtablesHeld:        memtablesHeld,
-		CacheSize:            int64(cfg.BlockCacheSize),
-		Compress:             cfg.StorageCompression,
-		EntryLog:             cfg.EntryLog,
-		EntryLogFileSize:     int64(cfg.EntryLogFileSize),
-		EntryLogRecycle:      cfg.EntryLogRecycleFiles,
-		CheckpointBytes:      int64(cfg.EntryLogCheckpointBytes),
-		EntryLogDirectIO:     cfg.EntryLogDirectIO,
-		EntryLogSyncInterval: cfg.EntryLogSyncInterval,
-		CompactionThreshold:  compactionThreshold(cfg.EntryLogCompactionThreshold),
-		OnSync:               s.metrics.synced,
-		OnWriteStall: func(reason string, took time.Duration) {
-			s.metrics.stalled(reason, took)
-			if took >= time.Second { // short ones are counted, not logged: they can come every second
-				s.log.Warn("storage write stall", zap.String("reason", reason), zap.Duration("took", took))
-			}
-		},
-	})
+	so := cfg.storageOptions()
+	so.FS, so.Logger, so.OnSync = fs, s.log.Named("storage"), s.metrics.synced
+	so.OnWriteStall = func(reason string, took time.Duration) {
+		s.metrics.stalled(reason, took)
+		if took >= time.Second { // short ones are counted, not logged: they can come every second
+			s.log.Warn("storage write stall", zap.String("reason", reason), zap.Duration("took", took))
+		}
+	}
+	db, err := storage.Open(so)
 	if err != nil {
 		return nil, err
 	}
@@ -545,13 +530,4 @@ func recoverInterceptor(log *zap.Logger) grpc.UnaryServerInterceptor {
 func errorInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
 	return resp, wire.ToStatus(err)
-}
-
-// compactionThreshold maps the bookie's setting (0: never) to the
-// storage's (negative: never).
-func compactionThreshold(v float64) float64 {
-	if v == 0 {
-		return -1
-	}
-	return v
 }

@@ -472,17 +472,6 @@ func TestCloseEndsAddStreams(t *testing.T) {
 	}
 }
 
-// --entry-log-compaction-threshold 0 means never, which the storage spells
-// with a negative threshold (its zero is the default).
-func TestEntryLogCompactionThresholdZeroIsNever(t *testing.T) {
-	if got := bookie.CompactionThreshold(0); got >= 0 {
-		t.Fatalf("threshold 0 became %v: the storage would compact at its default", got)
-	}
-	if got := bookie.CompactionThreshold(0.3); got != 0.3 {
-		t.Fatalf("threshold 0.3 became %v", got)
-	}
-}
-
 // Every add on a stream is answered with its own request id, and gives its
 // bytes back to the bookie's budget whatever its outcome: stored, refused
 // by the bookie's checks (bad checksum, too large) or by the storage (a
