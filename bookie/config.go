@@ -343,7 +343,7 @@ func (c *Config) Validate() error {
 
 // storageOptions maps the settings to the storage engine's options; the
 // server adds the filesystem, the logger and the callbacks.
-func (c Config) storageOptions() storage.Options {
+func (c *Config) storageOptions() storage.Options {
 	o := storage.Options{
 		Dir:                  c.DataDir,
 		ValueSeparation:      c.ValueSeparation,

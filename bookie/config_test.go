@@ -55,6 +55,33 @@ func TestStorageOptions(t *testing.T) {
 			t.Errorf("storage option %s not set from the bookie's settings", f.Name)
 		}
 	}
+	for name := range notMapped {
+		if f := v.FieldByName(name); !f.IsValid() || !f.IsZero() {
+			t.Errorf("storage option %s: listed as not mapped, but gone or set", name)
+		}
+	}
+	// Each switch reaches its own option only.
+	switches := []struct {
+		set  func(*Config)
+		get  func(storage.Options) bool
+		name string
+	}{
+		{func(c *Config) { c.ValueSeparation = true }, func(o storage.Options) bool { return o.ValueSeparation }, "value separation"},
+		{func(c *Config) { c.StorageCompression = true }, func(o storage.Options) bool { return o.Compress }, "compression"},
+		{func(c *Config) { c.EntryLog = true }, func(o storage.Options) bool { return o.EntryLog }, "entry log"},
+		{func(c *Config) { c.EntryLogDirectIO = true }, func(o storage.Options) bool { return o.EntryLogDirectIO }, "direct I/O"},
+	}
+	for i, sw := range switches {
+		c := DefaultConfig()
+		c.ValueSeparation, c.StorageCompression, c.EntryLog, c.EntryLogDirectIO = false, false, false, false
+		sw.set(&c)
+		o := c.storageOptions()
+		for j, other := range switches {
+			if got := other.get(o); got != (i == j) {
+				t.Errorf("with only %s on, %s is %v", sw.name, other.name, got)
+			}
+		}
+	}
 	// --entry-log-compaction-threshold 0 means never, which the storage
 	// spells with a negative threshold (its zero is the default).
 	c.EntryLogCompactionThreshold = 0

@@ -50,12 +50,18 @@ func newLatencies(now func() time.Time, name, help string, twins ...string) *lat
 
 // observe records one operation that took d and ended at now (the
 // caller's reading of l's clock, which it took to compute d).
-func (l *latencies) observe(now time.Time, d time.Duration, err error) {
+func (l *latencies) observe(now time.Time, d time.Duration, err error) { l.observeN(now, d, err, 1) }
+
+// observeN records n operations that each took d and ended at now.
+func (l *latencies) observeN(now time.Time, d time.Duration, err error, n int) {
+	if n <= 0 {
+		return
+	}
 	s := &l.ok
 	if err != nil {
 		s = &l.bad
 	}
-	s.observe(l.epoch(now), d)
+	s.observeN(l.epoch(now), d, uint64(n))
 }
 
 // epoch returns the 30 s window now falls in, counted from l.base.
@@ -113,10 +119,13 @@ type latencyWindowCounts struct {
 	counts [latencyBuckets]atomic.Uint64
 }
 
-func (s *latencySeries) observe(e int64, d time.Duration) {
+func (s *latencySeries) observe(e int64, d time.Duration) { s.observeN(e, d, 1) }
+
+// observeN records n operations that each took d.
+func (s *latencySeries) observeN(e int64, d time.Duration, n uint64) {
 	us := uint64(max(d.Microseconds(), 0))
-	s.count.Add(1)
-	s.sumUS.Add(us)
+	s.count.Add(n)
+	s.sumUS.Add(n * us)
 	w := &s.windows[e&1]
 	if ep := w.epoch.Load(); ep != e {
 		if ep > e {
@@ -134,7 +143,7 @@ func (s *latencySeries) observe(e int64, d time.Duration) {
 			return // a later epoch took the window meanwhile
 		}
 	}
-	w.counts[latencyBucket(us)].Add(1)
+	w.counts[latencyBucket(us)].Add(n)
 }
 
 // read returns the count, the sum in milliseconds and the quantiles (in

@@ -20,16 +20,21 @@ import (
 //     rates from the _count). Their quantiles come from bucketed counts
 //     (latencies: within 3.1% above the true value).
 //   - bookie_WRITE_BYTES, bookie_READ_BYTES: payload bytes (counters).
-//   - bookie_journal_*: the group commit, as BookKeeper's journal exports
-//     it, in milliseconds with a success label (latencies too). For each
-//     batch of adds handed to the syncer: _JOURNAL_FORCE_WRITE_ENQUEUE,
-//     the wait for the syncer (behind the syncs before); _JOURNAL_ADD_ENTRY
-//     (once per request), hand-over to durable. For each write and sync
-//     the syncer makes: _JOURNAL_FLUSH_LATENCY, the entry log's write;
-//     _JOURNAL_SYNC, its fdatasync (without the entry log, Pebble's WAL
-//     write and sync together). A rollover's own write and sync are not
-//     counted. _FORCE_WRITE_BATCH_ENTRIES and _BATCH_BYTES: what one batch
-//     held (client_golang summaries).
+//   - bookie_journal_*: the group commit, under BookKeeper's journal
+//     names, in milliseconds with a success label (latencies too; success
+//     is the group commit's outcome). For each batch handed to the
+//     syncer: _JOURNAL_FORCE_WRITE_ENQUEUE, its wait for the syncer
+//     (behind the syncs before; BookKeeper's starts after the journal's
+//     write, ours before the entry log's); _JOURNAL_ADD_ENTRY, once per
+//     add, hand-over to durable (with a wait for --entry-log-sync-interval,
+//     which no other part counts). For each write and sync of the entry
+//     log: _JOURNAL_FLUSH_LATENCY, the write; _JOURNAL_SYNC, its
+//     fdatasync alone. Without the entry log Pebble writes and syncs its
+//     WAL itself: neither of those two is counted. A rollover's own write
+//     and sync are not counted, nor an add's wait for a rollover before
+//     its hand-over (bookkeeper_server_ADD_ENTRY_REQUEST has it).
+//     _FORCE_WRITE_BATCH_ENTRIES and _BATCH_BYTES: the requests one batch
+//     held and its adds' payload bytes (client_golang summaries).
 //   - bookie_SERVER_STATUS: 1 writable, 0 read-only (a draining bookie is
 //     read-only); magnetar_bookie_state says which of the three.
 //   - magnetar_bookie_disk_{total,used,free}_bytes, bookie_ledger_writable_dirs,
@@ -73,11 +78,11 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		enqueue: newLatencies(time.Now, "bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE",
 			"Group commits: a batch's wait for the syncer, milliseconds."),
 		journalAdd: newLatencies(time.Now, "bookie_journal_JOURNAL_ADD_ENTRY",
-			"Group commits: a request's hand-over to the syncer to durable, milliseconds."),
+			"Group commits: an add's hand-over to the syncer to durable, milliseconds."),
 		flush: newLatencies(time.Now, "bookie_journal_JOURNAL_FLUSH_LATENCY",
 			"Group commits: the entry log's writes, milliseconds."),
 		sync: newLatencies(time.Now, "bookie_journal_JOURNAL_SYNC",
-			"Group commits: the entry log's fdatasync (without the entry log: Pebble's WAL write and sync), milliseconds."),
+			"Group commits: the entry log's fdatasync, milliseconds."),
 		batchEntries: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
 			Help: "Requests per group commit.", Objectives: objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 		batchBytes: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
@@ -116,18 +121,12 @@ func (m *metrics) readDone(bytes int, start time.Time, err error) {
 func (m *metrics) synced(st storage.SyncStats) {
 	now := time.Now()
 	m.enqueue.observe(now, st.Queued, st.Err)
-	for range st.Requests {
-		m.journalAdd.observe(now, st.Took, st.Err)
-	}
+	m.journalAdd.observeN(now, st.Took, st.Err, st.Adds)
 	if st.Wrote {
-		err := st.Err
-		if st.Synced { // the sync follows a write that worked
-			err = nil
-		}
-		m.flush.observe(now, st.Write, err)
+		m.flush.observe(now, st.Write, st.WriteErr)
 	}
 	if st.Synced {
-		m.sync.observe(now, st.Sync, st.Err)
+		m.sync.observe(now, st.Sync, st.SyncErr)
 	}
 	m.batchEntries.Observe(float64(st.Requests))
 	m.batchBytes.Observe(float64(st.Bytes))

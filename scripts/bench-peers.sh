@@ -2,7 +2,7 @@
 # Magnetar side by side with Redis Streams and NATS JetStream, in one run
 # on this machine (issue 14; docs/benchmarks.md records a run).
 #
-#   make bench-peers                  # the whole run, about 10 minutes (8 in the last recorded one)
+#   make bench-peers                  # the whole run, about 11 minutes
 #   SKIP_PEERS=1 make bench-peers     # Magnetar only, with the peers' last
 #                                     # figures in bench/out (same session!)
 #
@@ -27,6 +27,12 @@
 #    fewer, larger I/O requests, which on this project's test machines
 #    made the host stop the machine less often (docs/benchmarks.md, "A
 #    smaller index; fewer I/O requests").
+# 5. The floor: one message at a time (200 msg/s, unbatched: nothing
+#    queues) on a new 3-bookie standalone, and the bookies' own p99 for
+#    the entry log's write, its fdatasync and a whole add then (their
+#    metrics): what this disk gives one durable write, under the
+#    half-rate p99 goal (docs/benchmarks.md, "The group commit's parts in
+#    the metrics").
 # Every run records the load average before and after it. The table goes
 # to bench/out/side-by-side.md and to stdout.
 #
@@ -197,6 +203,17 @@ if [[ $sync_interval != 0 ]]; then
 	standalone_stop
 fi
 
+start_standalone lone 3
+perf_run b3_lone lone --rate 200 --disable-batching
+metrics=$(curl -fsS "http://$standalone_http/metrics" || true)
+# q99 NAME: the highest p99 of the bookies' successes under NAME, in ms
+q99() {
+	echo "$metrics" | awk -v n="$1" 'index($0, n "{") == 1 && /success="true"/ && /quantile="0.99"/ {
+		if ($2 + 0 > v) v = $2 + 0; found = 1 } END { if (found) printf "%.2f", v; else printf "na" }'
+}
+rec "magnetar b3_lone_bookies write_p99_ms=$(q99 bookie_journal_JOURNAL_FLUSH_LATENCY) fdatasync_p99_ms=$(q99 bookie_journal_JOURNAL_SYNC) add_p99_ms=$(q99 bookkeeper_server_ADD_ENTRY_REQUEST)"
+standalone_stop
+
 # ---- the table ----
 files=()
 for f in "$out/nats.txt" "$out/redis.txt" "$mag"; do
@@ -227,6 +244,11 @@ mih99=$(kv magnetar b3i_batched_half 6)
 mihw=$(kv magnetar b3i_batched_half 7)
 mihp=$(kv magnetar b3i_batched_half_warmup 11)
 mihppct=$(kv magnetar b3i_batched_half_warmup 13)
+ml50=$(kv magnetar b3_lone 5)
+ml99=$(kv magnetar b3_lone 6)
+mlw=$(kv magnetar b3_lone_bookies 3)
+mls=$(kv magnetar b3_lone_bookies 4)
+mla=$(kv magnetar b3_lone_bookies 5)
 nats_always=$(get nats r3fsync_pub_async500 3)
 nats_always99=$(kv nats r3fsync_pub_async500 8 | awk '{ if ($1 + 0 > 0) printf "%.1f", $1 / 1000 }')
 redis_always=$(get redis always_xadd_c50p16 3)
@@ -261,6 +283,9 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 		if [[ -n $mihp && $mihp != na ]]; then
 			echo "| the host's pauses during its warm-up | $mihp pauses ($mihppct% of the warm-up) | | | none to speak of |"
 		fi
+	fi
+	if [[ -n $ml99 ]]; then
+		echo "| the floor: one message at a time (200 msg/s unbatched, a new standalone): publish p50 / p99; the bookies' worst p99 of the write / its fdatasync / a whole add | $ml50 / $ml99 ms; $mlw / $mls / $mla ms | | | no goal: what this disk gives one durable write; a half-rate p99 below its publish p99 is not to be expected |"
 	fi
 	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
 	if [[ -n ${fsync:-} ]]; then

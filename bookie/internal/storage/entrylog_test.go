@@ -445,6 +445,9 @@ func TestEntryLogSyncStats(t *testing.T) {
 	}}
 	d := open(t, opts, errorfs.Wrap(vfs.NewMem(), slow))
 	defer d.Close()
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer unhold() // before Close, if the test ends early
 	done := make(chan error, 3)
 	cb := addFunc(func(err error) { done <- err })
 	// z's sync is held; a and b are handed over meanwhile, one at a time.
@@ -461,10 +464,15 @@ func TestEntryLogSyncStats(t *testing.T) {
 		}
 	}
 	time.Sleep(hold) // the held sync, a and b wait at least this long
-	close(release)
+	unhold()
 	for range 3 {
-		if err := <-done; err != nil {
-			t.Fatal(err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("adds not acknowledged")
 		}
 	}
 	mu.Lock()
@@ -473,8 +481,9 @@ func TestEntryLogSyncStats(t *testing.T) {
 		t.Fatalf("%d batches told, want 3: %+v", len(stats), stats)
 	}
 	for i, st := range stats {
-		if st.Requests != 1 || st.Bytes != []int{100, 200, 300}[i] || st.Err != nil {
-			t.Errorf("batch %d: %d requests, %d bytes, %v; want 1, %d, nil", i, st.Requests, st.Bytes, st.Err, []int{100, 200, 300}[i])
+		if st.Requests != 1 || st.Adds != 1 || st.Bytes != []int{100, 200, 300}[i] || st.Err != nil || st.WriteErr != nil || st.SyncErr != nil {
+			t.Errorf("batch %d: %d requests, %d adds, %d bytes, errors %v, %v, %v; want 1, 1, %d, none",
+				i, st.Requests, st.Adds, st.Bytes, st.Err, st.WriteErr, st.SyncErr, []int{100, 200, 300}[i])
 		}
 		if st.Took < st.Queued+st.Write+st.Sync {
 			t.Errorf("batch %d took %v, less than its parts: queued %v, write %v, sync %v", i, st.Took, st.Queued, st.Write, st.Sync)

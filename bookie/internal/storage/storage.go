@@ -269,19 +269,26 @@ func (r *request) finish(err error) {
 
 // SyncStats is what the syncer tells Options.OnSync of one batch.
 type SyncStats struct {
-	Requests int // requests in the batch
-	Bytes    int // their payload bytes
+	Requests int // requests in the batch (adds, fences, LAC writes, compaction's moves...)
+	Adds     int // of which adds
+	Bytes    int // the adds' payload bytes
 	// Queued is the time from the batch's hand-over to the syncer taking
 	// it (waiting behind the syncs before); Took, to durable or failed.
+	// A wait for --entry-log-sync-interval comes after Queued and before
+	// Write: it is only in Took.
 	Queued, Took time.Duration
-	// Wrote: the syncer wrote the entry log for this batch, in Write
-	// (everything handed over by then: a batch a write covered already
-	// is not written again). Synced: it synced for this batch, in Sync:
-	// the entry log's fdatasync, or without the entry log Pebble's WAL
-	// write and sync together.
-	Wrote, Synced bool
-	Write, Sync   time.Duration
-	Err           error
+	// With the entry log only (without it Pebble writes and syncs its WAL
+	// itself, and neither is set). Wrote: the syncer wrote the entry log
+	// for this batch, in Write, with WriteErr (everything handed over by
+	// then: a batch a write covered already is not written again).
+	// Synced: it then synced the log for this batch, in Sync, with
+	// SyncErr.
+	Wrote, Synced     bool
+	Write, Sync       time.Duration
+	WriteErr, SyncErr error
+	// Err is the batch's outcome: also a failure before its turn, or of
+	// its index commit after the sync.
+	Err error
 }
 
 type inflight struct {
@@ -1303,14 +1310,12 @@ func (d *DB) syncLoop() {
 	for f := range d.syncs {
 		f.queued = time.Since(f.started)
 		if f.file == nil {
-			t0 := time.Now()
 			err := f.batch.SyncWait()
-			st := SyncStats{Synced: true, Sync: time.Since(t0)}
 			if failed != nil {
 				err = failed
 			}
 			failed = err
-			d.synced(f, st, err)
+			d.synced(f, SyncStats{}, err)
 			continue
 		}
 		// Every batch queued by now was written before this sync starts:
@@ -1343,10 +1348,10 @@ func (d *DB) syncLoop() {
 				t0 := time.Now()
 				err = d.elog.writePending()
 				t1 := time.Now()
-				st.Wrote, st.Write = true, t1.Sub(t0)
+				st.Wrote, st.Write, st.WriteErr = true, t1.Sub(t0), err
 				if err == nil {
 					err = g.file.f.SyncData()
-					st.Synced, st.Sync = true, time.Since(t1)
+					st.Synced, st.Sync, st.SyncErr = true, time.Since(t1), err
 				}
 				if err == nil {
 					g.file.synced = g.file.written
@@ -1388,7 +1393,10 @@ const maxSyncGroup = 64
 func (d *DB) synced(f inflight, st SyncStats, err error) {
 	if d.opts.OnSync != nil && f.barrier == nil {
 		for _, r := range f.reqs {
-			st.Bytes += len(r.entry.Payload)
+			if r.kind == reqAdd {
+				st.Adds++
+				st.Bytes += len(r.entry.Payload)
+			}
 		}
 		st.Requests, st.Queued, st.Took, st.Err = len(f.reqs), f.queued, time.Since(f.started), err
 		d.opts.OnSync(st)
