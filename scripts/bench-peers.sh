@@ -2,7 +2,7 @@
 # Magnetar side by side with Redis Streams and NATS JetStream, in one run
 # on this machine (issue 14; docs/benchmarks.md records a run).
 #
-#   make bench-peers                  # the whole run, about 11 minutes
+#   make bench-peers                  # the whole run, about 12 minutes
 #   SKIP_PEERS=1 make bench-peers     # Magnetar only, with the peers' last
 #                                     # figures in bench/out (same session!)
 #
