@@ -5,8 +5,10 @@
 # the standalone at the maximum rate (WARM seconds), then publishes at a
 # fixed RATE with batches waiting 1 ms at most, as the half-rate case of
 # `make bench-peers` does, and reports the latency summary, the worst
-# second's p99 (skipping the first), and what the standalone's garbage
-# collector did meanwhile (cycles, bytes allocated per message).
+# second's p99 (skipping the first), what the standalone's garbage
+# collector did meanwhile (cycles, bytes allocated per message), and the
+# bookies' group commit p99s (wait for the syncer, write, fdatasync, add
+# request; the highest of the three bookies).
 #
 # Usage: scripts/bench-tail-ab.sh LABEL=BINARY[:FLAGS] ...
 #   e.g. scripts/bench-tail-ab.sh old=/tmp/magnetar-old new=.bin/magnetar
@@ -41,7 +43,15 @@ run() { # label binary flags...
 		--time "${secs}s" --url "$url" >"$log" 2>&1 || true
 	gc1=$(metric go_gc_duration_seconds_count)
 	al1=$(metric go_memstats_alloc_bytes_total)
-	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" '
+	# The bookies' group commit (the highest p99 of the three, last 30-60 s).
+	local metrics bk
+	metrics=$(curl -sf "$admin/metrics" || true)
+	bk=$(echo "$metrics" | awk '/success="true"/ && /quantile="0.99"/ {
+		split($1, n, "{"); if ($2 + 0 > v[n[1]]) v[n[1]] = $2 + 0 }
+		END { printf "wait %.2f write %.2f fdatasync %.2f add %.2f ms",
+			v["bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE"], v["bookie_journal_JOURNAL_FLUSH_LATENCY"],
+			v["bookie_journal_JOURNAL_SYNC"], v["bookkeeper_server_ADD_ENTRY_REQUEST"] }')
+	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" -v bk="$bk" '
 		/ summary: / { for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") r = $i
 			if ($(i+1) == "messages") n = $i
@@ -50,8 +60,8 @@ run() { # label binary flags...
 			if ($i == "p99.9") p999 = $(i+1) } next }
 		/latency ms/ { if (k++ == 0) next
 			for (i = 1; i <= NF; i++) if ($i == "p99" && $(i+1) + 0 > worst) worst = $(i+1) + 0 }
-		END { printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | GC cycles %d, %.0f bytes allocated per message | load %s\n",
-			label, r, p50, p99, p999, worst, gc, (n > 0 ? al / n : 0), load }' "$log"
+		END { printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
+			label, r, p50, p99, p999, worst, gc, (n > 0 ? al / n : 0), load, bk }' "$log"
 	standalone_stop
 }
 
