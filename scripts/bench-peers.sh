@@ -49,8 +49,11 @@ warm_half=${WARM_HALF:-10}
 sync_interval=${SYNC_INTERVAL:-4ms}
 if [[ $sync_interval =~ ^0+(\.0*)?(ns|us|µs|ms|s)?$ ]]; then
 	sync_interval=0
-elif ! [[ $sync_interval =~ ^[0-9]+(\.[0-9]+)?(ns|us|µs|ms|s)$ ]]; then
-	echo "SYNC_INTERVAL must be a duration such as 4ms, or 0, not '$sync_interval'" >&2
+elif ! [[ $sync_interval =~ ^([0-9]+(\.[0-9]+)?)(ns|us|µs|ms|s)$ ]] ||
+	! awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
+		f["ns"] = 1e-9; f["us"] = 1e-6; f["µs"] = 1e-6; f["ms"] = 1e-3; f["s"] = 1
+		exit !(n * f[u] <= 1) }'; then
+	echo "SYNC_INTERVAL must be a duration such as 4ms, at most 1s, or 0, not '$sync_interval'" >&2
 	exit 2
 fi
 [[ $warm_half =~ ^(0|[1-9][0-9]*)$ ]] || { echo "WARM_HALF must be whole seconds, not '$warm_half'" >&2; exit 2; }
