@@ -30,9 +30,9 @@
 # 5. The floor: one message at a time (200 msg/s, unbatched: nothing
 #    queues) on a new 3-bookie standalone, and the bookies' own p99 for
 #    the entry log's write, its fdatasync and a whole add then (their
-#    metrics): what this disk gives one durable write, under the
-#    half-rate p99 goal (docs/benchmarks.md, "The group commit's parts in
-#    the metrics").
+#    metrics): what this disk gives one durable write, to compare with
+#    the half-rate p99 goal (docs/benchmarks.md, "The group commit's parts
+#    in the metrics").
 # Every run records the load average before and after it. The table goes
 # to bench/out/side-by-side.md and to stdout.
 #

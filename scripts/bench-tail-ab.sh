@@ -8,7 +8,8 @@
 # second's p99 (skipping the first), what the standalone's garbage
 # collector did meanwhile (cycles, bytes allocated per message), and the
 # bookies' group commit p99s (wait for the syncer, write, fdatasync, add
-# request; the highest of the three bookies).
+# request; the highest of the three bookies; their quantiles cover the
+# last 30 to 60 s, so the warm-up at the maximum rate is in them).
 #
 # Usage: scripts/bench-tail-ab.sh LABEL=BINARY[:FLAGS] ...
 #   e.g. scripts/bench-tail-ab.sh old=/tmp/magnetar-old new=.bin/magnetar
@@ -43,14 +44,16 @@ run() { # label binary flags...
 		--time "${secs}s" --url "$url" >"$log" 2>&1 || true
 	gc1=$(metric go_gc_duration_seconds_count)
 	al1=$(metric go_memstats_alloc_bytes_total)
-	# The bookies' group commit (the highest p99 of the three, last 30-60 s).
+	# The bookies' group commit: the highest p99 of the three over the
+	# last 30-60 s (the warm-up included); na where a series is missing.
 	local metrics bk
 	metrics=$(curl -sf "$admin/metrics" || true)
 	bk=$(echo "$metrics" | awk '/success="true"/ && /quantile="0.99"/ {
-		split($1, n, "{"); if ($2 + 0 > v[n[1]]) v[n[1]] = $2 + 0 }
-		END { printf "wait %.2f write %.2f fdatasync %.2f add %.2f ms",
-			v["bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE"], v["bookie_journal_JOURNAL_FLUSH_LATENCY"],
-			v["bookie_journal_JOURNAL_SYNC"], v["bookkeeper_server_ADD_ENTRY_REQUEST"] }')
+		split($1, n, "{"); if (!(n[1] in v) || $2 + 0 > v[n[1]]) v[n[1]] = $2 + 0 }
+		function f(k) { return (k in v) ? sprintf("%.2f", v[k]) : "na" }
+		END { printf "wait %s write %s fdatasync %s add %s ms (with the warm-up)",
+			f("bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE"), f("bookie_journal_JOURNAL_FLUSH_LATENCY"),
+			f("bookie_journal_JOURNAL_SYNC"), f("bookkeeper_server_ADD_ENTRY_REQUEST") }')
 	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" -v bk="$bk" '
 		/ summary: / { for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") r = $i
@@ -65,7 +68,7 @@ run() { # label binary flags...
 	standalone_stop
 }
 
-[[ $# -ge 1 ]] || { sed -n '2,14p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,17p' "$0"; exit 2; }
 for ((round = 1; round <= rounds; round++)); do
 	for v in "$@"; do
 		label=${v%%=*}
