@@ -29,6 +29,10 @@ const (
 // Pool is a mem.BufferPool that does not zero the buffers it hands out.
 type Pool struct {
 	classes [maxShift - minShift + 1]sync.Pool
+	// boxes holds spare *[]byte for GetBytes and PutBytes: the classes
+	// hold pointers (mem.BufferPool's contract), and a caller that keeps
+	// only the slice would otherwise allocate one at every PutBytes.
+	boxes sync.Pool
 }
 
 var _ mem.BufferPool = (*Pool)(nil)
@@ -79,9 +83,42 @@ func (p *Pool) Get(n int) *[]byte {
 // Put returns a buffer that Get handed out (or a prefix of one); buffers
 // of other capacities are dropped.
 func (p *Pool) Put(b *[]byte) {
-	size := cap(*b)
+	if c := putClass(cap(*b)); c >= 0 {
+		p.classes[c].Put(b)
+	}
+}
+
+// putClass is the class a buffer of capacity size goes back to, or -1 for
+// a capacity Get does not hand out.
+func putClass(size int) int {
 	if size < 1<<minShift || size > 1<<maxShift || size&(size-1) != 0 {
+		return -1
+	}
+	return bits.Len(uint(size)) - 1 - minShift
+}
+
+// GetBytes is Get for a caller that keeps the slice and not the pointer
+// (a decoded payload): with PutBytes, a buffer's round trip allocates
+// nothing once the pool is warm.
+func (p *Pool) GetBytes(n int) []byte {
+	bp := p.Get(n)
+	b := *bp
+	*bp = nil
+	p.boxes.Put(bp)
+	return b
+}
+
+// PutBytes is Put for a buffer GetBytes (or Get) handed out, given as the
+// slice (or a prefix of it).
+func (p *Pool) PutBytes(b []byte) {
+	c := putClass(cap(b))
+	if c < 0 {
 		return
 	}
-	p.classes[bits.Len(uint(size))-1-minShift].Put(b)
+	bp, _ := p.boxes.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	*bp = b
+	p.classes[c].Put(bp)
 }

@@ -109,7 +109,7 @@ func payload(s *scanner, n int) []byte {
 	if n == 0 {
 		return nil
 	}
-	b := *bufpool.Shared().Get(n)
+	b := bufpool.Shared().GetBytes(n)
 	s.copyTo(b)
 	return b
 }
@@ -126,7 +126,7 @@ func Release(b []byte) {
 			b[i] = 0xdb
 		}
 	}
-	bufpool.Shared().Put(&b)
+	bufpool.Shared().PutBytes(b)
 }
 
 // PoisonEnv is the environment variable that, set to 1, makes Release
