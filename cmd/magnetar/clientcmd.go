@@ -92,7 +92,7 @@ func newClientCmd(g *globals) *cobra.Command {
 				return err
 			}
 			pos := client.SubscriptionPositionLatest
-			switch position {
+			switch strings.ToLower(position) { // Pulsar's CLI spells them Latest and Earliest
 			case "latest":
 			case "earliest":
 				pos = client.SubscriptionPositionEarliest

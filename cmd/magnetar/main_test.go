@@ -62,6 +62,8 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		{[]string{"broker", "--metastore", "127.0.0.1:1", "--token-secret-key", "k"}, "without --authentication-enabled"},
 		{[]string{"broker", "--metastore", "127.0.0.1:1", "--authentication-enabled", "--token-secret-key", "/nonexistent/key"}, "no such file"},
 		{[]string{"client", "produce", "t", "-m", "x", "--auth-token", "a", "--auth-token-file", "f"}, "not both"},
+		{[]string{"client", "consume", "t", "-s", "s", "-p", "first"}, `-p "first": want earliest or latest`},
+		{[]string{"client", "consume", "t", "-s", "s", "-t", "exclusiv"}, `subscription type "exclusiv": want exclusive, failover, shared or key_shared`},
 	} {
 		err := run(context.Background(), io.Discard, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -105,10 +107,15 @@ func TestStandaloneCommand(t *testing.T) {
 	if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(got) != 3 || !strings.HasPrefix(got[0], "hello\t") || !strings.HasSuffix(got[2], "\tk1") {
 		t.Fatalf("client consume printed %q", buf.String())
 	}
-	// Every subscription type from the CLI.
-	for _, typ := range []string{"failover", "shared", "key_shared"} {
+	// Every subscription type from the CLI; the last as Pulsar's
+	// pulsar-client spells its type and position.
+	for _, typ := range []string{"failover", "shared", "Key_Shared"} {
+		pos := "earliest"
+		if typ == "Key_Shared" {
+			pos = "Earliest"
+		}
 		buf.Reset()
-		if err := run(ctx, &buf, "client", "consume", "first", "-s", "sub-"+typ, "-t", typ, "-p", "earliest", "-n", "3", "--url", url); err != nil {
+		if err := run(ctx, &buf, "client", "consume", "first", "-s", "sub-"+typ, "-t", typ, "-p", pos, "-n", "3", "--url", url); err != nil {
 			t.Fatalf("client consume -t %s: %v", typ, err)
 		}
 		if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(got) != 3 || !strings.HasPrefix(got[0], "hello\t") {
