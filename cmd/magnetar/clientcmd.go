@@ -129,9 +129,9 @@ func newClientCmd(g *globals) *cobra.Command {
 		},
 	}
 	consume.Flags().StringVarP(&sub, "subscription-name", "s", "", "subscription name (required)")
-	consume.Flags().StringVarP(&subType, "subscription-type", "t", "exclusive", "exclusive, failover, shared or key_shared")
+	consume.Flags().StringVarP(&subType, "subscription-type", "t", "exclusive", "exclusive, failover, shared or key_shared (any case)")
 	consume.Flags().IntVarP(&n, "num-messages", "n", 1, "exit after this many messages (0: until interrupted)")
-	consume.Flags().StringVarP(&position, "subscription-position", "p", "latest", "where a new subscription starts: earliest or latest")
+	consume.Flags().StringVarP(&position, "subscription-position", "p", "latest", "where a new subscription starts: earliest or latest (any case)")
 	cmd.AddCommand(produce, consume)
 	return cmd
 }

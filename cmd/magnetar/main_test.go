@@ -109,11 +109,8 @@ func TestStandaloneCommand(t *testing.T) {
 	}
 	// Every subscription type from the CLI; the last as Pulsar's
 	// pulsar-client spells its type and position.
-	for _, typ := range []string{"failover", "shared", "Key_Shared"} {
-		pos := "earliest"
-		if typ == "Key_Shared" {
-			pos = "Earliest"
-		}
+	for _, tc := range []struct{ typ, pos string }{{"failover", "earliest"}, {"shared", "earliest"}, {"Key_Shared", "Earliest"}} {
+		typ, pos := tc.typ, tc.pos
 		buf.Reset()
 		if err := run(ctx, &buf, "client", "consume", "first", "-s", "sub-"+typ, "-t", typ, "-p", pos, "-n", "3", "--url", url); err != nil {
 			t.Fatalf("client consume -t %s: %v", typ, err)
