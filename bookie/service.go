@@ -163,8 +163,9 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 			}
 			return err
 		}
+		start := time.Now() // the batch's adds arrived together
 		for _, req := range batch.Entries {
-			a := &streamAdd{s: s, start: time.Now(), payload: req.Payload, result: bookiepb.AddResult{RequestId: req.RequestId}}
+			a := &streamAdd{s: s, start: start, payload: req.Payload, result: bookiepb.AddResult{RequestId: req.RequestId}}
 			e, err := v.toEntry(req)
 			n := int64(len(req.Payload))
 			if err == nil {

@@ -55,7 +55,7 @@ type Writer struct {
 		// EnsembleChangeTimeout after it.
 		troubleSince time.Time
 		pendingBytes int64
-		space        chan struct{} // closed when pendingBytes drops
+		space        chan struct{} // closed when pendingBytes drops; made only when an append waits (nil: none does)
 		idle         chan struct{} // closed when nothing is pending
 		lacSent      int64         // highest LAC sent to bookies
 		queue        []completion  // completions to deliver, in order
@@ -95,7 +95,6 @@ func newWriter(c *Client, m *Metadata) *Writer {
 	w.mu.meta = m
 	w.mu.st = newWriteState(m.Ensemble, m.WriteQuorum, m.AckQuorum, 0)
 	w.mu.ensemble = slices.Clone(m.lastSegment().Bookies)
-	w.mu.space = make(chan struct{})
 	w.mu.idle = make(chan struct{})
 	close(w.mu.idle)
 	w.mu.lacSent = -1
@@ -188,6 +187,9 @@ func (w *Writer) AppendAsync(ctx context.Context, payload []byte, cb func(entryI
 		n := len(w.mu.st.pending)
 		if n == 0 || (n < w.c.cfg.MaxPendingEntries && w.mu.pendingBytes+int64(len(payload)) <= w.c.cfg.MaxPendingBytes) {
 			break
+		}
+		if w.mu.space == nil {
+			w.mu.space = make(chan struct{})
 		}
 		space := w.mu.space
 		w.mu.Unlock()
@@ -334,8 +336,10 @@ func (w *Writer) completeLocked(es []*pendingEntry, err error) {
 	case w.signal <- struct{}{}:
 	default:
 	}
-	close(w.mu.space)
-	w.mu.space = make(chan struct{})
+	if w.mu.space != nil {
+		close(w.mu.space)
+		w.mu.space = nil
+	}
 	if len(w.mu.st.pending) == 0 {
 		select {
 		case <-w.mu.idle:

@@ -134,10 +134,10 @@ type ManagedLedger struct {
 		// completed or not: a ledger is full when they reach the limits,
 		// so that appends in flight never overshoot them.
 		assigned, assignedBytes int64
-		queue                   []*appendOp // appends waiting for the next ledger
-		err                     error       // terminal: fenced or closed
-		last                    Position    // last confirmed entry; Ledger -1 if none
-		moved                   chan struct{}
+		queue                   []*appendOp              // appends waiting for the next ledger
+		err                     error                    // terminal: fenced or closed
+		last                    Position                 // last confirmed entry; Ledger -1 if none
+		moved                   chan struct{}            // made by movedChanLocked when taken; nil: nobody waits
 		readers                 map[int64]*ledger.Reader // of closed ledgers
 		// actions for run to carry out, in order; running: a run
 		// goroutine is on them.
@@ -200,7 +200,6 @@ func Open(ctx context.Context, name string, cfg Config, d Deps) (*ManagedLedger,
 	ml := &ManagedLedger{name: name, d: d, log: d.Log.With(zap.String("topic", name)), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	ml.runCtx, ml.runCancel = context.WithCancel(context.Background())
 	ml.mu.cfg = cfg
-	ml.mu.moved = make(chan struct{})
 	ml.mu.readers = make(map[int64]*ledger.Reader)
 	ml.mu.writers = make(map[int64]*ledger.Writer)
 	ml.mu.last = Position{-1, -1}
@@ -660,10 +659,21 @@ func (ml *ManagedLedger) failQueueLocked(err error) {
 	}
 }
 
-// wakeLocked wakes whoever waits on moved.
+// wakeLocked wakes whoever waits on moved. A channel is made only when
+// one is taken: an append with nobody waiting allocates none.
 func (ml *ManagedLedger) wakeLocked() {
-	close(ml.mu.moved)
-	ml.mu.moved = make(chan struct{})
+	if ml.mu.moved != nil {
+		close(ml.mu.moved)
+		ml.mu.moved = nil
+	}
+}
+
+// movedChanLocked returns the channel wakeLocked closes next.
+func (ml *ManagedLedger) movedChanLocked() chan struct{} {
+	if ml.mu.moved == nil {
+		ml.mu.moved = make(chan struct{})
+	}
+	return ml.mu.moved
 }
 
 // movedLocked records p as the last confirmed entry.
@@ -860,7 +870,7 @@ func (ml *ManagedLedger) WaitAfter(ctx context.Context, p Position) error {
 			ml.mu.Unlock()
 			return err
 		}
-		moved := ml.mu.moved
+		moved := ml.movedChanLocked()
 		ml.mu.Unlock()
 		select {
 		case <-moved:
@@ -875,7 +885,7 @@ func (ml *ManagedLedger) WaitAfter(ctx context.Context, p Position) error {
 func (ml *ManagedLedger) Moved() <-chan struct{} {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
-	return ml.mu.moved
+	return ml.movedChanLocked()
 }
 
 // EntriesBetween counts the entries after from up to and including to.
