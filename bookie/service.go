@@ -184,7 +184,7 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 				a.AddDone(err)
 				continue
 			}
-			v.s.db.AddEntryAsync(e, req.MasterKey, req.Recovery, a)
+			v.s.db.AddEntryInto(&a.req, e, req.MasterKey, req.Recovery, a)
 		}
 	}
 }
@@ -198,14 +198,15 @@ type addStream struct {
 
 // streamAdd is one add of a stream, from its arrival to its result: the
 // storage tells it the outcome (storage.AddDone), and its result is the
-// message queued for the client: one allocation per add for the bookie's
-// part of it (the storage allocates its own request).
+// message queued for the client: one allocation per add, the storage's
+// record of it included.
 type streamAdd struct {
 	s        *addStream
 	start    time.Time
 	payload  []byte // the codec's pooled buffer
 	budgeted bool   // len(payload) bytes are held in the bookie's budget
 	result   bookiepb.AddResult
+	req      storage.AddRequest // the storage's record of the add
 }
 
 // AddDone answers the add. Called once: by the storage (on its

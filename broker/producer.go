@@ -4,6 +4,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/magnetar-io/magnetar/broker/internal/mledger"
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
@@ -45,6 +46,24 @@ func (p *producer) push(r *brokerpb.ProduceResponse) {
 	case p.signal <- struct{}{}:
 	default:
 	}
+}
+
+// receiptParts are the messages of a send's receipt, allocated at once.
+type receiptParts struct {
+	resp    brokerpb.ProduceResponse
+	wrap    brokerpb.ProduceResponse_Receipt
+	receipt brokerpb.SendReceipt
+	id      brokerpb.MessageId
+}
+
+// newReceipt returns the receipt of the send seq of t, stored at pos.
+func newReceipt(t *topic, seq uint64, pos mledger.Position, dup bool) *brokerpb.ProduceResponse {
+	r := &receiptParts{}
+	t.setMessageID(&r.id, pos, -1, 0)
+	r.receipt.SequenceId, r.receipt.MessageId, r.receipt.Duplicate = seq, &r.id, dup
+	r.wrap.Receipt = &r.receipt
+	r.resp.Response = &r.wrap
+	return &r.resp
 }
 
 // fail marks the producer failed and queues the send error.

@@ -211,9 +211,7 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 					p.fail(seq, err)
 					return
 				}
-				p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
-					SequenceId: seq, MessageId: t.messageID(pos, -1, 0), Duplicate: dup,
-				}}})
+				p.push(newReceipt(t, seq, pos, dup))
 			})
 			// publish copied the payload into the entry before returning
 			// (or refused it): the pooled buffer goes back.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/broker/internal/cursor"
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
@@ -246,7 +245,14 @@ func (t *topic) isClosed() bool {
 
 // messageID builds a client message id.
 func (t *topic) messageID(p mledger.Position, batchIndex, batchSize int32) *brokerpb.MessageId {
-	return &brokerpb.MessageId{LedgerId: p.Ledger, EntryId: p.Entry, Partition: int32(t.name.PartitionIndex()), BatchIndex: batchIndex, BatchSize: batchSize}
+	id := &brokerpb.MessageId{}
+	t.setMessageID(id, p, batchIndex, batchSize)
+	return id
+}
+
+// setMessageID sets id's fields as messageID makes them.
+func (t *topic) setMessageID(id *brokerpb.MessageId, p mledger.Position, batchIndex, batchSize int32) {
+	id.LedgerId, id.EntryId, id.Partition, id.BatchIndex, id.BatchSize = p.Ledger, p.Entry, int32(t.name.PartitionIndex()), batchIndex, batchSize
 }
 
 // ---- producers and publishing ----
@@ -516,12 +522,15 @@ func (t *topic) publishEntry(ctx context.Context, p *producer, send *brokerpb.Se
 	data, err := raw, error(nil)
 	if raw == nil {
 		// Encoded again, with what the broker writes (raw has it already).
-		md.ProducerName = proto.String(p.name)
-		md.SequenceId = proto.Uint64(send.SequenceId)
+		// The fields' values in one allocation.
+		v := &struct {
+			name                string
+			seq, highest, pubAt uint64
+		}{p.name, send.SequenceId, send.HighestSequenceId, uint64(now)}
+		md.ProducerName, md.SequenceId, md.PublishTime = &v.name, &v.seq, &v.pubAt
 		if send.HighestSequenceId > 0 {
-			md.HighestSequenceId = proto.Uint64(send.HighestSequenceId)
+			md.HighestSequenceId = &v.highest
 		}
-		md.PublishTime = proto.Uint64(uint64(now))
 		data, err = entry.Encode(md, send.Payload)
 	}
 	if err != nil {

@@ -31,7 +31,10 @@ func (c clientCodec) Name() string { return grpcproto.Name }
 func (c clientCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unmarshal(data, v) }
 
 func (c clientCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if m, ok := v.(*bookiepb.AddEntriesRequest); ok {
+	switch m := v.(type) {
+	case *addBatch:
+		return marshalAdds(m.adds), nil
+	case *bookiepb.AddEntriesRequest:
 		if out, ok := marshalAddEntries(m); ok {
 			return out, nil
 		}
@@ -39,24 +42,42 @@ func (c clientCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.base.Marshal(v)
 }
 
+// addBatch is what a stream sends (streamConn.sendLoop): an
+// AddEntriesRequest of the adds, each request with its id for this stream
+// as its RequestId. Only the add codec encodes it; the client forces that
+// codec on every connection to a bookie (Config.DialOptions must not
+// force another).
+type addBatch struct{ adds []queuedAdd }
+
 // inlinePayload is the largest payload copied among the fields' bytes: a
 // separate buffer costs more than copying a small one.
 const inlinePayload = 512
 
-// marshalAddEntries encodes m as proto.Marshal does (fields in number
-// order, zero values left out), with payloads over inlinePayload bytes
-// referenced, not copied. It declines (false) a message with unknown
-// fields, which protobuf would keep.
+// marshalAddEntries encodes m as marshalAdds does. It declines (false) a
+// message with unknown fields, which protobuf would keep.
 func marshalAddEntries(m *bookiepb.AddEntriesRequest) (mem.BufferSlice, bool) {
 	if len(m.ProtoReflect().GetUnknown()) > 0 {
 		return nil, false
 	}
-	size, refs := 0, 0
-	for _, e := range m.Entries {
+	adds := make([]queuedAdd, len(m.Entries))
+	for i, e := range m.Entries {
 		if e == nil || len(e.ProtoReflect().GetUnknown()) > 0 {
 			return nil, false
 		}
-		size += protowire.SizeTag(1) + protowire.SizeBytes(addEntrySize(e))
+		adds[i] = queuedAdd{req: e, id: e.RequestId}
+	}
+	return marshalAdds(adds), true
+}
+
+// marshalAdds encodes an AddEntriesRequest of adds, each request with its
+// id as RequestId, as proto.Marshal does (fields in number order, zero
+// values left out), with payloads over inlinePayload bytes referenced, not
+// copied. A request's unknown fields are left out (the writer's have none).
+func marshalAdds(adds []queuedAdd) mem.BufferSlice {
+	size, refs := 0, 0
+	for _, a := range adds {
+		e := a.req
+		size += protowire.SizeTag(1) + protowire.SizeBytes(addEntrySize(e, a.id))
 		if len(e.Payload) > inlinePayload {
 			size -= len(e.Payload)
 			refs++
@@ -69,9 +90,10 @@ func marshalAddEntries(m *bookiepb.AddEntriesRequest) (mem.BufferSlice, bool) {
 	fields := make([]byte, 0, size)
 	out := make(mem.BufferSlice, 0, 2*refs+1)
 	from := 0
-	for _, e := range m.Entries {
+	for _, a := range adds {
+		e := a.req
 		fields = protowire.AppendTag(fields, 1, protowire.BytesType)
-		fields = protowire.AppendVarint(fields, uint64(addEntrySize(e)))
+		fields = protowire.AppendVarint(fields, uint64(addEntrySize(e, a.id)))
 		fields = appendVarintField(fields, 1, uint64(e.LedgerId))
 		fields = appendVarintField(fields, 2, uint64(e.EntryId))
 		if len(e.MasterKey) > 0 {
@@ -97,19 +119,19 @@ func marshalAddEntries(m *bookiepb.AddEntriesRequest) (mem.BufferSlice, bool) {
 		if e.Recovery {
 			fields = appendVarintField(fields, 8, 1)
 		}
-		fields = appendVarintField(fields, 9, e.RequestId)
+		fields = appendVarintField(fields, 9, a.id)
 	}
 	if from < len(fields) || len(out) == 0 {
 		out = append(out, mem.SliceBuffer(fields[from:]))
 	}
-	return out, true
+	return out
 }
 
-// addEntrySize is the encoded size of e's fields.
-func addEntrySize(e *bookiepb.AddEntryRequest) int {
+// addEntrySize is the encoded size of e's fields, with id as RequestId.
+func addEntrySize(e *bookiepb.AddEntryRequest, id uint64) int {
 	n := varintFieldSize(1, uint64(e.LedgerId)) + varintFieldSize(2, uint64(e.EntryId)) +
 		varintFieldSize(4, uint64(e.LastAddConfirmed)) + varintFieldSize(5, uint64(e.Length)) +
-		varintFieldSize(9, e.RequestId)
+		varintFieldSize(9, id)
 	if len(e.MasterKey) > 0 {
 		n += protowire.SizeTag(3) + protowire.SizeBytes(len(e.MasterKey))
 	}

@@ -76,6 +76,43 @@ func TestAddCodecEncodesAsProtobuf(t *testing.T) {
 	}
 }
 
+// A stream's batch (addBatch) is encoded as the AddEntriesRequest whose
+// entries are its requests with its ids as RequestId, byte for byte, and
+// the requests, shared among an entry's bookies, are left as they were.
+func TestAddBatchEncodesTheStreamsIDs(t *testing.T) {
+	for name, m := range codecCases() {
+		t.Run(name, func(t *testing.T) {
+			want := &bookiepb.AddEntriesRequest{}
+			b := &addBatch{}
+			for i, e := range m.Entries {
+				shared := proto.Clone(e).(*bookiepb.AddEntryRequest)
+				shared.RequestId = 0
+				id := uint64(5000 + 3*i)
+				b.adds = append(b.adds, queuedAdd{req: shared, id: id})
+				withID := proto.Clone(shared).(*bookiepb.AddEntryRequest)
+				withID.RequestId = id
+				want.Entries = append(want.Entries, withID)
+			}
+			wantBytes, err := proto.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := addCodec().Marshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := data.Materialize(); !bytes.Equal(got, wantBytes) {
+				t.Fatalf("encoded %d bytes %x\nprotobuf %d bytes %x", len(got), got, len(wantBytes), wantBytes)
+			}
+			for i, a := range b.adds {
+				if a.req.RequestId != 0 {
+					t.Fatalf("entry %d: the shared request's RequestId became %d", i, a.req.RequestId)
+				}
+			}
+		})
+	}
+}
+
 // A message with fields the codec does not know is left to protobuf,
 // which keeps them.
 func TestAddCodecLeavesUnknownFieldsToProtobuf(t *testing.T) {

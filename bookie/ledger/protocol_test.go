@@ -299,15 +299,15 @@ func TestWriteStateAbort(t *testing.T) {
 }
 
 func TestBatchLen(t *testing.T) {
-	q := func(sizes ...int) []*bookiepb.AddEntryRequest {
-		var out []*bookiepb.AddEntryRequest
+	q := func(sizes ...int) []queuedAdd {
+		var out []queuedAdd
 		for _, s := range sizes {
-			out = append(out, &bookiepb.AddEntryRequest{Payload: make([]byte, s)})
+			out = append(out, queuedAdd{req: &bookiepb.AddEntryRequest{Payload: make([]byte, s)}})
 		}
 		return out
 	}
 	for _, tc := range []struct {
-		q    []*bookiepb.AddEntryRequest
+		q    []queuedAdd
 		want int
 	}{
 		{nil, 0},

@@ -42,7 +42,7 @@ type streamConn struct {
 	mu struct {
 		sync.Mutex
 		nextID uint64
-		queue  []*bookiepb.AddEntryRequest
+		queue  []queuedAdd
 		err    error // set once: the stream is broken
 		// retired: the bookie asked for a new stream (wire.StreamExpired);
 		// this one takes no new adds and closes once its adds are answered.
@@ -60,9 +60,25 @@ type streamConn struct {
 	}
 }
 
+// addDone is told the outcome of one add to one bookie.
+type addDone interface{ addDone(err error) }
+
+// addFunc is a function as an addDone.
+type addFunc func(error)
+
+func (f addFunc) addDone(err error) { f(err) }
+
+// queuedAdd is an add to send: the request, shared among the entry's
+// bookies, and this stream's id for it, written in its place when the
+// batch is encoded (addBatch): no copy of the request per bookie.
+type queuedAdd struct {
+	req *bookiepb.AddEntryRequest
+	id  uint64
+}
+
 type pendingAdd struct {
 	id            uint64
-	cb            func(error) // nil once answered
+	cb            addDone // nil once answered
 	ledger, entry int64
 	deadline      time.Time
 	timeout       time.Duration
@@ -75,11 +91,11 @@ type pendingAdd struct {
 // add only. addAsync never blocks on the
 // network; cb may run before it returns, and never under a lock of the
 // caller's: call it unlocked.
-func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout time.Duration, cb func(error)) {
+func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout time.Duration, cb addDone) {
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
-		cb(ErrClosed)
+		cb.addDone(ErrClosed)
 		return
 	}
 	s := c.mu.streams[bookie]
@@ -90,7 +106,7 @@ func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout 
 	c.mu.Unlock()
 	conn := s.conn()
 	if conn == nil {
-		cb(ErrClosed)
+		cb.addDone(ErrClosed)
 		return
 	}
 	conn.add(req, timeout, cb)
@@ -158,18 +174,18 @@ func (s *addStream) close() {
 	}
 }
 
-func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, cb func(error)) {
+func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, cb addDone) {
 	sc.mu.Lock()
 	if err := sc.mu.err; err != nil {
 		sc.mu.Unlock()
-		cb(err)
+		cb.addDone(err)
 		return
 	}
 	if sc.mu.retired { // taken just before the retirement: a new stream
 		sc.mu.Unlock()
 		next := sc.s.conn()
 		if next == nil {
-			cb(ErrClosed)
+			cb.addDone(ErrClosed)
 			return
 		}
 		next.add(req, timeout, cb)
@@ -177,13 +193,9 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 	}
 	sc.mu.nextID++
 	id := sc.mu.nextID
-	// A copy per bookie: the caller shares req among an entry's bookies.
-	r := &bookiepb.AddEntryRequest{
-		LedgerId: req.LedgerId, EntryId: req.EntryId, MasterKey: req.MasterKey,
-		LastAddConfirmed: req.LastAddConfirmed, Length: req.Length, Crc32C: req.Crc32C,
-		Payload: req.Payload, Recovery: req.Recovery, RequestId: id,
-	}
-	sc.mu.queue = append(sc.mu.queue, r)
+	// req is shared among the entry's bookies: its RequestId is not set,
+	// id goes in its place in the encoding.
+	sc.mu.queue = append(sc.mu.queue, queuedAdd{req: req, id: id})
 	sc.mu.pending = append(sc.mu.pending, pendingAdd{id: id, cb: cb, ledger: req.LedgerId, entry: req.EntryId, deadline: time.Now().Add(timeout), timeout: timeout})
 	sc.mu.npending++
 	if !sc.mu.armed {
@@ -198,7 +210,7 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 
 // take answers a pending add: it returns its callback, nil if it was
 // already answered (or is unknown).
-func (sc *streamConn) take(id uint64) func(error) {
+func (sc *streamConn) take(id uint64) addDone {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	p := sc.mu.pending
@@ -266,7 +278,7 @@ func (sc *streamConn) checkTimeouts() {
 	sc.mu.npending--
 	sc.mu.Unlock()
 	err := fmt.Errorf("%w: bookie %s did not acknowledge entry %d of ledger %d within %v", wire.ErrUnavailable, sc.s.bookie, first.entry, first.ledger, first.timeout)
-	first.cb(err)
+	first.cb.addDone(err)
 	// The stream is stalled: break it, so that what is queued on it is
 	// dropped (not kept for as long as the stall lasts) and the next add
 	// opens a new one.
@@ -323,7 +335,7 @@ func (sc *streamConn) fail(err error) {
 	}
 	for _, p := range pending {
 		if p.cb != nil {
-			p.cb(err)
+			p.cb.addDone(err)
 		}
 	}
 }
@@ -337,13 +349,13 @@ const (
 )
 
 // batchLen is how many adds of q the next message takes.
-func batchLen(q []*bookiepb.AddEntryRequest) int {
+func batchLen(q []queuedAdd) int {
 	n, bytes := 0, 0
 	for n < len(q) && n < maxSendBatch {
-		if n > 0 && bytes+len(q[n].Payload) > maxSendBatchBytes {
+		if n > 0 && bytes+len(q[n].req.Payload) > maxSendBatchBytes {
 			break
 		}
-		bytes += len(q[n].Payload)
+		bytes += len(q[n].req.Payload)
 		n++
 	}
 	return n
@@ -381,7 +393,8 @@ func (sc *streamConn) sendLoop(stream bookiepb.Bookie_AddEntriesClient) {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := stream.Send(&bookiepb.AddEntriesRequest{Entries: batch}); err != nil {
+		// An AddEntriesRequest as the add codec encodes it (addBatch).
+		if err := stream.SendMsg(&addBatch{adds: batch}); err != nil {
 			sc.fail(err)
 			return
 		}
@@ -401,7 +414,7 @@ func (sc *streamConn) recvLoop(stream bookiepb.Bookie_AddEntriesClient) {
 				continue
 			}
 			if cb := sc.take(r.RequestId); cb != nil {
-				cb(wire.FromResult(r.Code, r.Reason, r.Message))
+				cb.addDone(wire.FromResult(r.Code, r.Reason, r.Message))
 			}
 		}
 		sc.mu.Lock()

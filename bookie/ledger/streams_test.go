@@ -73,9 +73,9 @@ func TestStreamAddTimeout(t *testing.T) {
 	results := make(chan result, 10)
 	add := func(n int) {
 		start := time.Now()
-		c.addAsync("b1", &bookiepb.AddEntryRequest{LedgerId: 1, EntryId: int64(n), Payload: []byte("x")}, timeout, func(err error) {
+		c.addAsync("b1", &bookiepb.AddEntryRequest{LedgerId: 1, EntryId: int64(n), Payload: []byte("x")}, timeout, addFunc(func(err error) {
 			results <- result{n, err, time.Since(start)}
-		})
+		}))
 	}
 	next := func() result {
 		t.Helper()

@@ -212,11 +212,16 @@ func (w *Writer) AppendAsync(ctx context.Context, payload []byte, cb func(entryI
 }
 
 // send is one add to one bookie, prepared under the lock and made after.
+// It is the add's callback too (addDone): the sends of an append share
+// one allocation, with no closure per bookie.
 type send struct {
+	w      *Writer
 	req    *bookiepb.AddEntryRequest
 	pos    int
 	bookie string
 }
+
+func (s *send) addDone(err error) { s.w.onResult(s.req.EntryId, s.pos, s.bookie, err) }
 
 // sendsLocked prepares one add per target, carrying the current LAC.
 // Every send it returns must be dispatched: each is counted as owed.
@@ -238,7 +243,7 @@ func (w *Writer) sendsLocked(ts []target) []send {
 				Payload:          t.e.payload,
 			}
 		}
-		sends = append(sends, send{req: req, pos: t.pos, bookie: w.mu.ensemble[t.pos]})
+		sends = append(sends, send{w: w, req: req, pos: t.pos, bookie: w.mu.ensemble[t.pos]})
 		w.mu.owed[w.mu.ensemble[t.pos]]++
 	}
 	return sends
@@ -247,13 +252,13 @@ func (w *Writer) sendsLocked(ts []target) []send {
 // dispatch makes the adds, without the lock held.
 func (w *Writer) dispatch(sends []send) {
 	var last *bookiepb.AddEntryRequest
-	for _, s := range sends {
+	for i := range sends {
+		s := &sends[i]
 		if s.req != last {
 			last = s.req
 			s.req.Crc32C = wire.Checksum(s.req.LedgerId, s.req.EntryId, s.req.LastAddConfirmed, s.req.Length, s.req.Payload)
 		}
-		id, pos, bookie := s.req.EntryId, s.pos, s.bookie
-		w.c.addAsync(bookie, s.req, w.c.cfg.AddTimeout, func(err error) { w.onResult(id, pos, bookie, err) })
+		w.c.addAsync(s.bookie, s.req, w.c.cfg.AddTimeout, s)
 	}
 }
 

@@ -255,8 +255,10 @@ func decodeProduce(s *scanner, m *brokerpb.ProduceRequest) error {
 	if l, ok := s.length(); !ok || l != s.left {
 		return errFallback
 	}
-	send := &brokerpb.Send{}
-	m.Request = &brokerpb.ProduceRequest_Send{Send: send} // before decoding: a decline releases its payload
+	parts := &sendParts{}
+	send := &parts.send
+	parts.wrap.Send = send
+	m.Request = &parts.wrap // before decoding: a decline releases its payload
 	var seen seen
 	for s.left > 0 {
 		num, typ, ok := s.tag()
@@ -289,13 +291,20 @@ func decodeProduce(s *scanner, m *brokerpb.ProduceRequest) error {
 			send.Payload = payload(s, l)
 			continue
 		}
-		md := &pulsarpb.MessageMetadata{}
+		md := &parts.md
 		if err := proto.Unmarshal(s.bytes(l), md); err != nil {
 			return errFallback // protobuf reports it
 		}
 		send.Metadata = md
 	}
 	return nil
+}
+
+// sendParts are the messages a decoded send is made of, allocated at once.
+type sendParts struct {
+	wrap brokerpb.ProduceRequest_Send
+	send brokerpb.Send
+	md   pulsarpb.MessageMetadata
 }
 
 // scanner reads a message from the buffers gRPC received it in (one per

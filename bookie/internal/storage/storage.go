@@ -806,11 +806,22 @@ type AddDone interface {
 // AddEntryAsync queues an add and returns; done gets its outcome.
 // AddEntryAsync itself blocks while the queue is full.
 func (d *DB) AddEntryAsync(e Entry, masterKey []byte, recovery bool, done AddDone) {
+	d.AddEntryInto(&AddRequest{}, e, masterKey, recovery, done)
+}
+
+// AddRequest is the storage's record of one add, for a caller to keep in
+// its own record of the add (AddEntryInto): one allocation for both.
+type AddRequest struct{ r request }
+
+// AddEntryInto is AddEntryAsync with the storage's record of the add in
+// ar, which must be zero and not be used again.
+func (d *DB) AddEntryInto(ar *AddRequest, e Entry, masterKey []byte, recovery bool, done AddDone) {
 	if err := checkAdd(e, masterKey); err != nil {
 		done.AddDone(err)
 		return
 	}
-	r := &request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery, added: done, pending: &d.pending}
+	r := &ar.r
+	*r = request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery, added: done, pending: &d.pending}
 	d.pending.Add(1)
 	if err := d.enqueue(context.Background(), r); err != nil {
 		r.finish(err)
