@@ -66,6 +66,28 @@ func newReceipt(t *topic, seq uint64, pos mledger.Position, dup bool) *brokerpb.
 	return &r.resp
 }
 
+// maxReceiptsTogether caps the receipts of one Receipts response.
+const maxReceiptsTogether = 1024
+
+// receiptsAhead counts the receipts at the front of q, up to
+// maxReceiptsTogether.
+func receiptsAhead(q []*brokerpb.ProduceResponse) int {
+	n := 0
+	for n < len(q) && n < maxReceiptsTogether && q[n].GetReceipt() != nil {
+		n++
+	}
+	return n
+}
+
+// receiptsOf makes one Receipts response of receipt responses, in order.
+func receiptsOf(q []*brokerpb.ProduceResponse) *brokerpb.ProduceResponse {
+	rs := make([]*brokerpb.SendReceipt, len(q))
+	for i, r := range q {
+		rs[i] = r.GetReceipt()
+	}
+	return &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipts{Receipts: &brokerpb.Receipts{Receipts: rs}}}
+}
+
 // fail marks the producer failed and queues the send error.
 func (p *producer) fail(seq uint64, err error) {
 	reason, _, _ := reasonOf(err)

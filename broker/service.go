@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -133,7 +134,8 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	}
 	defer t.removeProducer(p)
 	p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{
-		ProducerName: p.name, LastSequenceId: p.lastSequence, MaxMessageSize: uint32(v.s.cfg.MaxMessageSize)}}})
+		ProducerName: p.name, LastSequenceId: p.lastSequence, MaxMessageSize: uint32(v.s.cfg.MaxMessageSize),
+		SendsTogether: true}}})
 
 	sendDone := make(chan error, 1)
 	go func() {
@@ -143,7 +145,13 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 				sendDone <- err
 				return
 			}
-			for _, r := range q {
+			for len(q) > 0 {
+				r := q[0]
+				if n := receiptsAhead(q); n > 1 && open.ReceiptsTogether {
+					r, q = receiptsOf(q[:n]), q[n:]
+				} else {
+					q = q[1:]
+				}
 				if err := stream.Send(r); err != nil {
 					sendDone <- err
 					return
@@ -153,9 +161,58 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	}()
 	pending := make(chan struct{}, maxPendingSends)
 	recvErr := make(chan error, 1)
+	// take publishes one send, or answers it with an error; an error of
+	// its own ends the stream (the payload released either way).
+	take := func(send *brokerpb.Send) error {
+		select {
+		case pending <- struct{}{}:
+		case <-ctx.Done():
+			wirecodec.Release(send.Payload)
+			return ctx.Err()
+		}
+		seq := send.SequenceId
+		if p.isDisconnected() {
+			wirecodec.Release(send.Payload)
+			<-pending
+			return io.EOF // the handler is returning: take nothing more
+		}
+		// A send's slot is released only after its answer is queued:
+		// a stream ended by its token's expiry or by the client holds
+		// every slot before it disconnects the producer (which drops
+		// what is queued after), so every send taken is answered.
+		// Released first, a stored send could go unanswered and the
+		// client would store it again. (A topic unload does not wait:
+		// sends in flight then are resent, deduplicated only with
+		// deduplication on, as in Pulsar.)
+		if p.hasFailed() {
+			wirecodec.Release(send.Payload)
+			p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
+			<-pending
+			return nil
+		}
+		if size := len(send.Payload); size > v.s.cfg.MaxMessageSize {
+			wirecodec.Release(send.Payload)
+			p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
+			<-pending
+			return nil
+		}
+		t.publish(ctx, p, send, func(pos mledger.Position, dup bool, err error) {
+			defer func() { <-pending }()
+			if err != nil {
+				p.fail(seq, err)
+				return
+			}
+			p.push(newReceipt(t, seq, pos, dup))
+		})
+		// publish copied the payload into the entry before returning
+		// (or refused it): the pooled buffer goes back.
+		wirecodec.Release(send.Payload)
+		return nil
+	}
 	v.s.wg.Add(1) // under the gRPC server's count: before Close waits
 	go func() {
 		defer v.s.wg.Done()
+		var one [1]*brokerpb.Send
 		for {
 			req, err := stream.Recv()
 			if status.Code(err) == codes.ResourceExhausted {
@@ -167,55 +224,30 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 				recvErr <- err
 				return
 			}
-			send := req.GetSend()
-			if send == nil {
+			var sends []*brokerpb.Send
+			switch r := req.Request.(type) {
+			case *brokerpb.ProduceRequest_Send:
+				one[0] = r.Send
+				sends = one[:]
+			case *brokerpb.ProduceRequest_Sends:
+				sends = r.Sends.GetSends()
+			}
+			if len(sends) == 0 || slices.Contains(sends, nil) {
+				for _, send := range sends {
+					wirecodec.Release(send.GetPayload())
+				}
 				recvErr <- errorf(ErrInvalidArgument, "unexpected %T on a producer stream", req.Request)
 				return
 			}
-			select {
-			case pending <- struct{}{}:
-			case <-ctx.Done():
-				recvErr <- ctx.Err()
-				return
-			}
-			seq := send.SequenceId
-			if p.isDisconnected() {
-				wirecodec.Release(send.Payload)
-				<-pending
-				recvErr <- io.EOF // the handler is returning: take nothing more
-				return
-			}
-			// A send's slot is released only after its answer is queued:
-			// a stream ended by its token's expiry or by the client holds
-			// every slot before it disconnects the producer (which drops
-			// what is queued after), so every send taken is answered.
-			// Released first, a stored send could go unanswered and the
-			// client would store it again. (A topic unload does not wait:
-			// sends in flight then are resent, deduplicated only with
-			// deduplication on, as in Pulsar.)
-			if p.hasFailed() {
-				wirecodec.Release(send.Payload)
-				p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
-				<-pending
-				continue
-			}
-			if size := len(send.Payload); size > v.s.cfg.MaxMessageSize {
-				wirecodec.Release(send.Payload)
-				p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
-				<-pending
-				continue
-			}
-			t.publish(ctx, p, send, func(pos mledger.Position, dup bool, err error) {
-				defer func() { <-pending }()
-				if err != nil {
-					p.fail(seq, err)
+			for i, send := range sends {
+				if err := take(send); err != nil {
+					for _, rest := range sends[i+1:] {
+						wirecodec.Release(rest.Payload)
+					}
+					recvErr <- err
 					return
 				}
-				p.push(newReceipt(t, seq, pos, dup))
-			})
-			// publish copied the payload into the entry before returning
-			// (or refused it): the pooled buffer goes back.
-			wirecodec.Release(send.Payload)
+			}
 		}
 	}()
 	// A stream ends when its token expires; the client reconnects with a

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -499,4 +501,65 @@ func closeInBackground(p Producer) <-chan struct{} {
 		close(closed)
 	}()
 	return closed
+}
+
+// Sends queued while the sender writes go out together in one request to
+// a broker that takes them (ProducerOpened.sends_together), and their
+// receipts come back in one Receipts; to a broker that does not say so (an
+// older one), every request holds one send. Either way every message is
+// stored once, in order, and acknowledged.
+func TestSendsTogetherOnlyToABrokerThatTakesThem(t *testing.T) {
+	for _, together := range []bool{false, true} {
+		t.Run(fmt.Sprintf("together=%v", together), func(t *testing.T) {
+			f := startFakeBroker(t, fakeOptions{together: together})
+			c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+			p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			pp := p.(*producer).parts[0]
+			// Hold the sender at its write: what is sent meanwhile
+			// queues, and goes out at once when released.
+			pp.sendMu.Lock()
+			const n = 50
+			acked := make(chan string, n)
+			for i := range n {
+				p.SendAsync(ctxT(t), &ProducerMessage{Payload: []byte(fmt.Sprint(i))}, func(_ MessageID, m *ProducerMessage, err error) {
+					if err != nil {
+						t.Errorf("message %s: %v", m.Payload, err)
+					}
+					acked <- string(m.Payload)
+				})
+			}
+			pp.sendMu.Unlock()
+			for i := range n {
+				if got := <-acked; got != fmt.Sprint(i) {
+					t.Fatalf("acknowledgement %d is of message %s", i, got)
+				}
+			}
+			stored := f.stored()
+			if len(stored) != n {
+				t.Fatalf("%d messages stored, want %d", len(stored), n)
+			}
+			for i, b := range stored {
+				if string(b) != fmt.Sprint(i) {
+					t.Fatalf("stored %d is %q", i, b)
+				}
+			}
+			reqs, receiptsTogether := f.requests()
+			if !receiptsTogether {
+				t.Fatal("the producer did not ask for its receipts together")
+			}
+			// What the sender took before it reached the held write, and
+			// all the rest: two requests at most.
+			most := slices.Max(reqs)
+			if together && len(reqs) > 2 {
+				t.Fatalf("sends per request %v: want what queued behind the held write in one", reqs)
+			}
+			if !together && most != 1 {
+				t.Fatalf("sends per request %v to a broker that takes one at a time", reqs)
+			}
+		})
+	}
 }

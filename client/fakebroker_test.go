@@ -32,17 +32,20 @@ type fakeBroker struct {
 	// even read).
 	maxMessage uint32
 	silent     bool
+	together   bool
 
 	mu struct {
 		sync.Mutex
-		owners     []string // answers of the next lookups (then: addr)
-		partitions uint32
-		lookups    int
-		sends      int      // sends received
-		stall      bool     // the next producer open is not answered
-		busy       bool     // the next producer open after the stalled one is refused
-		stored     [][]byte // payloads of the accepted sends
-		batchSizes []int    // their messages (NumMessagesInBatch; 0: not a batch)
+		owners           []string // answers of the next lookups (then: addr)
+		partitions       uint32
+		lookups          int
+		sends            int      // sends received
+		stall            bool     // the next producer open is not answered
+		busy             bool     // the next producer open after the stalled one is refused
+		stored           [][]byte // payloads of the accepted sends
+		requests         []int    // sends per request received
+		receiptsTogether bool     // the last producer open asked for Receipts
+		batchSizes       []int    // their messages (NumMessagesInBatch; 0: not a batch)
 		// refuse, if set, is the reason every send is refused with (as a
 		// broker that cannot store anything for now).
 		refuse brokerpb.ErrorReason
@@ -61,6 +64,10 @@ type fakeOptions struct {
 	maxMessage uint32 // default 1 MiB
 	recvLimit  int    // default maxMessage + 1 MiB
 	silent     bool   // do not tell producers the limit (an older broker)
+	// together: take several sends per request and, to a client that
+	// asks, answer them with one Receipts (else: one send per request,
+	// as an older broker).
+	together bool
 	// stallFirst: the first producer open is never answered, and the
 	// next one finds the name busy (the broker still holds the first).
 	stallFirst bool
@@ -82,7 +89,7 @@ func startFakeBroker(t *testing.T, o fakeOptions) *fakeBroker {
 			t.Fatal(err)
 		}
 	}
-	f := &fakeBroker{addr: ln.Addr().String(), maxMessage: o.maxMessage, silent: o.silent}
+	f := &fakeBroker{addr: ln.Addr().String(), maxMessage: o.maxMessage, silent: o.silent, together: o.together}
 	f.mu.stall, f.mu.busy = o.stallFirst, o.stallFirst
 	f.srv = grpc.NewServer(grpc.MaxRecvMsgSize(o.recvLimit))
 	brokerpb.RegisterBrokerServer(f.srv, f)
@@ -170,6 +177,14 @@ func (f *fakeBroker) stored() [][]byte {
 	return append([][]byte(nil), f.mu.stored...)
 }
 
+// requests returns how many sends each request held, and whether the
+// last producer open asked for Receipts.
+func (f *fakeBroker) requests() ([]int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.mu.requests...), f.mu.receiptsTogether
+}
+
 func brokerError(code codes.Code, reason brokerpb.ErrorReason, msg string) error {
 	st, _ := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Domain: "broker.magnetar.io", Reason: reason.String()})
 	return st.Err()
@@ -207,6 +222,7 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 		return status.Error(codes.InvalidArgument, "open first")
 	}
 	f.mu.Lock()
+	f.mu.receiptsTogether = first.GetOpen().ReceiptsTogether
 	stall, busy := f.mu.stall, !f.mu.stall && f.mu.busy
 	f.mu.stall = false
 	if busy {
@@ -221,9 +237,11 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 		return brokerError(codes.FailedPrecondition, brokerpb.ErrorReason_PRODUCER_BUSY, "producer fake-producer is already connected")
 	}
 	if err := stream.Send(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{
-		ProducerName: "fake-producer", LastSequenceId: -1, MaxMessageSize: map[bool]uint32{false: f.maxMessage}[f.silent]}}}); err != nil {
+		ProducerName: "fake-producer", LastSequenceId: -1, MaxMessageSize: map[bool]uint32{false: f.maxMessage}[f.silent],
+		SendsTogether: f.together}}}); err != nil {
 		return err
 	}
+	receiptsTogether := f.together && first.GetOpen().ReceiptsTogether
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -245,7 +263,45 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 		if err != nil {
 			return err
 		}
-		send := req.GetSend()
+		sends := []*brokerpb.Send{req.GetSend()}
+		if f.together && req.GetSends() != nil {
+			sends = req.GetSends().GetSends()
+		}
+		if sends[0] == nil {
+			return status.Errorf(codes.InvalidArgument, "unexpected %T", req.Request)
+		}
+		f.mu.Lock()
+		f.mu.requests = append(f.mu.requests, len(sends))
+		f.mu.Unlock()
+		var receipts []*brokerpb.SendReceipt
+		for _, send := range sends {
+			resp, err := f.take(send)
+			if err != nil {
+				return err
+			}
+			if resp == nil {
+				continue
+			}
+			if r := resp.GetReceipt(); r != nil && receiptsTogether {
+				receipts = append(receipts, r)
+				continue
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+		if len(receipts) > 0 {
+			if err := stream.Send(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipts{Receipts: &brokerpb.Receipts{Receipts: receipts}}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// take stores or refuses one send: its answer, nil for none (the stream
+// is to be cut later), or an error that ends the stream.
+func (f *fakeBroker) take(send *brokerpb.Send) (*brokerpb.ProduceResponse, error) {
+	{
 		f.mu.Lock()
 		f.mu.sends++
 		refuse := f.mu.refuse
@@ -254,9 +310,9 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 			last := f.mu.cutAfter == 0
 			f.mu.Unlock()
 			if last {
-				return status.Error(codes.Unavailable, "the broker went away")
+				return nil, status.Error(codes.Unavailable, "the broker went away")
 			}
-			continue // unanswered
+			return nil, nil // unanswered
 		}
 		f.mu.Unlock()
 		var resp *brokerpb.ProduceResponse
@@ -276,9 +332,7 @@ func (f *fakeBroker) Produce(stream brokerpb.Broker_ProduceServer) error {
 			resp = &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
 				SequenceId: send.SequenceId, MessageId: &brokerpb.MessageId{LedgerId: 1, EntryId: id, Partition: -1, BatchIndex: -1}}}}
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
+		return resp, nil
 	}
 }
 

@@ -60,7 +60,10 @@ type partitionProducer struct {
 		nextSeq    int64
 		lastSeq    int64 // highest sequence id acknowledged
 		stream     brokerpb.Broker_ProduceClient
-		closed     bool
+		// together: stream's broker takes several sends in one request
+		// (ProducerOpened.sends_together).
+		together bool
+		closed   bool
 		// cause is why the last attempt failed (a refused send, a broken
 		// stream, a failed reconnection), nil since a receipt came: a
 		// send that times out is told it.
@@ -141,7 +144,7 @@ func newPartitionProducer(ctx context.Context, c *client, topic string, partitio
 	pp.name = opened.ProducerName
 	pp.mu.lastSeq = opened.LastSequenceId
 	pp.mu.nextSeq = opened.LastSequenceId + 1
-	pp.mu.stream = stream
+	pp.mu.stream, pp.mu.together = stream, opened.SendsTogether
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); pp.run(stream, abort) }()
@@ -170,7 +173,7 @@ func (pp *partitionProducer) connect(ctx context.Context) (_ brokerpb.Broker_Pro
 		return nil, nil, nil, err
 	}
 	if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Open{Open: &brokerpb.ProducerOpen{
-		Topic: pp.topic, ProducerName: pp.name, Properties: pp.opts.Properties}}}); err != nil {
+		Topic: pp.topic, ProducerName: pp.name, Properties: pp.opts.Properties, ReceiptsTogether: true}}}); err != nil {
 		return fail(fromStatus(err))
 	}
 	type res struct {
@@ -434,8 +437,12 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (_ *brokerpb.Send, buf [
 	return send, buf, nil
 }
 
-// sendLoop writes queued batches to the current stream.
+// sendLoop writes queued batches to the current stream: to a broker
+// that takes them together, every batch queued (up to maxSendsTogether
+// and maxSendsTogetherBytes of payload, a larger one alone) in one
+// request, as the messages of a binary protocol share a TCP write.
 func (pp *partitionProducer) sendLoop() {
+	var taken []*pendingBatch
 	for {
 		select {
 		case <-pp.signal:
@@ -444,35 +451,58 @@ func (pp *partitionProducer) sendLoop() {
 		}
 		for {
 			pp.mu.Lock()
-			stream := pp.mu.stream
-			var b *pendingBatch
-			for stream != nil && b == nil && len(pp.mu.outbox) > 0 {
-				b = pp.mu.outbox[0]
+			stream, together := pp.mu.stream, pp.mu.together
+			taken = taken[:0]
+			bytes := 0
+			for stream != nil && len(pp.mu.outbox) > 0 {
+				b := pp.mu.outbox[0]
+				if len(taken) > 0 && (!together || len(taken) == maxSendsTogether || bytes+len(b.req.Payload) > maxSendsTogetherBytes) {
+					break
+				}
 				pp.mu.outbox = pp.mu.outbox[1:]
 				if b.done { // failed (timed out) while queued
-					b = nil
+					continue
 				}
-			}
-			if b != nil {
 				b.sending = true
+				taken = append(taken, b)
+				bytes += len(b.req.Payload)
 			}
 			pp.mu.Unlock()
-			if b == nil {
+			if len(taken) == 0 {
 				break
 			}
+			req := &brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: taken[0].req}}
+			if len(taken) > 1 {
+				sends := make([]*brokerpb.Send, len(taken))
+				for i, b := range taken {
+					sends[i] = b.req
+				}
+				req = &brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Sends{Sends: &brokerpb.Sends{Sends: sends}}}
+			}
 			pp.sendMu.Lock()
-			err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: b.req}})
+			err := stream.Send(req)
 			pp.sendMu.Unlock()
 			pp.mu.Lock()
-			b.sending = false
-			b.releaseLocked()
+			for _, b := range taken {
+				b.sending = false
+				b.releaseLocked()
+			}
 			pp.mu.Unlock()
+			clear(taken) // no batch kept alive until the next send
 			if err != nil {
 				break // run notices the broken stream and reconnects
 			}
 		}
 	}
 }
+
+// Caps on the sends of one request to a broker that takes them together:
+// with the broker's transport taking its maximum message size plus 1 MiB,
+// sends past the first add at most 1 MiB.
+const (
+	maxSendsTogether      = 1024
+	maxSendsTogetherBytes = 1 << 20
+)
 
 // run receives on the stream; when it breaks, it reconnects and queues
 // every pending batch again.
@@ -571,7 +601,7 @@ func (pp *partitionProducer) run(stream brokerpb.Broker_ProduceClient, abort con
 			}
 			stream, abort = s, a
 			pp.mu.Lock()
-			pp.mu.stream = s
+			pp.mu.stream, pp.mu.together = s, opened.SendsTogether
 			pp.mu.lastSeq = max(pp.mu.lastSeq, opened.LastSequenceId)
 			pp.mu.outbox = append([]*pendingBatch(nil), pp.mu.pending...)
 			pp.mu.Unlock()
@@ -639,7 +669,13 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 				if r.err != nil {
 					return
 				}
-				if rc := r.r.GetReceipt(); rc != nil && closing {
+				if !closing {
+					continue
+				}
+				if rc := r.r.GetReceipt(); rc != nil {
+					pp.receipt(rc)
+				}
+				for _, rc := range r.r.GetReceipts().GetReceipts() {
 					pp.receipt(rc)
 				}
 			}
@@ -674,6 +710,11 @@ func (pp *partitionProducer) receive(stream brokerpb.Broker_ProduceClient, timeo
 			switch resp := r.r.Response.(type) {
 			case *brokerpb.ProduceResponse_Receipt:
 				pp.receipt(resp.Receipt)
+				progressed = true
+			case *brokerpb.ProduceResponse_Receipts:
+				for _, rc := range resp.Receipts.GetReceipts() {
+					pp.receipt(rc)
+				}
 				progressed = true
 			case *brokerpb.ProduceResponse_Error:
 				err := reasonError(resp.Error.Reason, resp.Error.Message)

@@ -2,7 +2,8 @@
 // messages. Codec, for the brokers' and the bookies' servers, is gRPC's
 // protobuf codec for every message but the two that carry payloads in
 // bulk: a bookie's AddEntriesRequest (the broker's adds) and a broker's
-// ProduceRequest with a Send (a client's message or batch). Those it
+// ProduceRequest with a Send (a client's message or batch) or Sends
+// (several). Those it
 // decodes itself, from the buffers gRPC received the message in (one per
 // HTTP/2 frame) without joining them first, and copies each payload into
 // a buffer of the process's pool (internal/bufpool) instead of a fresh
@@ -100,6 +101,9 @@ func releaseAll(m proto.Message) {
 		}
 	case *brokerpb.ProduceRequest:
 		Release(m.GetSend().GetPayload())
+		for _, send := range m.GetSends().GetSends() {
+			Release(send.GetPayload())
+		}
 	}
 }
 
@@ -148,19 +152,29 @@ func (s *seen) first(n protowire.Number) bool {
 	return true
 }
 
+// countMessages counts what is left of s as a message holding only
+// field 1, repeated, of messages; false for anything else.
+func countMessages(c scanner) (int, bool) {
+	n := 0
+	for ; c.left > 0; n++ {
+		num, typ, ok := c.tag()
+		if !ok || num != 1 || typ != protowire.BytesType {
+			return 0, false
+		}
+		if l, ok := c.length(); !ok || !c.skip(l) {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
 // decodeAddEntries decodes an AddEntriesRequest (repeated AddEntryRequest
 // entries = 1). The entries are allocated together; entries of one ledger
 // share one master key.
 func decodeAddEntries(s *scanner, m *bookiepb.AddEntriesRequest) error {
-	n := 0
-	for c := *s; c.left > 0; n++ {
-		num, typ, ok := c.tag()
-		if !ok || num != 1 || typ != protowire.BytesType {
-			return errFallback
-		}
-		if l, ok := c.length(); !ok || !c.skip(l) {
-			return errFallback
-		}
+	n, ok := countMessages(*s)
+	if !ok {
+		return errFallback
 	}
 	if n == 0 {
 		return nil
@@ -246,21 +260,45 @@ func decodeAddEntry(s *scanner, size int, r *bookiepb.AddEntryRequest, key *[]by
 }
 
 // decodeProduce decodes a ProduceRequest holding a Send (oneof request:
-// send = 2); a ProducerOpen (once per stream) is left to protobuf.
+// send = 2) or Sends (sends = 3); a ProducerOpen (once per stream) is left
+// to protobuf.
 func decodeProduce(s *scanner, m *brokerpb.ProduceRequest) error {
 	num, typ, ok := s.tag()
-	if !ok || num != 2 || typ != protowire.BytesType {
+	if !ok || (num != 2 && num != 3) || typ != protowire.BytesType {
 		return errFallback
 	}
 	if l, ok := s.length(); !ok || l != s.left {
 		return errFallback
 	}
-	parts := &sendParts{}
+	if num == 2 {
+		one := &oneSend{}
+		one.wrap.Send = &one.parts.send
+		m.Request = &one.wrap // before decoding: a decline releases its payload
+		return decodeSend(s, 0, &one.parts)
+	}
+	n, ok := countMessages(*s)
+	if !ok {
+		return errFallback
+	}
+	parts := make([]sendParts, n)
+	sends := &brokerpb.Sends{Sends: make([]*brokerpb.Send, 0, n)}
+	m.Request = &brokerpb.ProduceRequest_Sends{Sends: sends}
+	for i := range parts {
+		s.tag()
+		l, _ := s.length()
+		sends.Sends = append(sends.Sends, &parts[i].send) // before decoding: a decline releases its payload
+		if err := decodeSend(s, s.left-l, &parts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSend decodes a Send from s, up to where end bytes are left.
+func decodeSend(s *scanner, end int, parts *sendParts) error {
 	send := &parts.send
-	parts.wrap.Send = send
-	m.Request = &parts.wrap // before decoding: a decline releases its payload
 	var seen seen
-	for s.left > 0 {
+	for s.left > end {
 		num, typ, ok := s.tag()
 		if !ok || num < 1 || num > 4 || !seen.first(num) {
 			return errFallback
@@ -284,7 +322,7 @@ func decodeProduce(s *scanner, m *brokerpb.ProduceRequest) error {
 			return errFallback
 		}
 		l, ok := s.length()
-		if !ok {
+		if !ok || l > s.left-end {
 			return errFallback
 		}
 		if num == 4 {
@@ -297,14 +335,23 @@ func decodeProduce(s *scanner, m *brokerpb.ProduceRequest) error {
 		}
 		send.Metadata = md
 	}
+	if s.left != end { // the last field ran past the send
+		return errFallback
+	}
 	return nil
 }
 
-// sendParts are the messages a decoded send is made of, allocated at once.
+// sendParts are the messages a decoded send is made of, allocated at once
+// (for Sends, all the sends' at once).
 type sendParts struct {
-	wrap brokerpb.ProduceRequest_Send
 	send brokerpb.Send
 	md   pulsarpb.MessageMetadata
+}
+
+// oneSend is a request of one Send, allocated at once.
+type oneSend struct {
+	wrap  brokerpb.ProduceRequest_Send
+	parts sendParts
 }
 
 // scanner reads a message from the buffers gRPC received it in (one per

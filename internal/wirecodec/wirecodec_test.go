@@ -230,8 +230,30 @@ func sendRequest(payload []byte) *brokerpb.ProduceRequest {
 	}}}
 }
 
+// sendsRequest holds the sends of the requests, in one Sends.
+func sendsRequest(reqs ...*brokerpb.ProduceRequest) *brokerpb.ProduceRequest {
+	sends := &brokerpb.Sends{}
+	for _, r := range reqs {
+		sends.Sends = append(sends.Sends, r.GetSend())
+	}
+	return &brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Sends{Sends: sends}}
+}
+
+// payloadsOf returns the payloads of a request's sends.
+func payloadsOf(m *brokerpb.ProduceRequest) [][]byte {
+	out := [][]byte{m.GetSend().GetPayload()}
+	for _, s := range m.GetSends().GetSends() {
+		out = append(out, s.GetPayload())
+	}
+	return out
+}
+
 func TestProduceDecodesAsProtobuf(t *testing.T) {
 	cases := map[string]*brokerpb.ProduceRequest{
+		"sends": sendsRequest(sendRequest(fill(700, 3)), sendRequest(nil),
+			&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: &brokerpb.Send{SequenceId: 9, Payload: fill(20000, 4)}}},
+			&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: &brokerpb.Send{}}}),
+		"no sends":               sendsRequest(),
 		"a send":                 sendRequest(fill(5000, 2)),
 		"a send without payload": sendRequest(nil),
 		"a send without metadata": {Request: &brokerpb.ProduceRequest_Send{Send: &brokerpb.Send{
@@ -258,10 +280,12 @@ func TestProduceDecodesAsProtobuf(t *testing.T) {
 				if !proto.Equal(got, want) {
 					t.Fatalf("decoded %v, want %v", got, want)
 				}
-				if p := got.GetSend().GetPayload(); len(p) > 0 && !isPooled(p) {
-					t.Fatalf("payload of cap %d is not a pooled buffer", cap(p))
+				for _, p := range payloadsOf(got) {
+					if len(p) > 0 && !isPooled(p) {
+						t.Fatalf("payload of cap %d is not a pooled buffer", cap(p))
+					}
+					Release(p)
 				}
-				Release(got.GetSend().GetPayload())
 			})
 		}
 	}
@@ -278,6 +302,41 @@ func TestProduceDecodesAsProtobuf(t *testing.T) {
 	err = Codec().Unmarshal(split(bad, 1), got)
 	if (err == nil) != (perr == nil) || (err == nil && !proto.Equal(got, want)) {
 		t.Fatalf("metadata without its required fields: error %v, protobuf's %v", err, perr)
+	}
+}
+
+// TestSendsLeftToProtobuf: Sends the hand decoder does not cover, after
+// it took the payloads of the sends before, decode as protobuf decodes
+// them.
+func TestSendsLeftToProtobuf(t *testing.T) {
+	one, err := proto.Marshal(&brokerpb.Send{SequenceId: 3, Payload: fill(2000, 9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrap := func(sends []byte) []byte { // as field 3 of a ProduceRequest
+		return protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), sends)
+	}
+	cases := map[string][]byte{
+		"an unknown field in the second send": wrap(append(wrapEntry(one), wrapEntry(appendField(bytes.Clone(one), 9, protowire.VarintType, 5))...)),
+		"a payload twice in the second send":  wrap(append(wrapEntry(one), wrapEntry(appendField(bytes.Clone(one), 4, protowire.BytesType, 30))...)),
+		"an unknown field of Sends":           wrap(appendField(wrapEntry(one), 2, protowire.VarintType, 1)),
+	}
+	for name, wire := range cases {
+		t.Run(name, func(t *testing.T) {
+			want := &brokerpb.ProduceRequest{}
+			if err := proto.Unmarshal(wire, want); err != nil {
+				t.Fatalf("protobuf: %v", err)
+			}
+			for _, pieces := range []int{1, 7, math.MaxInt} {
+				got := &brokerpb.ProduceRequest{}
+				if err := Codec().Unmarshal(split(wire, pieces), got); err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(got, want) {
+					t.Fatalf("%d buffers: decoded %v, want %v", pieces, got, want)
+				}
+			}
+		})
 	}
 }
 
@@ -381,7 +440,7 @@ func FuzzAddEntries(f *testing.F) {
 
 // FuzzProduce: on any input, the codec agrees with protobuf.
 func FuzzProduce(f *testing.F) {
-	for _, m := range []*brokerpb.ProduceRequest{sendRequest(fill(100, 1)), sendRequest(nil)} {
+	for _, m := range []*brokerpb.ProduceRequest{sendRequest(fill(100, 1)), sendRequest(nil), sendsRequest(sendRequest(fill(30, 2)), sendRequest(nil))} {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			f.Fatal(err)
@@ -399,9 +458,15 @@ func FuzzProduce(f *testing.F) {
 		if err == nil && !proto.Equal(got, want) {
 			t.Fatalf("decoded %v, protobuf %v", got, want)
 		}
-		if (got.GetSend().GetPayload() == nil) != (want.GetSend().GetPayload() == nil) {
-			t.Fatal("a nil and an empty payload differ from protobuf's")
+		gotp, wantp := payloadsOf(got), payloadsOf(want)
+		if len(gotp) != len(wantp) {
+			t.Fatalf("%d payloads, protobuf %d", len(gotp), len(wantp))
 		}
-		Release(got.GetSend().GetPayload())
+		for i, p := range gotp {
+			if (p == nil) != (wantp[i] == nil) {
+				t.Fatal("a nil and an empty payload differ from protobuf's")
+			}
+			Release(p)
+		}
 	})
 }

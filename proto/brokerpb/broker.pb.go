@@ -608,6 +608,7 @@ type ProduceRequest struct {
 	//
 	//	*ProduceRequest_Open
 	//	*ProduceRequest_Send
+	//	*ProduceRequest_Sends
 	Request       isProduceRequest_Request `protobuf_oneof:"request"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -668,6 +669,15 @@ func (x *ProduceRequest) GetSend() *Send {
 	return nil
 }
 
+func (x *ProduceRequest) GetSends() *Sends {
+	if x != nil {
+		if x, ok := x.Request.(*ProduceRequest_Sends); ok {
+			return x.Sends
+		}
+	}
+	return nil
+}
+
 type isProduceRequest_Request interface {
 	isProduceRequest_Request()
 }
@@ -680,24 +690,78 @@ type ProduceRequest_Send struct {
 	Send *Send `protobuf:"bytes,2,opt,name=send,proto3,oneof"`
 }
 
+type ProduceRequest_Sends struct {
+	// Several sends in one message, taken in order as if sent one by one:
+	// only to a broker whose ProducerOpened has sends_together.
+	Sends *Sends `protobuf:"bytes,3,opt,name=sends,proto3,oneof"`
+}
+
 func (*ProduceRequest_Open) isProduceRequest_Request() {}
 
 func (*ProduceRequest_Send) isProduceRequest_Request() {}
+
+func (*ProduceRequest_Sends) isProduceRequest_Request() {}
+
+type Sends struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sends         []*Send                `protobuf:"bytes,1,rep,name=sends,proto3" json:"sends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sends) Reset() {
+	*x = Sends{}
+	mi := &file_brokerpb_broker_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sends) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sends) ProtoMessage() {}
+
+func (x *Sends) ProtoReflect() protoreflect.Message {
+	mi := &file_brokerpb_broker_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sends.ProtoReflect.Descriptor instead.
+func (*Sends) Descriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Sends) GetSends() []*Send {
+	if x != nil {
+		return x.Sends
+	}
+	return nil
+}
 
 type ProducerOpen struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A partition or a non-partitioned topic.
 	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	// Producer name; empty: the broker makes one up. Deduplication keys on it.
-	ProducerName  string            `protobuf:"bytes,2,opt,name=producer_name,json=producerName,proto3" json:"producer_name,omitempty"`
-	Properties    map[string]string `protobuf:"bytes,3,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ProducerName string            `protobuf:"bytes,2,opt,name=producer_name,json=producerName,proto3" json:"producer_name,omitempty"`
+	Properties   map[string]string `protobuf:"bytes,3,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The client takes Receipts: several receipts in one response.
+	ReceiptsTogether bool `protobuf:"varint,4,opt,name=receipts_together,json=receiptsTogether,proto3" json:"receipts_together,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ProducerOpen) Reset() {
 	*x = ProducerOpen{}
-	mi := &file_brokerpb_broker_proto_msgTypes[6]
+	mi := &file_brokerpb_broker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +773,7 @@ func (x *ProducerOpen) String() string {
 func (*ProducerOpen) ProtoMessage() {}
 
 func (x *ProducerOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[6]
+	mi := &file_brokerpb_broker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +786,7 @@ func (x *ProducerOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerOpen.ProtoReflect.Descriptor instead.
 func (*ProducerOpen) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{6}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProducerOpen) GetTopic() string {
@@ -746,6 +810,13 @@ func (x *ProducerOpen) GetProperties() map[string]string {
 	return nil
 }
 
+func (x *ProducerOpen) GetReceiptsTogether() bool {
+	if x != nil {
+		return x.ReceiptsTogether
+	}
+	return false
+}
+
 type Send struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The producer's sequence id of the (first) message; for batches,
@@ -763,7 +834,7 @@ type Send struct {
 
 func (x *Send) Reset() {
 	*x = Send{}
-	mi := &file_brokerpb_broker_proto_msgTypes[7]
+	mi := &file_brokerpb_broker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +846,7 @@ func (x *Send) String() string {
 func (*Send) ProtoMessage() {}
 
 func (x *Send) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[7]
+	mi := &file_brokerpb_broker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +859,7 @@ func (x *Send) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Send.ProtoReflect.Descriptor instead.
 func (*Send) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{7}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Send) GetSequenceId() uint64 {
@@ -826,6 +897,7 @@ type ProduceResponse struct {
 	//	*ProduceResponse_Opened
 	//	*ProduceResponse_Receipt
 	//	*ProduceResponse_Error
+	//	*ProduceResponse_Receipts
 	Response      isProduceResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -833,7 +905,7 @@ type ProduceResponse struct {
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[8]
+	mi := &file_brokerpb_broker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +917,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[8]
+	mi := &file_brokerpb_broker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +930,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{8}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProduceResponse) GetResponse() isProduceResponse_Response {
@@ -895,6 +967,15 @@ func (x *ProduceResponse) GetError() *SendError {
 	return nil
 }
 
+func (x *ProduceResponse) GetReceipts() *Receipts {
+	if x != nil {
+		if x, ok := x.Response.(*ProduceResponse_Receipts); ok {
+			return x.Receipts
+		}
+	}
+	return nil
+}
+
 type isProduceResponse_Response interface {
 	isProduceResponse_Response()
 }
@@ -911,11 +992,63 @@ type ProduceResponse_Error struct {
 	Error *SendError `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
 }
 
+type ProduceResponse_Receipts struct {
+	// Several receipts, in order: only to a client whose ProducerOpen has
+	// receipts_together.
+	Receipts *Receipts `protobuf:"bytes,4,opt,name=receipts,proto3,oneof"`
+}
+
 func (*ProduceResponse_Opened) isProduceResponse_Response() {}
 
 func (*ProduceResponse_Receipt) isProduceResponse_Response() {}
 
 func (*ProduceResponse_Error) isProduceResponse_Response() {}
+
+func (*ProduceResponse_Receipts) isProduceResponse_Response() {}
+
+type Receipts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Receipts      []*SendReceipt         `protobuf:"bytes,1,rep,name=receipts,proto3" json:"receipts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Receipts) Reset() {
+	*x = Receipts{}
+	mi := &file_brokerpb_broker_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Receipts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Receipts) ProtoMessage() {}
+
+func (x *Receipts) ProtoReflect() protoreflect.Message {
+	mi := &file_brokerpb_broker_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
+func (*Receipts) Descriptor() ([]byte, []int) {
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Receipts) GetReceipts() []*SendReceipt {
+	if x != nil {
+		return x.Receipts
+	}
+	return nil
+}
 
 type ProducerOpened struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -927,13 +1060,15 @@ type ProducerOpened struct {
 	// fails a larger one at once (Pulsar's CommandConnected.max_message_size).
 	// 0 from brokers that do not say.
 	MaxMessageSize uint32 `protobuf:"varint,3,opt,name=max_message_size,json=maxMessageSize,proto3" json:"max_message_size,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The broker takes Sends: several sends in one request.
+	SendsTogether bool `protobuf:"varint,4,opt,name=sends_together,json=sendsTogether,proto3" json:"sends_together,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProducerOpened) Reset() {
 	*x = ProducerOpened{}
-	mi := &file_brokerpb_broker_proto_msgTypes[9]
+	mi := &file_brokerpb_broker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1080,7 @@ func (x *ProducerOpened) String() string {
 func (*ProducerOpened) ProtoMessage() {}
 
 func (x *ProducerOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[9]
+	mi := &file_brokerpb_broker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1093,7 @@ func (x *ProducerOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerOpened.ProtoReflect.Descriptor instead.
 func (*ProducerOpened) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{9}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProducerOpened) GetProducerName() string {
@@ -982,6 +1117,13 @@ func (x *ProducerOpened) GetMaxMessageSize() uint32 {
 	return 0
 }
 
+func (x *ProducerOpened) GetSendsTogether() bool {
+	if x != nil {
+		return x.SendsTogether
+	}
+	return false
+}
+
 type SendReceipt struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	SequenceId uint64                 `protobuf:"varint,1,opt,name=sequence_id,json=sequenceId,proto3" json:"sequence_id,omitempty"`
@@ -994,7 +1136,7 @@ type SendReceipt struct {
 
 func (x *SendReceipt) Reset() {
 	*x = SendReceipt{}
-	mi := &file_brokerpb_broker_proto_msgTypes[10]
+	mi := &file_brokerpb_broker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1148,7 @@ func (x *SendReceipt) String() string {
 func (*SendReceipt) ProtoMessage() {}
 
 func (x *SendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[10]
+	mi := &file_brokerpb_broker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1161,7 @@ func (x *SendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReceipt.ProtoReflect.Descriptor instead.
 func (*SendReceipt) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{10}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SendReceipt) GetSequenceId() uint64 {
@@ -1054,7 +1196,7 @@ type SendError struct {
 
 func (x *SendError) Reset() {
 	*x = SendError{}
-	mi := &file_brokerpb_broker_proto_msgTypes[11]
+	mi := &file_brokerpb_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1208,7 @@ func (x *SendError) String() string {
 func (*SendError) ProtoMessage() {}
 
 func (x *SendError) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[11]
+	mi := &file_brokerpb_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1221,7 @@ func (x *SendError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendError.ProtoReflect.Descriptor instead.
 func (*SendError) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{11}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SendError) GetSequenceId() uint64 {
@@ -1120,7 +1262,7 @@ type ConsumeRequest struct {
 
 func (x *ConsumeRequest) Reset() {
 	*x = ConsumeRequest{}
-	mi := &file_brokerpb_broker_proto_msgTypes[12]
+	mi := &file_brokerpb_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1274,7 @@ func (x *ConsumeRequest) String() string {
 func (*ConsumeRequest) ProtoMessage() {}
 
 func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[12]
+	mi := &file_brokerpb_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1287,7 @@ func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeRequest) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{12}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConsumeRequest) GetRequest() isConsumeRequest_Request {
@@ -1259,7 +1401,7 @@ type Unsubscribe struct {
 
 func (x *Unsubscribe) Reset() {
 	*x = Unsubscribe{}
-	mi := &file_brokerpb_broker_proto_msgTypes[13]
+	mi := &file_brokerpb_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1413,7 @@ func (x *Unsubscribe) String() string {
 func (*Unsubscribe) ProtoMessage() {}
 
 func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[13]
+	mi := &file_brokerpb_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1426,7 @@ func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribe.ProtoReflect.Descriptor instead.
 func (*Unsubscribe) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{13}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{15}
 }
 
 type Subscribe struct {
@@ -1311,7 +1453,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_brokerpb_broker_proto_msgTypes[14]
+	mi := &file_brokerpb_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1465,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[14]
+	mi := &file_brokerpb_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1478,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{14}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Subscribe) GetTopic() string {
@@ -1429,7 +1571,7 @@ type KeySharedMeta struct {
 
 func (x *KeySharedMeta) Reset() {
 	*x = KeySharedMeta{}
-	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	mi := &file_brokerpb_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1583,7 @@ func (x *KeySharedMeta) String() string {
 func (*KeySharedMeta) ProtoMessage() {}
 
 func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[15]
+	mi := &file_brokerpb_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1596,7 @@ func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySharedMeta.ProtoReflect.Descriptor instead.
 func (*KeySharedMeta) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{15}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KeySharedMeta) GetMode() KeySharedMode {
@@ -1482,7 +1624,7 @@ type HashRange struct {
 
 func (x *HashRange) Reset() {
 	*x = HashRange{}
-	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	mi := &file_brokerpb_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1636,7 @@ func (x *HashRange) String() string {
 func (*HashRange) ProtoMessage() {}
 
 func (x *HashRange) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[16]
+	mi := &file_brokerpb_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1649,7 @@ func (x *HashRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HashRange.ProtoReflect.Descriptor instead.
 func (*HashRange) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{16}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HashRange) GetStart() int32 {
@@ -1533,7 +1675,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_brokerpb_broker_proto_msgTypes[17]
+	mi := &file_brokerpb_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1687,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[17]
+	mi := &file_brokerpb_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1700,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{17}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Flow) GetPermits() uint32 {
@@ -1582,7 +1724,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_brokerpb_broker_proto_msgTypes[18]
+	mi := &file_brokerpb_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1736,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[18]
+	mi := &file_brokerpb_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1749,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{18}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ack) GetMessageIds() []*MessageId {
@@ -1644,7 +1786,7 @@ type Seek struct {
 
 func (x *Seek) Reset() {
 	*x = Seek{}
-	mi := &file_brokerpb_broker_proto_msgTypes[19]
+	mi := &file_brokerpb_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1798,7 @@ func (x *Seek) String() string {
 func (*Seek) ProtoMessage() {}
 
 func (x *Seek) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[19]
+	mi := &file_brokerpb_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1811,7 @@ func (x *Seek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seek.ProtoReflect.Descriptor instead.
 func (*Seek) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{19}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Seek) GetTarget() isSeek_Target {
@@ -1725,7 +1867,7 @@ type Redeliver struct {
 
 func (x *Redeliver) Reset() {
 	*x = Redeliver{}
-	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1879,7 @@ func (x *Redeliver) String() string {
 func (*Redeliver) ProtoMessage() {}
 
 func (x *Redeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[20]
+	mi := &file_brokerpb_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1892,7 @@ func (x *Redeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redeliver.ProtoReflect.Descriptor instead.
 func (*Redeliver) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{20}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Redeliver) GetMessageIds() []*MessageId {
@@ -1778,7 +1920,7 @@ type ConsumeResponse struct {
 
 func (x *ConsumeResponse) Reset() {
 	*x = ConsumeResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[21]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1932,7 @@ func (x *ConsumeResponse) String() string {
 func (*ConsumeResponse) ProtoMessage() {}
 
 func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[21]
+	mi := &file_brokerpb_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1945,7 @@ func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{21}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ConsumeResponse) GetResponse() isConsumeResponse_Response {
@@ -1934,7 +2076,7 @@ type ReachedEndOfTopic struct {
 
 func (x *ReachedEndOfTopic) Reset() {
 	*x = ReachedEndOfTopic{}
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2088,7 @@ func (x *ReachedEndOfTopic) String() string {
 func (*ReachedEndOfTopic) ProtoMessage() {}
 
 func (x *ReachedEndOfTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[22]
+	mi := &file_brokerpb_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2101,7 @@ func (x *ReachedEndOfTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReachedEndOfTopic.ProtoReflect.Descriptor instead.
 func (*ReachedEndOfTopic) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{22}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
 }
 
 type Unsubscribed struct {
@@ -1970,7 +2112,7 @@ type Unsubscribed struct {
 
 func (x *Unsubscribed) Reset() {
 	*x = Unsubscribed{}
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2124,7 @@ func (x *Unsubscribed) String() string {
 func (*Unsubscribed) ProtoMessage() {}
 
 func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[23]
+	mi := &file_brokerpb_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2137,7 @@ func (x *Unsubscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribed.ProtoReflect.Descriptor instead.
 func (*Unsubscribed) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{23}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
 }
 
 type Subscribed struct {
@@ -2006,7 +2148,7 @@ type Subscribed struct {
 
 func (x *Subscribed) Reset() {
 	*x = Subscribed{}
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2160,7 @@ func (x *Subscribed) String() string {
 func (*Subscribed) ProtoMessage() {}
 
 func (x *Subscribed) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[24]
+	mi := &file_brokerpb_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2173,7 @@ func (x *Subscribed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribed.ProtoReflect.Descriptor instead.
 func (*Subscribed) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{24}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{26}
 }
 
 type Message struct {
@@ -2048,7 +2190,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2202,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[25]
+	mi := &file_brokerpb_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2215,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{25}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Message) GetMessageId() *MessageId {
@@ -2113,7 +2255,7 @@ type ActiveChange struct {
 
 func (x *ActiveChange) Reset() {
 	*x = ActiveChange{}
-	mi := &file_brokerpb_broker_proto_msgTypes[26]
+	mi := &file_brokerpb_broker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2267,7 @@ func (x *ActiveChange) String() string {
 func (*ActiveChange) ProtoMessage() {}
 
 func (x *ActiveChange) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[26]
+	mi := &file_brokerpb_broker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2280,7 @@ func (x *ActiveChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActiveChange.ProtoReflect.Descriptor instead.
 func (*ActiveChange) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{26}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ActiveChange) GetIsActive() bool {
@@ -2156,7 +2298,7 @@ type SeekDone struct {
 
 func (x *SeekDone) Reset() {
 	*x = SeekDone{}
-	mi := &file_brokerpb_broker_proto_msgTypes[27]
+	mi := &file_brokerpb_broker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2310,7 @@ func (x *SeekDone) String() string {
 func (*SeekDone) ProtoMessage() {}
 
 func (x *SeekDone) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[27]
+	mi := &file_brokerpb_broker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2323,7 @@ func (x *SeekDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekDone.ProtoReflect.Descriptor instead.
 func (*SeekDone) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{27}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{29}
 }
 
 type ConsumerError struct {
@@ -2194,7 +2336,7 @@ type ConsumerError struct {
 
 func (x *ConsumerError) Reset() {
 	*x = ConsumerError{}
-	mi := &file_brokerpb_broker_proto_msgTypes[28]
+	mi := &file_brokerpb_broker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2348,7 @@ func (x *ConsumerError) String() string {
 func (*ConsumerError) ProtoMessage() {}
 
 func (x *ConsumerError) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[28]
+	mi := &file_brokerpb_broker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2361,7 @@ func (x *ConsumerError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerError.ProtoReflect.Descriptor instead.
 func (*ConsumerError) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{28}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ConsumerError) GetReason() ErrorReason {
@@ -2245,7 +2387,7 @@ type GetLastMessageIdRequest struct {
 
 func (x *GetLastMessageIdRequest) Reset() {
 	*x = GetLastMessageIdRequest{}
-	mi := &file_brokerpb_broker_proto_msgTypes[29]
+	mi := &file_brokerpb_broker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2399,7 @@ func (x *GetLastMessageIdRequest) String() string {
 func (*GetLastMessageIdRequest) ProtoMessage() {}
 
 func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[29]
+	mi := &file_brokerpb_broker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2412,7 @@ func (x *GetLastMessageIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdRequest.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdRequest) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{29}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetLastMessageIdRequest) GetTopic() string {
@@ -2289,7 +2431,7 @@ type GetLastMessageIdResponse struct {
 
 func (x *GetLastMessageIdResponse) Reset() {
 	*x = GetLastMessageIdResponse{}
-	mi := &file_brokerpb_broker_proto_msgTypes[30]
+	mi := &file_brokerpb_broker_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2443,7 @@ func (x *GetLastMessageIdResponse) String() string {
 func (*GetLastMessageIdResponse) ProtoMessage() {}
 
 func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_brokerpb_broker_proto_msgTypes[30]
+	mi := &file_brokerpb_broker_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2456,7 @@ func (x *GetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLastMessageIdResponse.ProtoReflect.Descriptor instead.
 func (*GetLastMessageIdResponse) Descriptor() ([]byte, []int) {
-	return file_brokerpb_broker_proto_rawDescGZIP(), []int{30}
+	return file_brokerpb_broker_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetLastMessageIdResponse) GetMessageId() *MessageId {
@@ -2346,17 +2488,21 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"\x1bPartitionedMetadataResponse\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
-	"partitions\"\x83\x01\n" +
+	"partitions\"\xb6\x01\n" +
 	"\x0eProduceRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2 .magnetar.broker.v1.ProducerOpenH\x00R\x04open\x12.\n" +
-	"\x04send\x18\x02 \x01(\v2\x18.magnetar.broker.v1.SendH\x00R\x04sendB\t\n" +
-	"\arequest\"\xda\x01\n" +
+	"\x04send\x18\x02 \x01(\v2\x18.magnetar.broker.v1.SendH\x00R\x04send\x121\n" +
+	"\x05sends\x18\x03 \x01(\v2\x19.magnetar.broker.v1.SendsH\x00R\x05sendsB\t\n" +
+	"\arequest\"7\n" +
+	"\x05Sends\x12.\n" +
+	"\x05sends\x18\x01 \x03(\v2\x18.magnetar.broker.v1.SendR\x05sends\"\x87\x02\n" +
 	"\fProducerOpen\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
 	"\rproducer_name\x18\x02 \x01(\tR\fproducerName\x12P\n" +
 	"\n" +
 	"properties\x18\x03 \x03(\v20.magnetar.broker.v1.ProducerOpen.PropertiesEntryR\n" +
-	"properties\x1a=\n" +
+	"properties\x12+\n" +
+	"\x11receipts_together\x18\x04 \x01(\bR\x10receiptsTogether\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x01\n" +
@@ -2365,17 +2511,21 @@ const file_brokerpb_broker_proto_rawDesc = "" +
 	"sequenceId\x12.\n" +
 	"\x13highest_sequence_id\x18\x02 \x01(\x04R\x11highestSequenceId\x12?\n" +
 	"\bmetadata\x18\x03 \x01(\v2#.magnetar.pulsar.v1.MessageMetadataR\bmetadata\x12\x18\n" +
-	"\apayload\x18\x04 \x01(\fR\apayload\"\xcf\x01\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\"\x8b\x02\n" +
 	"\x0fProduceResponse\x12<\n" +
 	"\x06opened\x18\x01 \x01(\v2\".magnetar.broker.v1.ProducerOpenedH\x00R\x06opened\x12;\n" +
 	"\areceipt\x18\x02 \x01(\v2\x1f.magnetar.broker.v1.SendReceiptH\x00R\areceipt\x125\n" +
-	"\x05error\x18\x03 \x01(\v2\x1d.magnetar.broker.v1.SendErrorH\x00R\x05errorB\n" +
+	"\x05error\x18\x03 \x01(\v2\x1d.magnetar.broker.v1.SendErrorH\x00R\x05error\x12:\n" +
+	"\breceipts\x18\x04 \x01(\v2\x1c.magnetar.broker.v1.ReceiptsH\x00R\breceiptsB\n" +
 	"\n" +
-	"\bresponse\"\x89\x01\n" +
+	"\bresponse\"G\n" +
+	"\bReceipts\x12;\n" +
+	"\breceipts\x18\x01 \x03(\v2\x1f.magnetar.broker.v1.SendReceiptR\breceipts\"\xb0\x01\n" +
 	"\x0eProducerOpened\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12(\n" +
 	"\x10last_sequence_id\x18\x02 \x01(\x03R\x0elastSequenceId\x12(\n" +
-	"\x10max_message_size\x18\x03 \x01(\rR\x0emaxMessageSize\"\x8a\x01\n" +
+	"\x10max_message_size\x18\x03 \x01(\rR\x0emaxMessageSize\x12%\n" +
+	"\x0esends_together\x18\x04 \x01(\bR\rsendsTogether\"\x8a\x01\n" +
 	"\vSendReceipt\x12\x1f\n" +
 	"\vsequence_id\x18\x01 \x01(\x04R\n" +
 	"sequenceId\x12<\n" +
@@ -2533,7 +2683,7 @@ func file_brokerpb_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_brokerpb_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_brokerpb_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_brokerpb_broker_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: magnetar.broker.v1.ErrorReason
 	(SubscriptionType)(0),               // 1: magnetar.broker.v1.SubscriptionType
@@ -2546,85 +2696,91 @@ var file_brokerpb_broker_proto_goTypes = []any{
 	(*PartitionedMetadataRequest)(nil),  // 8: magnetar.broker.v1.PartitionedMetadataRequest
 	(*PartitionedMetadataResponse)(nil), // 9: magnetar.broker.v1.PartitionedMetadataResponse
 	(*ProduceRequest)(nil),              // 10: magnetar.broker.v1.ProduceRequest
-	(*ProducerOpen)(nil),                // 11: magnetar.broker.v1.ProducerOpen
-	(*Send)(nil),                        // 12: magnetar.broker.v1.Send
-	(*ProduceResponse)(nil),             // 13: magnetar.broker.v1.ProduceResponse
-	(*ProducerOpened)(nil),              // 14: magnetar.broker.v1.ProducerOpened
-	(*SendReceipt)(nil),                 // 15: magnetar.broker.v1.SendReceipt
-	(*SendError)(nil),                   // 16: magnetar.broker.v1.SendError
-	(*ConsumeRequest)(nil),              // 17: magnetar.broker.v1.ConsumeRequest
-	(*Unsubscribe)(nil),                 // 18: magnetar.broker.v1.Unsubscribe
-	(*Subscribe)(nil),                   // 19: magnetar.broker.v1.Subscribe
-	(*KeySharedMeta)(nil),               // 20: magnetar.broker.v1.KeySharedMeta
-	(*HashRange)(nil),                   // 21: magnetar.broker.v1.HashRange
-	(*Flow)(nil),                        // 22: magnetar.broker.v1.Flow
-	(*Ack)(nil),                         // 23: magnetar.broker.v1.Ack
-	(*Seek)(nil),                        // 24: magnetar.broker.v1.Seek
-	(*Redeliver)(nil),                   // 25: magnetar.broker.v1.Redeliver
-	(*ConsumeResponse)(nil),             // 26: magnetar.broker.v1.ConsumeResponse
-	(*ReachedEndOfTopic)(nil),           // 27: magnetar.broker.v1.ReachedEndOfTopic
-	(*Unsubscribed)(nil),                // 28: magnetar.broker.v1.Unsubscribed
-	(*Subscribed)(nil),                  // 29: magnetar.broker.v1.Subscribed
-	(*Message)(nil),                     // 30: magnetar.broker.v1.Message
-	(*ActiveChange)(nil),                // 31: magnetar.broker.v1.ActiveChange
-	(*SeekDone)(nil),                    // 32: magnetar.broker.v1.SeekDone
-	(*ConsumerError)(nil),               // 33: magnetar.broker.v1.ConsumerError
-	(*GetLastMessageIdRequest)(nil),     // 34: magnetar.broker.v1.GetLastMessageIdRequest
-	(*GetLastMessageIdResponse)(nil),    // 35: magnetar.broker.v1.GetLastMessageIdResponse
-	nil,                                 // 36: magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	(*pulsarpb.MessageMetadata)(nil),    // 37: magnetar.pulsar.v1.MessageMetadata
+	(*Sends)(nil),                       // 11: magnetar.broker.v1.Sends
+	(*ProducerOpen)(nil),                // 12: magnetar.broker.v1.ProducerOpen
+	(*Send)(nil),                        // 13: magnetar.broker.v1.Send
+	(*ProduceResponse)(nil),             // 14: magnetar.broker.v1.ProduceResponse
+	(*Receipts)(nil),                    // 15: magnetar.broker.v1.Receipts
+	(*ProducerOpened)(nil),              // 16: magnetar.broker.v1.ProducerOpened
+	(*SendReceipt)(nil),                 // 17: magnetar.broker.v1.SendReceipt
+	(*SendError)(nil),                   // 18: magnetar.broker.v1.SendError
+	(*ConsumeRequest)(nil),              // 19: magnetar.broker.v1.ConsumeRequest
+	(*Unsubscribe)(nil),                 // 20: magnetar.broker.v1.Unsubscribe
+	(*Subscribe)(nil),                   // 21: magnetar.broker.v1.Subscribe
+	(*KeySharedMeta)(nil),               // 22: magnetar.broker.v1.KeySharedMeta
+	(*HashRange)(nil),                   // 23: magnetar.broker.v1.HashRange
+	(*Flow)(nil),                        // 24: magnetar.broker.v1.Flow
+	(*Ack)(nil),                         // 25: magnetar.broker.v1.Ack
+	(*Seek)(nil),                        // 26: magnetar.broker.v1.Seek
+	(*Redeliver)(nil),                   // 27: magnetar.broker.v1.Redeliver
+	(*ConsumeResponse)(nil),             // 28: magnetar.broker.v1.ConsumeResponse
+	(*ReachedEndOfTopic)(nil),           // 29: magnetar.broker.v1.ReachedEndOfTopic
+	(*Unsubscribed)(nil),                // 30: magnetar.broker.v1.Unsubscribed
+	(*Subscribed)(nil),                  // 31: magnetar.broker.v1.Subscribed
+	(*Message)(nil),                     // 32: magnetar.broker.v1.Message
+	(*ActiveChange)(nil),                // 33: magnetar.broker.v1.ActiveChange
+	(*SeekDone)(nil),                    // 34: magnetar.broker.v1.SeekDone
+	(*ConsumerError)(nil),               // 35: magnetar.broker.v1.ConsumerError
+	(*GetLastMessageIdRequest)(nil),     // 36: magnetar.broker.v1.GetLastMessageIdRequest
+	(*GetLastMessageIdResponse)(nil),    // 37: magnetar.broker.v1.GetLastMessageIdResponse
+	nil,                                 // 38: magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	(*pulsarpb.MessageMetadata)(nil),    // 39: magnetar.pulsar.v1.MessageMetadata
 }
 var file_brokerpb_broker_proto_depIdxs = []int32{
-	11, // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
-	12, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
-	36, // 2: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
-	37, // 3: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
-	14, // 4: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
-	15, // 5: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
-	16, // 6: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
-	5,  // 7: magnetar.broker.v1.SendReceipt.message_id:type_name -> magnetar.broker.v1.MessageId
-	0,  // 8: magnetar.broker.v1.SendError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	19, // 9: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
-	22, // 10: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
-	23, // 11: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
-	24, // 12: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
-	25, // 13: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
-	18, // 14: magnetar.broker.v1.ConsumeRequest.unsubscribe:type_name -> magnetar.broker.v1.Unsubscribe
-	1,  // 15: magnetar.broker.v1.Subscribe.type:type_name -> magnetar.broker.v1.SubscriptionType
-	2,  // 16: magnetar.broker.v1.Subscribe.initial_position:type_name -> magnetar.broker.v1.InitialPosition
-	5,  // 17: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
-	20, // 18: magnetar.broker.v1.Subscribe.key_shared:type_name -> magnetar.broker.v1.KeySharedMeta
-	3,  // 19: magnetar.broker.v1.KeySharedMeta.mode:type_name -> magnetar.broker.v1.KeySharedMode
-	21, // 20: magnetar.broker.v1.KeySharedMeta.hash_ranges:type_name -> magnetar.broker.v1.HashRange
-	5,  // 21: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
-	4,  // 22: magnetar.broker.v1.Ack.discarded:type_name -> magnetar.broker.v1.DiscardReason
-	5,  // 23: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
-	5,  // 24: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
-	29, // 25: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
-	30, // 26: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
-	31, // 27: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
-	32, // 28: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
-	33, // 29: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
-	28, // 30: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
-	27, // 31: magnetar.broker.v1.ConsumeResponse.reached_end_of_topic:type_name -> magnetar.broker.v1.ReachedEndOfTopic
-	5,  // 32: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
-	0,  // 33: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
-	5,  // 34: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
-	6,  // 35: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
-	8,  // 36: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
-	10, // 37: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
-	17, // 38: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
-	34, // 39: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
-	7,  // 40: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
-	9,  // 41: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
-	13, // 42: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
-	26, // 43: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
-	35, // 44: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
-	40, // [40:45] is the sub-list for method output_type
-	35, // [35:40] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	12, // 0: magnetar.broker.v1.ProduceRequest.open:type_name -> magnetar.broker.v1.ProducerOpen
+	13, // 1: magnetar.broker.v1.ProduceRequest.send:type_name -> magnetar.broker.v1.Send
+	11, // 2: magnetar.broker.v1.ProduceRequest.sends:type_name -> magnetar.broker.v1.Sends
+	13, // 3: magnetar.broker.v1.Sends.sends:type_name -> magnetar.broker.v1.Send
+	38, // 4: magnetar.broker.v1.ProducerOpen.properties:type_name -> magnetar.broker.v1.ProducerOpen.PropertiesEntry
+	39, // 5: magnetar.broker.v1.Send.metadata:type_name -> magnetar.pulsar.v1.MessageMetadata
+	16, // 6: magnetar.broker.v1.ProduceResponse.opened:type_name -> magnetar.broker.v1.ProducerOpened
+	17, // 7: magnetar.broker.v1.ProduceResponse.receipt:type_name -> magnetar.broker.v1.SendReceipt
+	18, // 8: magnetar.broker.v1.ProduceResponse.error:type_name -> magnetar.broker.v1.SendError
+	15, // 9: magnetar.broker.v1.ProduceResponse.receipts:type_name -> magnetar.broker.v1.Receipts
+	17, // 10: magnetar.broker.v1.Receipts.receipts:type_name -> magnetar.broker.v1.SendReceipt
+	5,  // 11: magnetar.broker.v1.SendReceipt.message_id:type_name -> magnetar.broker.v1.MessageId
+	0,  // 12: magnetar.broker.v1.SendError.reason:type_name -> magnetar.broker.v1.ErrorReason
+	21, // 13: magnetar.broker.v1.ConsumeRequest.subscribe:type_name -> magnetar.broker.v1.Subscribe
+	24, // 14: magnetar.broker.v1.ConsumeRequest.flow:type_name -> magnetar.broker.v1.Flow
+	25, // 15: magnetar.broker.v1.ConsumeRequest.ack:type_name -> magnetar.broker.v1.Ack
+	26, // 16: magnetar.broker.v1.ConsumeRequest.seek:type_name -> magnetar.broker.v1.Seek
+	27, // 17: magnetar.broker.v1.ConsumeRequest.redeliver:type_name -> magnetar.broker.v1.Redeliver
+	20, // 18: magnetar.broker.v1.ConsumeRequest.unsubscribe:type_name -> magnetar.broker.v1.Unsubscribe
+	1,  // 19: magnetar.broker.v1.Subscribe.type:type_name -> magnetar.broker.v1.SubscriptionType
+	2,  // 20: magnetar.broker.v1.Subscribe.initial_position:type_name -> magnetar.broker.v1.InitialPosition
+	5,  // 21: magnetar.broker.v1.Subscribe.start_message_id:type_name -> magnetar.broker.v1.MessageId
+	22, // 22: magnetar.broker.v1.Subscribe.key_shared:type_name -> magnetar.broker.v1.KeySharedMeta
+	3,  // 23: magnetar.broker.v1.KeySharedMeta.mode:type_name -> magnetar.broker.v1.KeySharedMode
+	23, // 24: magnetar.broker.v1.KeySharedMeta.hash_ranges:type_name -> magnetar.broker.v1.HashRange
+	5,  // 25: magnetar.broker.v1.Ack.message_ids:type_name -> magnetar.broker.v1.MessageId
+	4,  // 26: magnetar.broker.v1.Ack.discarded:type_name -> magnetar.broker.v1.DiscardReason
+	5,  // 27: magnetar.broker.v1.Seek.message_id:type_name -> magnetar.broker.v1.MessageId
+	5,  // 28: magnetar.broker.v1.Redeliver.message_ids:type_name -> magnetar.broker.v1.MessageId
+	31, // 29: magnetar.broker.v1.ConsumeResponse.subscribed:type_name -> magnetar.broker.v1.Subscribed
+	32, // 30: magnetar.broker.v1.ConsumeResponse.message:type_name -> magnetar.broker.v1.Message
+	33, // 31: magnetar.broker.v1.ConsumeResponse.active_change:type_name -> magnetar.broker.v1.ActiveChange
+	34, // 32: magnetar.broker.v1.ConsumeResponse.seek_done:type_name -> magnetar.broker.v1.SeekDone
+	35, // 33: magnetar.broker.v1.ConsumeResponse.error:type_name -> magnetar.broker.v1.ConsumerError
+	30, // 34: magnetar.broker.v1.ConsumeResponse.unsubscribed:type_name -> magnetar.broker.v1.Unsubscribed
+	29, // 35: magnetar.broker.v1.ConsumeResponse.reached_end_of_topic:type_name -> magnetar.broker.v1.ReachedEndOfTopic
+	5,  // 36: magnetar.broker.v1.Message.message_id:type_name -> magnetar.broker.v1.MessageId
+	0,  // 37: magnetar.broker.v1.ConsumerError.reason:type_name -> magnetar.broker.v1.ErrorReason
+	5,  // 38: magnetar.broker.v1.GetLastMessageIdResponse.message_id:type_name -> magnetar.broker.v1.MessageId
+	6,  // 39: magnetar.broker.v1.Broker.Lookup:input_type -> magnetar.broker.v1.LookupRequest
+	8,  // 40: magnetar.broker.v1.Broker.PartitionedMetadata:input_type -> magnetar.broker.v1.PartitionedMetadataRequest
+	10, // 41: magnetar.broker.v1.Broker.Produce:input_type -> magnetar.broker.v1.ProduceRequest
+	19, // 42: magnetar.broker.v1.Broker.Consume:input_type -> magnetar.broker.v1.ConsumeRequest
+	36, // 43: magnetar.broker.v1.Broker.GetLastMessageId:input_type -> magnetar.broker.v1.GetLastMessageIdRequest
+	7,  // 44: magnetar.broker.v1.Broker.Lookup:output_type -> magnetar.broker.v1.LookupResponse
+	9,  // 45: magnetar.broker.v1.Broker.PartitionedMetadata:output_type -> magnetar.broker.v1.PartitionedMetadataResponse
+	14, // 46: magnetar.broker.v1.Broker.Produce:output_type -> magnetar.broker.v1.ProduceResponse
+	28, // 47: magnetar.broker.v1.Broker.Consume:output_type -> magnetar.broker.v1.ConsumeResponse
+	37, // 48: magnetar.broker.v1.Broker.GetLastMessageId:output_type -> magnetar.broker.v1.GetLastMessageIdResponse
+	44, // [44:49] is the sub-list for method output_type
+	39, // [39:44] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_brokerpb_broker_proto_init() }
@@ -2635,13 +2791,15 @@ func file_brokerpb_broker_proto_init() {
 	file_brokerpb_broker_proto_msgTypes[5].OneofWrappers = []any{
 		(*ProduceRequest_Open)(nil),
 		(*ProduceRequest_Send)(nil),
+		(*ProduceRequest_Sends)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[8].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[9].OneofWrappers = []any{
 		(*ProduceResponse_Opened)(nil),
 		(*ProduceResponse_Receipt)(nil),
 		(*ProduceResponse_Error)(nil),
+		(*ProduceResponse_Receipts)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[12].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[14].OneofWrappers = []any{
 		(*ConsumeRequest_Subscribe)(nil),
 		(*ConsumeRequest_Flow)(nil),
 		(*ConsumeRequest_Ack)(nil),
@@ -2649,11 +2807,11 @@ func file_brokerpb_broker_proto_init() {
 		(*ConsumeRequest_Redeliver)(nil),
 		(*ConsumeRequest_Unsubscribe)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[19].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[21].OneofWrappers = []any{
 		(*Seek_MessageId)(nil),
 		(*Seek_PublishTimeUnixMs)(nil),
 	}
-	file_brokerpb_broker_proto_msgTypes[21].OneofWrappers = []any{
+	file_brokerpb_broker_proto_msgTypes[23].OneofWrappers = []any{
 		(*ConsumeResponse_Subscribed)(nil),
 		(*ConsumeResponse_Message)(nil),
 		(*ConsumeResponse_ActiveChange)(nil),
@@ -2668,7 +2826,7 @@ func file_brokerpb_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_brokerpb_broker_proto_rawDesc), len(file_brokerpb_broker_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
