@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# A/B of the unbatched case of `make bench-peers` in one run: for each of
+# two or more magnetar binaries, alternating, ROUNDS times each, a fresh
+# standalone with 3 bookies (3/3/2) and `perf produce --rate 0
+# --disable-batching --max-pending 500` from the same binary for SECS
+# seconds (no warm-up, as in bench-peers). Each run reports msg/s, the
+# publish p99, and the CPU time (user + system) of the producer's process
+# and of the standalone, and the standalone's CPU per message: on two
+# cores the case is CPU-bound, and both processes share them.
+#
+# Usage: scripts/bench-unbatched-ab.sh LABEL=BINARY ...
+#   e.g. scripts/bench-unbatched-ab.sh old=/tmp/magnetar-old new=.bin/magnetar
+# Env: SECS (20), ROUNDS (3), DATA_PARENT (where the data directories go).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+secs=${SECS:-20}
+rounds=${ROUNDS:-3}
+out=$root/bench/out/unbatched-ab
+mkdir -p "$out"
+url=magnetar://127.0.0.1:16650
+# shellcheck source=lib/standalone.sh
+source "$root/scripts/lib/standalone.sh"
+trap standalone_stop EXIT
+
+[[ $# -ge 1 ]] || { sed -n '2,13p' "$0"; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "needs /usr/bin/time (Debian: apt-get install time)" >&2; exit 1; }
+for arg in "$@"; do
+	[[ $arg == *=* && -x ${arg#*=} ]] || { echo "not LABEL=EXECUTABLE: $arg" >&2; exit 2; }
+done
+
+ticks=$(getconf CLK_TCK)
+cpu() { awk -v t="$ticks" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"; } # user + system, s
+
+for ((r = 1; r <= rounds; r++)); do
+	for arg in "$@"; do
+		label=${arg%%=*} bin=${arg#*=} # standalone_start runs $bin
+		standalone_start "$out/standalone-$label.log" -- --bookies 3
+		c0=$(cpu "$pid")
+		log=$out/perf-$label.log
+		/usr/bin/time -f "perf_cpu %U %S" -o "$out/time-$label.txt" \
+			"$bin" perf produce unbatched --size 1024 --rate 0 --disable-batching --max-pending 500 \
+			--time "${secs}s" --url "$url" >"$log" 2>&1
+		c1=$(cpu "$pid")
+		standalone_stop
+		summary=$(grep 'produce summary' "$log")
+		awk -v r="$r" -v l="$label" -v s="$summary" -v c0="$c0" -v c1="$c1" '
+			$1 == "perf_cpu" { pc = $2 + $3 }
+			END {
+				n = split(s, f, " ")
+				for (i = 1; i <= n; i++) {
+					if (f[i+1] == "msg/s") rate = f[i]
+					if (f[i] == "messages") msgs = f[i-1]
+					if (f[i] == "p99") p99 = f[i+1]
+				}
+				printf "round %d %s: %d msg/s, p99 %s ms, producer CPU %.2f s, standalone CPU %.2f s (%.1f µs/msg)\n",
+					r, l, rate, p99, pc, c1 - c0, (c1 - c0) * 1e6 / msgs
+			}' "$out/time-$label.txt"
+	done
+done
