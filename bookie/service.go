@@ -163,7 +163,10 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 			}
 			return err
 		}
-		start := time.Now() // the batch's adds arrived together
+		// The batch's adds arrived together: one clock reading for all.
+		// An add's latency (metrics) then includes the waits of the adds
+		// before it in the batch (budget, slots, a full queue).
+		start := time.Now()
 		for _, req := range batch.Entries {
 			a := &streamAdd{s: s, start: start, payload: req.Payload, result: bookiepb.AddResult{RequestId: req.RequestId}}
 			e, err := v.toEntry(req)

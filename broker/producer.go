@@ -66,6 +66,16 @@ func newReceipt(t *topic, seq uint64, pos mledger.Position, dup bool) *brokerpb.
 	return &r.resp
 }
 
+// nextResponse returns the next response to write of those queued, and
+// the rest: with together (the client asked for ProducerOpen's
+// receipts_together), the receipts at the front in one Receipts.
+func nextResponse(q []*brokerpb.ProduceResponse, together bool) (*brokerpb.ProduceResponse, []*brokerpb.ProduceResponse) {
+	if n := receiptsAhead(q); together && n > 1 {
+		return receiptsOf(q[:n]), q[n:]
+	}
+	return q[0], q[1:]
+}
+
 // maxReceiptsTogether caps the receipts of one Receipts response.
 const maxReceiptsTogether = 1024
 

@@ -146,12 +146,8 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 				return
 			}
 			for len(q) > 0 {
-				r := q[0]
-				if n := receiptsAhead(q); n > 1 && open.ReceiptsTogether {
-					r, q = receiptsOf(q[:n]), q[n:]
-				} else {
-					q = q[1:]
-				}
+				var r *brokerpb.ProduceResponse
+				r, q = nextResponse(q, open.ReceiptsTogether)
 				if err := stream.Send(r); err != nil {
 					sendDone <- err
 					return
@@ -230,7 +226,7 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 				one[0] = r.Send
 				sends = one[:]
 			case *brokerpb.ProduceRequest_Sends:
-				sends = r.Sends.GetSends()
+				sends = r.Sends.GetSends() // the codec refused more than wirecodec.MaxSends
 			}
 			if len(sends) == 0 || slices.Contains(sends, nil) {
 				for _, send := range sends {

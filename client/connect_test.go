@@ -534,8 +534,13 @@ func TestSendsTogetherOnlyToABrokerThatTakesThem(t *testing.T) {
 			}
 			pp.sendMu.Unlock()
 			for i := range n {
-				if got := <-acked; got != fmt.Sprint(i) {
-					t.Fatalf("acknowledgement %d is of message %s", i, got)
+				select {
+				case got := <-acked:
+					if got != fmt.Sprint(i) {
+						t.Fatalf("acknowledgement %d is of message %s", i, got)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("%d of %d messages acknowledged", i, n)
 				}
 			}
 			stored := f.stored()
@@ -561,5 +566,46 @@ func TestSendsTogetherOnlyToABrokerThatTakesThem(t *testing.T) {
 				t.Fatalf("sends per request %v to a broker that takes one at a time", reqs)
 			}
 		})
+	}
+}
+
+// Sends together stay under what the broker's transport takes (its
+// maximum message size plus 1 MiB) when the messages' metadata, not their
+// payloads, make them large: what is counted is each send's encoding.
+func TestSendsTogetherCountTheirMetadata(t *testing.T) {
+	f := startFakeBroker(t, fakeOptions{together: true}) // takes requests of up to 2 MiB
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pp := p.(*producer).parts[0]
+	pp.sendMu.Lock()
+	const n = 60 // 60 x 40 KiB of properties: 2.4 MB in one request
+	big := map[string]string{"k": strings.Repeat("v", 40<<10)}
+	errs := make(chan error, n)
+	for i := range n {
+		p.SendAsync(ctxT(t), &ProducerMessage{Payload: []byte{byte(i)}, Properties: big}, func(_ MessageID, _ *ProducerMessage, err error) {
+			errs <- err
+		})
+	}
+	pp.sendMu.Unlock()
+	for i := range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of %d messages acknowledged", i, n)
+		}
+	}
+	if got := len(f.stored()); got != n {
+		t.Fatalf("%d stored, want %d", got, n)
+	}
+	reqs, _ := f.requests()
+	if len(reqs) < 3 {
+		t.Fatalf("sends per request %v: 2.4 MB of sends in fewer than 3 requests of at most 1 MiB", reqs)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/proto/brokerpb"
@@ -99,6 +100,8 @@ type pendingBatch struct {
 	sending bool
 	// done: acknowledged or failed; a done batch is not sent again.
 	done bool
+	// wire is req's size as one of the sends of a Sends request.
+	wire int
 }
 
 // finishLocked marks b done (acknowledged or failed) and gives its
@@ -327,7 +330,9 @@ func (pp *partitionProducer) flushLocked() {
 		}()
 		return
 	}
-	b := &pendingBatch{msgs: msgs, req: req, created: time.Now(), buf: buf}
+	// Its size in a Sends: field 1, the length, the Send.
+	wire := protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(req))
+	b := &pendingBatch{msgs: msgs, req: req, created: time.Now(), buf: buf, wire: wire}
 	pp.mu.pending = append(pp.mu.pending, b)
 	pp.mu.outbox = append(pp.mu.outbox, b)
 	select {
@@ -438,9 +443,9 @@ func (pp *partitionProducer) encode(msgs []*pendingMsg) (_ *brokerpb.Send, buf [
 }
 
 // sendLoop writes queued batches to the current stream: to a broker
-// that takes them together, every batch queued (up to maxSendsTogether
-// and maxSendsTogetherBytes of payload, a larger one alone) in one
-// request, as the messages of a binary protocol share a TCP write.
+// that takes them together, every batch queued (up to maxSendsTogether,
+// and maxSendsTogetherBytes encoded unless the first alone is larger) in
+// one request, as the messages of a binary protocol share a TCP write.
 func (pp *partitionProducer) sendLoop() {
 	var taken []*pendingBatch
 	for {
@@ -453,10 +458,10 @@ func (pp *partitionProducer) sendLoop() {
 			pp.mu.Lock()
 			stream, together := pp.mu.stream, pp.mu.together
 			taken = taken[:0]
-			bytes := 0
+			size := 0
 			for stream != nil && len(pp.mu.outbox) > 0 {
 				b := pp.mu.outbox[0]
-				if len(taken) > 0 && (!together || len(taken) == maxSendsTogether || bytes+len(b.req.Payload) > maxSendsTogetherBytes) {
+				if len(taken) > 0 && (!together || len(taken) == maxSendsTogether || size+b.wire > maxSendsTogetherBytes) {
 					break
 				}
 				pp.mu.outbox = pp.mu.outbox[1:]
@@ -465,7 +470,7 @@ func (pp *partitionProducer) sendLoop() {
 				}
 				b.sending = true
 				taken = append(taken, b)
-				bytes += len(b.req.Payload)
+				size += b.wire
 			}
 			pp.mu.Unlock()
 			if len(taken) == 0 {
@@ -497,8 +502,10 @@ func (pp *partitionProducer) sendLoop() {
 }
 
 // Caps on the sends of one request to a broker that takes them together:
-// with the broker's transport taking its maximum message size plus 1 MiB,
-// sends past the first add at most 1 MiB.
+// the broker takes at most 1024 (wirecodec.MaxSends), and its transport
+// its maximum message size plus 1 MiB, so sends of at most 1 MiB
+// encoded together, or a larger one alone (within the maximum message
+// size), always pass.
 const (
 	maxSendsTogether      = 1024
 	maxSendsTogetherBytes = 1 << 20

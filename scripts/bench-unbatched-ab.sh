@@ -3,7 +3,8 @@
 # two or more magnetar binaries, alternating, ROUNDS times each, a fresh
 # standalone with 3 bookies (3/3/2) and `perf produce --rate 0
 # --disable-batching --max-pending 500` from the same binary for SECS
-# seconds (no warm-up, as in bench-peers). Each run reports msg/s, the
+# seconds, without the 30 s at the maximum rate that precede the case in
+# bench-peers (which gives it a warmer start). Each run reports msg/s, the
 # publish p99, and the CPU time (user + system) of the producer's process
 # and of the standalone, and the standalone's CPU per message: on two
 # cores the case is CPU-bound, and both processes share them.
@@ -40,7 +41,7 @@ for ((r = 1; r <= rounds; r++)); do
 		log=$out/perf-$label.log
 		/usr/bin/time -f "perf_cpu %U %S" -o "$out/time-$label.txt" \
 			"$bin" perf produce unbatched --size 1024 --rate 0 --disable-batching --max-pending 500 \
-			--time "${secs}s" --url "$url" >"$log" 2>&1
+			--time "${secs}s" --url "$url" >"$log" 2>&1 || true # failed sends: counted below
 		c1=$(cpu "$pid")
 		standalone_stop
 		summary=$(grep 'produce summary' "$log")
@@ -52,9 +53,10 @@ for ((r = 1; r <= rounds; r++)); do
 					if (f[i+1] == "msg/s") rate = f[i]
 					if (f[i] == "messages") msgs = f[i-1]
 					if (f[i] == "p99") p99 = f[i+1]
+					if (f[i] == "errors") errs = f[i+1]
 				}
-				printf "round %d %s: %d msg/s, p99 %s ms, producer CPU %.2f s, standalone CPU %.2f s (%.1f µs/msg)\n",
-					r, l, rate, p99, pc, c1 - c0, (c1 - c0) * 1e6 / msgs
+				printf "round %d %s: %d msg/s, p99 %s ms, errors %s, producer CPU %.2f s, standalone CPU %.2f s (%.1f µs/msg)\n",
+					r, l, rate, p99, errs, pc, c1 - c0, (msgs > 0 ? (c1 - c0) * 1e6 / msgs : 0)
 			}' "$out/time-$label.txt"
 	done
 done

@@ -62,7 +62,9 @@ type Config struct {
 	// its writer until the ledger is closed).
 	WriterLease func() int64
 	// DialOptions are added to the bookie connections' own: TLS and
-	// credentials (internal/auth.Peer). Default plaintext, none.
+	// credentials (internal/auth.Peer). Default plaintext, none. They must
+	// not force another codec: the add streams send messages only the
+	// client's own codec encodes (addBatch).
 	DialOptions []grpc.DialOption
 	// Logger; nil discards.
 	Logger *zap.Logger

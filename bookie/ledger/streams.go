@@ -60,7 +60,8 @@ type streamConn struct {
 	}
 }
 
-// addDone is told the outcome of one add to one bookie.
+// addDone is told the outcome of one add to one bookie: called exactly
+// once, never under a lock of the stream's, and must not block.
 type addDone interface{ addDone(err error) }
 
 // addFunc is a function as an addDone.

@@ -20,10 +20,11 @@
 // The contract: a server that decoded a payload with this codec hands it
 // back with Release after its last use of it: the bookie in the add's
 // completion callback (the storage has copied it and answered), the
-// broker at the end of the receive loop's iteration, on each way out of
-// it (publish has encoded the entry, a copy, or the send was refused). A
-// payload not released (a stream ending early) is only garbage, as
-// before; one released too early is another message's bytes. With
+// broker once it is done with each send, on each way out (publish has
+// encoded the entry, a copy, or the send was refused), and, when a
+// request's sends are cut short (the stream ends), for each send it did
+// not take. A payload not released (a stream ending early) is only
+// garbage, as before; one released too early is another message's bytes. With
 // MAGNETAR_POISON_RELEASED=1 in the environment, released buffers are
 // overwritten first, which turns a release too early into corrupt data or
 // a checksum failure in tests.
@@ -42,6 +43,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"sync"
@@ -77,6 +79,14 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.base.Unmarshal(data, v)
 }
 
+// MaxSends is the most sends a ProduceRequest's Sends may hold
+// (broker.proto); the SDK sends at most as many (client.maxSendsTogether).
+const MaxSends = 1024
+
+// ErrTooManySends: a Sends of more than MaxSends sends, refused without
+// decoding it (the stream ends with it).
+var ErrTooManySends = errors.New("too many sends in one request")
+
 // errFallback makes a decoder give the message to protobuf.
 var errFallback = errors.New("wirecodec: left to protobuf")
 
@@ -87,6 +97,9 @@ func pooled[M proto.Message](c codec, data mem.BufferSlice, m M, decode func(*sc
 	if err := decode(&sc, m); err != nil {
 		releaseAll(m)
 		proto.Reset(m)
+		if !errors.Is(err, errFallback) {
+			return err // refused outright: not worth decoding at all
+		}
 		return c.base.Unmarshal(data, m)
 	}
 	return nil
@@ -279,6 +292,11 @@ func decodeProduce(s *scanner, m *brokerpb.ProduceRequest) error {
 	n, ok := countMessages(*s)
 	if !ok {
 		return errFallback
+	}
+	if n > MaxSends {
+		// Counted before anything is allocated: 3 million empty sends
+		// fit in a request the transport takes.
+		return fmt.Errorf("%w: %d sends in one request, at most %d", ErrTooManySends, n, MaxSends)
 	}
 	parts := make([]sendParts, n)
 	sends := &brokerpb.Sends{Sends: make([]*brokerpb.Send, 0, n)}

@@ -2,6 +2,7 @@ package wirecodec
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -469,4 +470,30 @@ func FuzzProduce(f *testing.F) {
 			Release(p)
 		}
 	})
+}
+
+// A Sends of more than MaxSends sends is refused before anything is
+// allocated for it, protobuf included: empty sends are 2 bytes each, and
+// millions fit in a request the transport takes.
+func TestTooManySendsRefused(t *testing.T) {
+	var sends []byte
+	for range MaxSends + 1 {
+		sends = protowire.AppendBytes(protowire.AppendTag(sends, 1, protowire.BytesType), nil)
+	}
+	wire := protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), sends)
+	got := &brokerpb.ProduceRequest{}
+	err := Codec().Unmarshal(split(wire, 1), got)
+	if !errors.Is(err, ErrTooManySends) || got.Request != nil {
+		t.Fatalf("%d sends: %v, %v; want ErrTooManySends and nothing decoded", MaxSends+1, err, got.Request)
+	}
+	// At the cap, decoded as protobuf decodes it.
+	atCap := protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), sends[2:])
+	want := &brokerpb.ProduceRequest{}
+	if err := proto.Unmarshal(atCap, want); err != nil {
+		t.Fatal(err)
+	}
+	got = &brokerpb.ProduceRequest{}
+	if err := Codec().Unmarshal(split(atCap, 1), got); err != nil || !proto.Equal(got, want) || len(got.GetSends().GetSends()) != MaxSends {
+		t.Fatalf("%d sends: %v, %d decoded", MaxSends, err, len(got.GetSends().GetSends()))
+	}
 }

@@ -692,7 +692,8 @@ type ProduceRequest_Send struct {
 
 type ProduceRequest_Sends struct {
 	// Several sends in one message, taken in order as if sent one by one:
-	// only to a broker whose ProducerOpened has sends_together.
+	// only to a broker whose ProducerOpened has sends_together; at most
+	// 1024 (a broker ends the stream on more).
 	Sends *Sends `protobuf:"bytes,3,opt,name=sends,proto3,oneof"`
 }
 

@@ -170,3 +170,28 @@ func TestCacheEvictionKeepsNoArray(t *testing.T) {
 		t.Fatalf("holding %d entries in arrays of %d and %d", l.entries.len(), cap(l.entries.s), cap(c.mu.queue.s))
 	}
 }
+
+// TestCacheShrinksAfterABurst: a topic that wrote a burst and then trickles
+// while others fill the cache gives up the array the burst grew.
+func TestCacheShrinksAfterABurst(t *testing.T) {
+	const n = 100000
+	c := NewCache(n * 10)
+	for e := range int64(n) {
+		c.Put("a", Position{1, e}, make([]byte, 10))
+	}
+	for e := range int64(n) {
+		c.Put("b", Position{1, e}, make([]byte, 10))
+		if e%1000 == 0 {
+			c.Put("a", Position{1, n + e}, make([]byte, 10)) // a trickles on
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.mu.mls["a"]
+	if a == nil || a.entries.len() == 0 {
+		t.Fatal("a's trickle was evicted: the test needs it kept")
+	}
+	if got := cap(a.entries.s); got > 4*a.entries.len()+minShrink {
+		t.Fatalf("a holds %d entries in an array of %d", a.entries.len(), got)
+	}
+}
