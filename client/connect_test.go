@@ -503,6 +503,20 @@ func closeInBackground(p Producer) <-chan struct{} {
 	return closed
 }
 
+// unbatchedProducer starts a fake broker and a producer on it without
+// batching, closed at the end of the test; pp is its partition's.
+func unbatchedProducer(t *testing.T, o fakeOptions) (*fakeBroker, Producer, *partitionProducer) {
+	t.Helper()
+	f := startFakeBroker(t, o)
+	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
+	p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return f, p, p.(*producer).parts[0]
+}
+
 // Sends queued while the sender writes go out together in one request to
 // a broker that takes them (ProducerOpened.sends_together), and their
 // receipts come back in one Receipts; to a broker that does not say so (an
@@ -511,14 +525,7 @@ func closeInBackground(p Producer) <-chan struct{} {
 func TestSendsTogetherOnlyToABrokerThatTakesThem(t *testing.T) {
 	for _, together := range []bool{false, true} {
 		t.Run(fmt.Sprintf("together=%v", together), func(t *testing.T) {
-			f := startFakeBroker(t, fakeOptions{together: together})
-			c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
-			p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			pp := p.(*producer).parts[0]
+			f, p, pp := unbatchedProducer(t, fakeOptions{together: together})
 			// Hold the sender at its write: what is sent meanwhile
 			// queues, and goes out at once when released.
 			pp.sendMu.Lock()
@@ -573,14 +580,7 @@ func TestSendsTogetherOnlyToABrokerThatTakesThem(t *testing.T) {
 // maximum message size plus 1 MiB) when the messages' metadata, not their
 // payloads, make them large: what is counted is each send's encoding.
 func TestSendsTogetherCountTheirMetadata(t *testing.T) {
-	f := startFakeBroker(t, fakeOptions{together: true}) // takes requests of up to 2 MiB
-	c := newTestClient(t, ClientOptions{URL: "magnetar://" + f.addr})
-	p, err := c.CreateProducer(ProducerOptions{Topic: "t", DisableBatching: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	pp := p.(*producer).parts[0]
+	f, p, pp := unbatchedProducer(t, fakeOptions{together: true}) // takes requests of up to 2 MiB
 	pp.sendMu.Lock()
 	const n = 60 // 60 x 40 KiB of properties: 2.4 MB in one request
 	big := map[string]string{"k": strings.Repeat("v", 40<<10)}
