@@ -70,7 +70,10 @@ func newReceipt(t *topic, seq uint64, pos mledger.Position, dup bool) *brokerpb.
 // the rest: with together (the client asked for ProducerOpen's
 // receipts_together), the receipts at the front in one Receipts.
 func nextResponse(q []*brokerpb.ProduceResponse, together bool) (*brokerpb.ProduceResponse, []*brokerpb.ProduceResponse) {
-	if n := receiptsAhead(q); together && n > 1 {
+	if !together { // an older client: nothing to count ahead
+		return q[0], q[1:]
+	}
+	if n := receiptsAhead(q); n > 1 {
 		return receiptsOf(q[:n]), q[n:]
 	}
 	return q[0], q[1:]
