@@ -10,9 +10,11 @@ import (
 )
 
 // producer is one producer connection (a Produce stream). Its responses
-// go out in the order of its sends. After its first failed send it refuses
-// every later one: the client reconnects and resends from the failure, so
-// that the producer's messages stay in order in the topic.
+// go out in the order of its sends, whatever order they are decided in: a
+// send refused at once waits for the answers of the sends taken before it
+// (take, answer). After its first failed send it refuses every later one:
+// the client reconnects and resends from the failure, so that the
+// producer's messages stay in order in the topic.
 type producer struct {
 	name         string
 	t            *topic
@@ -26,6 +28,13 @@ type producer struct {
 
 	mu struct {
 		sync.Mutex
+		// window holds the answers of the responses taken and not yet
+		// queued, in the order taken, nil while undecided: window[0] is
+		// ticket base's. Answered ones at its front move to queue, which
+		// the sender takes (next): so a response is queued only after
+		// every one taken before it.
+		window []*brokerpb.ProduceResponse
+		base   uint64
 		queue  []*brokerpb.ProduceResponse
 		failed bool
 		err    error // disconnected
@@ -36,17 +45,47 @@ func newProducer(name string) *producer {
 	return &producer{name: name, signal: make(chan struct{}, 1), gone: make(chan struct{})}
 }
 
-func (p *producer) push(r *brokerpb.ProduceResponse) {
+// take reserves the place of the next response (a send's answer, told
+// later with answer): it goes out after the responses of every take
+// before it.
+func (p *producer) take() uint64 {
 	p.mu.Lock()
-	if p.mu.err == nil {
-		p.mu.queue = append(p.mu.queue, r)
+	defer p.mu.Unlock()
+	p.mu.window = append(p.mu.window, nil)
+	return p.mu.base + uint64(len(p.mu.window)) - 1
+}
+
+// answer decides ticket's response (from take): r, queued once the
+// responses taken before it are. Dropped once the producer is
+// disconnected.
+func (p *producer) answer(ticket uint64, r *brokerpb.ProduceResponse) {
+	p.mu.Lock()
+	if p.mu.err != nil {
+		p.mu.Unlock()
+		return
 	}
+	w := p.mu.window
+	w[ticket-p.mu.base] = r
+	n := 0
+	for n < len(w) && w[n] != nil {
+		n++
+	}
+	if n == 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.queue = append(p.mu.queue, w[:n]...)
+	clear(w[:n])
+	p.mu.window, p.mu.base = w[n:], p.mu.base+uint64(n)
 	p.mu.Unlock()
 	select {
 	case p.signal <- struct{}{}:
 	default:
 	}
 }
+
+// push queues r after the responses taken so far.
+func (p *producer) push(r *brokerpb.ProduceResponse) { p.answer(p.take(), r) }
 
 // receiptParts are the messages of a send's receipt, allocated at once.
 type receiptParts struct {
@@ -101,13 +140,14 @@ func receiptsOf(q []*brokerpb.ProduceResponse) *brokerpb.ProduceResponse {
 	return &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipts{Receipts: &brokerpb.Receipts{Receipts: rs}}}
 }
 
-// fail marks the producer failed and queues the send error.
-func (p *producer) fail(seq uint64, err error) {
+// fail marks the producer failed and answers ticket (the send seq's) with
+// the send error.
+func (p *producer) fail(ticket, seq uint64, err error) {
 	reason, _, _ := reasonOf(err)
 	p.mu.Lock()
 	p.mu.failed = true
 	p.mu.Unlock()
-	p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Error{Error: &brokerpb.SendError{SequenceId: seq, Reason: reason, Message: err.Error()}}})
+	p.answer(ticket, &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Error{Error: &brokerpb.SendError{SequenceId: seq, Reason: reason, Message: err.Error()}}})
 }
 
 func (p *producer) hasFailed() bool {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -65,5 +66,59 @@ func TestNextResponse(t *testing.T) {
 		if g := strings.Join(got, " "); g != want {
 			t.Errorf("together=%v: %s, want %s", together, g, want)
 		}
+	}
+}
+
+// A producer's responses are queued in the order their sends were taken,
+// whatever order they are decided in: a send refused at once waits for
+// the sends before it, still being stored; nothing is queued after the
+// producer is disconnected.
+func TestResponsesInSendOrder(t *testing.T) {
+	receipt := func(seq uint64) *brokerpb.ProduceResponse {
+		return &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{SequenceId: seq}}}
+	}
+	p := newProducer("p")
+	// queued returns the sequence ids queued since the last call.
+	queued := func() string {
+		p.mu.Lock()
+		q := p.mu.queue
+		p.mu.queue = nil
+		p.mu.Unlock()
+		var got []string
+		for _, r := range q {
+			switch x := r.Response.(type) {
+			case *brokerpb.ProduceResponse_Receipt:
+				got = append(got, fmt.Sprint(x.Receipt.SequenceId))
+			case *brokerpb.ProduceResponse_Error:
+				got = append(got, fmt.Sprintf("%d:%v", x.Error.SequenceId, x.Error.Reason))
+			default:
+				got = append(got, "opened")
+			}
+		}
+		return strings.Join(got, " ")
+	}
+	p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{}}})
+	first, second, third := p.take(), p.take(), p.take()
+	p.fail(second, 2, errorf(ErrMessageTooLarge, "too large"))
+	p.fail(third, 3, errorf(ErrServiceNotReady, "after a failure"))
+	if got := queued(); got != "opened" {
+		t.Fatalf("queued %q before the first send is stored; want only the opening", got)
+	}
+	p.answer(first, receipt(1))
+	if got, want := queued(), "1 2:MESSAGE_TOO_LARGE 3:SERVICE_NOT_READY"; got != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+	// Out of order again, further on: the window slid.
+	fourth, fifth := p.take(), p.take()
+	p.answer(fifth, receipt(5))
+	p.answer(fourth, receipt(4))
+	if got := queued(); got != "4 5" {
+		t.Fatalf("queued %q, want 4 5", got)
+	}
+	sixth := p.take()
+	p.disconnect(errors.New("gone"))
+	p.answer(sixth, receipt(6))
+	if got := queued(); got != "" {
+		t.Fatalf("queued %q after the producer was disconnected", got)
 	}
 }

@@ -1151,33 +1151,36 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 		return
 	}
 	p := pp.p
+	// Its answer goes out after those of the sends before it, even when
+	// it is decided first (refused here, or by publishEntry at once).
+	ticket := p.take()
 	if p.hasFailed() {
-		p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
+		p.fail(ticket, seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
 		return
 	}
 	md, body, err := entry.Decode(payload)
 	if err != nil {
-		p.fail(seq, errorf(ErrChecksum, "sequence id %d: %v", seq, err))
+		p.fail(ticket, seq, errorf(ErrChecksum, "sequence id %d: %v", seq, err))
 		return
 	}
 	if len(body) > pc.s.cfg.MaxMessageSize {
-		p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(body), pc.s.cfg.MaxMessageSize))
+		p.fail(ticket, seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(body), pc.s.cfg.MaxMessageSize))
 		return
 	}
 	select {
 	case pc.inflight <- struct{}{}:
 	case <-pc.ctx.Done():
-		return
+		return // the connection is ending: nothing more goes out
 	}
 	send := &brokerpb.Send{SequenceId: seq, HighestSequenceId: c.GetHighestSequenceId(), Metadata: md, Payload: body}
 	pp.pending.add()
 	pp.t.publishEntry(pc.ctx, p, send, payload, func(pos mledger.Position, dup bool, err error) {
 		defer func() { <-pc.inflight; pp.pending.done() }()
 		if err != nil {
-			p.fail(seq, err)
+			p.fail(ticket, seq, err)
 			return
 		}
-		p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
+		p.answer(ticket, &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{
 			SequenceId: seq, MessageId: pp.t.messageID(pos, -1, 0), Duplicate: dup,
 		}}})
 	})

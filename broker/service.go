@@ -180,25 +180,28 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		// client would store it again. (A topic unload does not wait:
 		// sends in flight then are resent, deduplicated only with
 		// deduplication on, as in Pulsar.)
+		// Its answer goes out after those of the sends before it, even
+		// when it is decided first (refused here, or by publish at once).
+		ticket := p.take()
 		if p.hasFailed() {
 			wirecodec.Release(send.Payload)
-			p.fail(seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
+			p.fail(ticket, seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
 			<-pending
 			return nil
 		}
 		if size := len(send.Payload); size > v.s.cfg.MaxMessageSize {
 			wirecodec.Release(send.Payload)
-			p.fail(seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
+			p.fail(ticket, seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
 			<-pending
 			return nil
 		}
 		t.publish(ctx, p, send, func(pos mledger.Position, dup bool, err error) {
 			defer func() { <-pending }()
 			if err != nil {
-				p.fail(seq, err)
+				p.fail(ticket, seq, err)
 				return
 			}
-			p.push(newReceipt(t, seq, pos, dup))
+			p.answer(ticket, newReceipt(t, seq, pos, dup))
 		})
 		// publish copied the payload into the entry before returning
 		// (or refused it): the pooled buffer goes back.
