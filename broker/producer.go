@@ -25,6 +25,13 @@ type producer struct {
 
 	signal chan struct{}
 	gone   chan struct{}
+	// slots, if set, holds a slot per send taken, taken before it is
+	// (by the Produce handler) and given back by sendLoop once its answer
+	// is written: it bounds the sends being stored and the answers
+	// waiting for a client that does not read them. (The Pulsar
+	// protocol's producers have none: their connection bounds what is
+	// in flight.)
+	slots chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -116,6 +123,42 @@ func nextResponse(q []*brokerpb.ProduceResponse, together bool) (*brokerpb.Produ
 		return receiptsOf(q[:n]), q[n:]
 	}
 	return q[0], q[1:]
+}
+
+// sendLoop writes the queued responses with send, in order (receipts
+// together when the client asked), giving back each answered send's slot
+// once its answer is written, until the producer is disconnected and
+// nothing is left to write, or send fails.
+func (p *producer) sendLoop(send func(*brokerpb.ProduceResponse) error, together bool) error {
+	for {
+		q, err := p.next()
+		if err != nil {
+			return err
+		}
+		for len(q) > 0 {
+			var r *brokerpb.ProduceResponse
+			r, q = nextResponse(q, together)
+			if err := send(r); err != nil {
+				return err
+			}
+			if p.slots != nil {
+				for range sendsAnswered(r) {
+					<-p.slots
+				}
+			}
+		}
+	}
+}
+
+// sendsAnswered counts the sends r answers.
+func sendsAnswered(r *brokerpb.ProduceResponse) int {
+	switch x := r.Response.(type) {
+	case *brokerpb.ProduceResponse_Receipt, *brokerpb.ProduceResponse_Error:
+		return 1
+	case *brokerpb.ProduceResponse_Receipts:
+		return len(x.Receipts.GetReceipts())
+	}
+	return 0
 }
 
 // maxReceiptsTogether caps the receipts of one Receipts response.

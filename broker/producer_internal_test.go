@@ -122,3 +122,75 @@ func TestResponsesInSendOrder(t *testing.T) {
 		t.Fatalf("queued %q after the producer was disconnected", got)
 	}
 }
+
+// A send's slot is given back only once its answer is written: answers a
+// client does not read hold their slots, and the broker takes no more of
+// its sends (the Produce handler takes a slot before each send).
+func TestSlotsHeldUntilAnswersWritten(t *testing.T) {
+	p := newProducer("p")
+	p.slots = make(chan struct{}, 2)
+	// free counts the slots free now.
+	free := func() int {
+		n := 0
+		for {
+			select {
+			case p.slots <- struct{}{}:
+				n++
+				continue
+			default:
+			}
+			break
+		}
+		for range n {
+			<-p.slots
+		}
+		return n
+	}
+	p.push(&brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Opened{Opened: &brokerpb.ProducerOpened{}}})
+	p.slots <- struct{}{}
+	first := p.take()
+	p.slots <- struct{}{}
+	second := p.take()
+	p.answer(first, &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{SequenceId: 1}}})
+	p.fail(second, 2, errorf(ErrMessageTooLarge, "too large"))
+	if n := free(); n != 0 {
+		t.Fatalf("%d slots free with both answers unwritten", n)
+	}
+	written, gate := make(chan *brokerpb.ProduceResponse), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- p.sendLoop(func(r *brokerpb.ProduceResponse) error {
+			written <- r
+			<-gate
+			return nil
+		}, true)
+	}()
+	// Each write is seen before it returns; the slots are checked there.
+	for i, want := range []struct {
+		what string
+		free int // slots free while it is being written
+	}{{"opened", 0}, {"receipt", 0}, {"error", 1}} {
+		r := <-written
+		got := "opened"
+		switch r.Response.(type) {
+		case *brokerpb.ProduceResponse_Receipt:
+			got = "receipt"
+		case *brokerpb.ProduceResponse_Error:
+			got = "error"
+		}
+		if got != want.what {
+			t.Fatalf("write %d: %s, want %s", i, got, want.what)
+		}
+		if n := free(); n != want.free {
+			t.Fatalf("writing the %s: %d slots free, want %d", got, n, want.free)
+		}
+		gate <- struct{}{}
+	}
+	p.disconnect(errors.New("gone"))
+	if err := <-done; err == nil {
+		t.Fatal("sendLoop returned nil after the producer was disconnected")
+	}
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free once every answer was written, want 2", n)
+	}
+}

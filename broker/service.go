@@ -34,10 +34,14 @@ const (
 	defaultReceiverQueue = 1000
 	maxReceiverQueue     = 100000
 	maxNameLength        = naming.MaxLength
-	// maxPendingSends bounds a producer's sends being stored; past it the
-	// broker stops reading its stream (flow control holds the client).
-	maxPendingSends = 10000
 )
+
+// maxPendingSends bounds a producer's sends taken and not yet answered on
+// the stream: being stored, or answered and waiting to be written (a
+// client that does not read its answers). Past it the broker stops
+// reading the stream (flow control holds the client). A variable for
+// tests.
+var maxPendingSends = 10000
 
 func parseTopic(s string) (topicname.Name, error) {
 	return topicname.Parse(s)
@@ -129,6 +133,7 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	}
 	p := newProducer(open.ProducerName)
 	p.t = t
+	p.slots = make(chan struct{}, maxPendingSends)
 	if err := t.addProducer(p); err != nil {
 		return err
 	}
@@ -137,25 +142,12 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		ProducerName: p.name, LastSequenceId: p.lastSequence, MaxMessageSize: uint32(v.s.cfg.MaxMessageSize),
 		SendsTogether: true}}})
 
+	// p.slots holds a slot per send taken, from before it is taken until
+	// its answer is written (sendLoop): answers a client does not read
+	// stop the broker taking more sends rather than pile up.
+	pending := p.slots
 	sendDone := make(chan error, 1)
-	go func() {
-		for {
-			q, err := p.next()
-			if err != nil {
-				sendDone <- err
-				return
-			}
-			for len(q) > 0 {
-				var r *brokerpb.ProduceResponse
-				r, q = nextResponse(q, open.ReceiptsTogether)
-				if err := stream.Send(r); err != nil {
-					sendDone <- err
-					return
-				}
-			}
-		}
-	}()
-	pending := make(chan struct{}, maxPendingSends)
+	go func() { sendDone <- p.sendLoop(stream.Send, open.ReceiptsTogether) }()
 	recvErr := make(chan error, 1)
 	// take publishes one send, or answers it with an error; an error of
 	// its own ends the stream (the payload released either way).
@@ -172,13 +164,13 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 			<-pending
 			return io.EOF // the handler is returning: take nothing more
 		}
-		// A send's slot is released only after its answer is queued:
-		// a stream ended by its token's expiry or by the client holds
-		// every slot before it disconnects the producer (which drops
-		// what is queued after), so every send taken is answered.
-		// Released first, a stored send could go unanswered and the
-		// client would store it again. (A topic unload does not wait:
-		// sends in flight then are resent, deduplicated only with
+		// A send's slot is released only after its answer is written
+		// (by the sender): a stream ended by its token's expiry or by
+		// the client holds every slot before it disconnects the producer
+		// (which drops what is queued after), so every send taken is
+		// answered. Released first, a stored send could go unanswered
+		// and the client would store it again. (A topic unload does not
+		// wait: sends in flight then are resent, deduplicated only with
 		// deduplication on, as in Pulsar.)
 		// Its answer goes out after those of the sends before it, even
 		// when it is decided first (refused here, or by publish at once).
@@ -186,17 +178,14 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		if p.hasFailed() {
 			wirecodec.Release(send.Payload)
 			p.fail(ticket, seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
-			<-pending
 			return nil
 		}
 		if size := len(send.Payload); size > v.s.cfg.MaxMessageSize {
 			wirecodec.Release(send.Payload)
 			p.fail(ticket, seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", size, v.s.cfg.MaxMessageSize))
-			<-pending
 			return nil
 		}
 		t.publish(ctx, p, send, func(pos mledger.Position, dup bool, err error) {
-			defer func() { <-pending }()
 			if err != nil {
 				p.fail(ticket, seq, err)
 				return
@@ -253,32 +242,34 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	// fresh one.
 	expired, stopExpiry := auth.ExpiryTimer(ctx)
 	defer stopExpiry()
-	select {
-	case <-expired:
-		// As below: every send taken is answered before the stream ends
-		// (holding every pending slot stops the receiver taking more);
-		// what the client sent after is not stored, and it resends it.
+	// answered waits until every send taken is answered on the stream
+	// (holding every pending slot stops the receiver taking more), the
+	// sender ends (the stream broke, or the topic disconnected the
+	// producer: later answers are dropped) or the stream does, then
+	// disconnects the producer and returns the sender's error.
+	answered := func() error {
 		for i := 0; i < cap(pending); i++ {
 			select {
 			case pending <- struct{}{}:
+			case err := <-sendDone:
+				p.disconnect(io.EOF)
+				return err
 			case <-ctx.Done():
 				i = cap(pending)
 			}
 		}
 		p.disconnect(io.EOF)
-		<-sendDone
+		return <-sendDone
+	}
+	select {
+	case <-expired:
+		// As below: every send taken is answered before the stream ends;
+		// what the client sent after is not stored, and it resends it.
+		answered()
 		return auth.ExpiredError(auth.Expiry(ctx))
 	case err := <-recvErr:
 		// Answer what was taken before ending the stream.
-		for i := 0; i < cap(pending); i++ {
-			select {
-			case pending <- struct{}{}:
-			case <-ctx.Done():
-				i = cap(pending)
-			}
-		}
-		p.disconnect(io.EOF)
-		if serr := <-sendDone; serr != nil && !errors.Is(serr, io.EOF) && err == io.EOF {
+		if serr := answered(); serr != nil && !errors.Is(serr, io.EOF) && err == io.EOF {
 			return serr
 		}
 		if err == io.EOF {
