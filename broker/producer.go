@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"sync"
 	"unicode/utf8"
 
@@ -25,12 +26,12 @@ type producer struct {
 
 	signal chan struct{}
 	gone   chan struct{}
-	// slots, if set, holds a slot per send taken, taken before it is
-	// (by the Produce handler) and given back by sendLoop once its answer
-	// is written: it bounds the sends being stored and the answers
-	// waiting for a client that does not read them. (The Pulsar
-	// protocol's producers have none: their connection bounds what is
-	// in flight.)
+	// slots holds a slot per send taken: taken before it is (by the
+	// Produce handler, or the Pulsar connection's publish) and given back
+	// once its answer is written (sendLoop) or handed to the connection's
+	// writer (the Pulsar pump). It bounds the sends being stored and the
+	// answers waiting, behind an earlier send or for a client that does
+	// not read them.
 	slots chan struct{}
 
 	mu struct {
@@ -48,8 +49,30 @@ type producer struct {
 	}
 }
 
-func newProducer(name string) *producer {
-	return &producer{name: name, signal: make(chan struct{}, 1), gone: make(chan struct{})}
+func newProducer(name string, maxPending int) *producer {
+	return &producer{name: name, signal: make(chan struct{}, 1), gone: make(chan struct{}), slots: make(chan struct{}, maxPending)}
+}
+
+// acquire takes a slot for a send, waiting while every slot is held;
+// false if ctx ends or the producer is disconnected first (its sends are
+// dropped: the client sends them again).
+func (p *producer) acquire(ctx context.Context) bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	case <-p.gone:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// release gives back the slots of the sends r answers, once r is written
+// or handed to the writer.
+func (p *producer) release(r *brokerpb.ProduceResponse) {
+	for range sendsAnswered(r) {
+		<-p.slots
+	}
 }
 
 // take reserves the place of the next response (a send's answer, told
@@ -58,6 +81,9 @@ func newProducer(name string) *producer {
 func (p *producer) take() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.mu.err != nil {
+		return 0 // disconnected: answers are dropped
+	}
 	p.mu.window = append(p.mu.window, nil)
 	return p.mu.base + uint64(len(p.mu.window)) - 1
 }
@@ -141,11 +167,7 @@ func (p *producer) sendLoop(send func(*brokerpb.ProduceResponse) error, together
 			if err := send(r); err != nil {
 				return err
 			}
-			if p.slots != nil {
-				for range sendsAnswered(r) {
-					<-p.slots
-				}
-			}
+			p.release(r)
 		}
 	}
 }

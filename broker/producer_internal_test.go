@@ -77,7 +77,7 @@ func TestResponsesInSendOrder(t *testing.T) {
 	receipt := func(seq uint64) *brokerpb.ProduceResponse {
 		return &brokerpb.ProduceResponse{Response: &brokerpb.ProduceResponse_Receipt{Receipt: &brokerpb.SendReceipt{SequenceId: seq}}}
 	}
-	p := newProducer("p")
+	p := newProducer("p", 10)
 	// queued returns the sequence ids queued since the last call.
 	queued := func() string {
 		p.mu.Lock()
@@ -127,8 +127,7 @@ func TestResponsesInSendOrder(t *testing.T) {
 // client does not read hold their slots, and the broker takes no more of
 // its sends (the Produce handler takes a slot before each send).
 func TestSlotsHeldUntilAnswersWritten(t *testing.T) {
-	p := newProducer("p")
-	p.slots = make(chan struct{}, 2)
+	p := newProducer("p", 2)
 	// free counts the slots free now.
 	free := func() int {
 		n := 0
@@ -156,15 +155,23 @@ func TestSlotsHeldUntilAnswersWritten(t *testing.T) {
 	if n := free(); n != 0 {
 		t.Fatalf("%d slots free with both answers unwritten", n)
 	}
-	written, gate := make(chan *brokerpb.ProduceResponse), make(chan struct{})
+	written, gate, stop := make(chan *brokerpb.ProduceResponse), make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		done <- p.sendLoop(func(r *brokerpb.ProduceResponse) error {
-			written <- r
-			<-gate
+			select {
+			case written <- r:
+			case <-stop: // the test failed: end
+				return errors.New("stopped")
+			}
+			select {
+			case <-gate:
+			case <-stop:
+			}
 			return nil
 		}, true)
 	}()
+	t.Cleanup(func() { close(stop) })
 	// Each write is seen before it returns; the slots are checked there.
 	for i, want := range []struct {
 		what string

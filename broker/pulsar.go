@@ -949,7 +949,7 @@ func (pc *pulsarConn) openProducer(c *pulsarpb.CommandProducer) {
 				return nil, err
 			}
 		}
-		p := newProducer(c.GetProducerName())
+		p := newProducer(c.GetProducerName(), pulsarMaxInflight)
 		p.t, p.client = t, client
 		wait, err := t.addProducerAccess(p, c.GetProducerAccessMode())
 		if err != nil {
@@ -998,6 +998,9 @@ func (pc *pulsarConn) pump(pp *pulsarProducer) {
 	for {
 		q, err := pp.p.next()
 		for _, r := range q {
+			// Handed to the writer below (or dropped): the send's slot
+			// goes back.
+			pp.p.release(r)
 			switch r := r.Response.(type) {
 			case *brokerpb.ProduceResponse_Receipt:
 				id := r.Receipt.GetMessageId()
@@ -1151,6 +1154,12 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 		return
 	}
 	p := pp.p
+	// A slot per send until the pump hands its answer to the writer:
+	// answers waiting behind an earlier send (refusals decided at once)
+	// are bounded, as those waiting for the writer are (waitWritable).
+	if !p.acquire(pc.ctx) {
+		return // the connection ends, or the producer was closed: the client sends it again
+	}
 	// Its answer goes out after those of the sends before it, even when
 	// it is decided first (refused here, or by publishEntry at once).
 	ticket := p.take()
@@ -1170,7 +1179,10 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 	select {
 	case pc.inflight <- struct{}{}:
 	case <-pc.ctx.Done():
-		return // the connection is ending: nothing more goes out
+		// The connection is ending: nothing more goes out, but every
+		// ticket is answered all the same.
+		p.fail(ticket, seq, errorf(ErrServiceNotReady, "the connection ended"))
+		return
 	}
 	send := &brokerpb.Send{SequenceId: seq, HighestSequenceId: c.GetHighestSequenceId(), Metadata: md, Payload: body}
 	pp.pending.add()

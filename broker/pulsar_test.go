@@ -207,6 +207,95 @@ func TestPulsarProtocolEdges(t *testing.T) {
 	}
 }
 
+// A producer's answers go out in the order of its SENDs: one refused at
+// once (a bad checksum) is answered after the send before it, still
+// being stored, as Pulsar's clients expect (pulsar-client-go closes the
+// connection on a receipt out of order).
+func TestPulsarProtocolAnswersInSendOrder(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String("persistent://public/default/ordered"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
+		t.Fatalf("PRODUCER answered %v", got)
+	}
+	good, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 1
+	// The first append is held once stored, before it is answered.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	broker.SetTestHookAppendDone(func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	defer broker.SetTestHookAppendDone(nil)
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	sendCmd := func(seq uint64) *pulsarpb.BaseCommand {
+		return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}
+	}
+	p.send(sendCmd(0), good)
+	<-entered
+	p.send(sendCmd(1), bad)
+	// PONG comes once the connection's reader has taken the bad SEND
+	// (and refused it): nothing of the producer's may come before.
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PONG {
+		t.Fatalf("while the first send is being stored: %v, want only the PONG", got)
+	}
+	releaseOnce.Do(func() { close(release) })
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_SEND_RECEIPT || got.GetSendReceipt().GetSequenceId() != 0 {
+		t.Fatalf("first answer %v, want the receipt of send 0", got)
+	}
+	if got := p.next(); got.GetSendError().GetError() != pulsarpb.ServerError_ChecksumError || got.GetSendError().GetSequenceId() != 1 {
+		t.Fatalf("second answer %v, want SEND_ERROR ChecksumError for send 1", got)
+	}
+}
+
+// A producer with more sends than its slots (pulsarMaxInflight, 10,000)
+// has them all answered, in order: each send's slot is given back once
+// its answer is handed to the connection's writer.
+func TestPulsarProtocolMoreSendsThanSlots(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.connect()
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String("persistent://public/default/many"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
+		t.Fatalf("PRODUCER answered %v", got)
+	}
+	const n = 10_000 + 100
+	var frames []byte
+	for seq := range uint64(n) {
+		payload, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(seq), PublishTime: proto.Uint64(1)}, []byte("m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if frames, err = pulsarwire.Append(frames, &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(),
+			Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrote := make(chan error, 1)
+	go func() { _, err := p.conn.Write(frames); wrote <- err }() // read meanwhile
+	for seq := range uint64(n) {
+		got := p.next() // the connection's deadline ends a stall
+		if got.GetType() != pulsarpb.BaseCommand_SEND_RECEIPT || got.GetSendReceipt().GetSequenceId() != seq {
+			t.Fatalf("answer %d: %v, want the receipt of send %d", seq, got, seq)
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // With authentication on, CONNECT needs a token the broker accepts:
 // without one, ERROR AuthenticationError and the connection closes; with
 // one, the role's grants apply to lookups.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,5 +126,67 @@ func TestEmptySendsRefused(t *testing.T) {
 	_, err = stream.Recv()
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ProduceRequest_Sends") {
 		t.Fatalf("an empty Sends: %v; want InvalidArgument naming it", err)
+	}
+}
+
+// A producer stream whose client has closed its side waits for the
+// answers of the sends it took; when the topic unloads meanwhile (the
+// producer is disconnected, and the answers after it are dropped), the
+// stream ends instead of waiting for answers that never come.
+func TestProduceStreamEndsOnUnloadWhileAnswering(t *testing.T) {
+	e := newEnv(t, nil)
+	const topic = "persistent://public/default/unload-answering"
+	ctx, cancel := context.WithTimeout(ctxT(t), 30*time.Second)
+	defer cancel()
+	stream, err := dialBroker(t, e.b.Addr()).Produce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Open{Open: &brokerpb.ProducerOpen{Topic: topic}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetOpened() == nil {
+		t.Fatalf("open: %v %v", r, err)
+	}
+	// The send's append is held once stored, before it is answered.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	broker.SetTestHookAppendDone(func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	defer broker.SetTestHookAppendDone(nil)
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	answering := make(chan struct{})
+	var answeringOnce sync.Once
+	broker.SetTestHookAnswering(func() { answeringOnce.Do(func() { close(answering) }) })
+	defer broker.SetTestHookAnswering(nil)
+
+	if err := stream.Send(&brokerpb.ProduceRequest{Request: &brokerpb.ProduceRequest_Send{Send: &brokerpb.Send{SequenceId: 1, Payload: []byte("a"),
+		Metadata: &pulsarpb.MessageMetadata{ProducerName: proto.String(""), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(0)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	<-answering // the handler waits for the send's answer
+	unloaded := make(chan error, 1)
+	go func() { unloaded <- e.b.Unload(ctxT(t), topic) }()
+	// The unload disconnects the producer before it closes the managed
+	// ledger, which waits for the held append: the stream ends now.
+	r, err := stream.Recv()
+	if status.Code(err) == codes.DeadlineExceeded {
+		t.Fatal("the stream did not end after its topic unloaded; the handler waited for an answer that was dropped")
+	}
+	if err == nil {
+		t.Fatalf("received %v after the unload, want the stream's end", r)
+	}
+	releaseOnce.Do(func() { close(release) })
+	if err := <-unloaded; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -34,14 +34,13 @@ const (
 	defaultReceiverQueue = 1000
 	maxReceiverQueue     = 100000
 	maxNameLength        = naming.MaxLength
+	// maxPendingSends bounds a producer's sends taken and not yet
+	// answered on the stream: being stored, or answered and waiting to be
+	// written (behind an earlier send, or for a client that does not read
+	// its answers). Past it the broker stops reading the stream (flow
+	// control holds the client).
+	maxPendingSends = 10000
 )
-
-// maxPendingSends bounds a producer's sends taken and not yet answered on
-// the stream: being stored, or answered and waiting to be written (a
-// client that does not read its answers). Past it the broker stops
-// reading the stream (flow control holds the client). A variable for
-// tests.
-var maxPendingSends = 10000
 
 func parseTopic(s string) (topicname.Name, error) {
 	return topicname.Parse(s)
@@ -131,9 +130,8 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	if err := v.s.checkSchemaless(ctx, n); err != nil { // the SDK's producers have none
 		return err
 	}
-	p := newProducer(open.ProducerName)
+	p := newProducer(open.ProducerName, maxPendingSends)
 	p.t = t
-	p.slots = make(chan struct{}, maxPendingSends)
 	if err := t.addProducer(p); err != nil {
 		return err
 	}
@@ -152,11 +150,12 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	// take publishes one send, or answers it with an error; an error of
 	// its own ends the stream (the payload released either way).
 	take := func(send *brokerpb.Send) error {
-		select {
-		case pending <- struct{}{}:
-		case <-ctx.Done():
+		if !p.acquire(ctx) {
 			wirecodec.Release(send.Payload)
-			return ctx.Err()
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return io.EOF // disconnected: the handler is returning
 		}
 		seq := send.SequenceId
 		if p.isDisconnected() {
@@ -248,10 +247,13 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 	// producer: later answers are dropped) or the stream does, then
 	// disconnects the producer and returns the sender's error.
 	answered := func() error {
+		if h := testHookAnswering.Load(); h != nil {
+			(*h)()
+		}
 		for i := 0; i < cap(pending); i++ {
 			select {
 			case pending <- struct{}{}:
-			case err := <-sendDone:
+			case err := <-sendDone: // the sender ended: no more answers
 				p.disconnect(io.EOF)
 				return err
 			case <-ctx.Done():
@@ -460,6 +462,11 @@ func (v *service) consumeRequests(ctx context.Context, stream brokerpb.Broker_Co
 		}
 	}
 }
+
+// testHookAnswering, when set by a test, runs in a producer stream's
+// handler when it starts waiting for the answers of the sends it took,
+// before the stream ends.
+var testHookAnswering atomic.Pointer[func()]
 
 // testHookSeekHandled, when set by a test, runs in a consumer stream's
 // handler after a seek was handled.
