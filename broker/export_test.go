@@ -22,6 +22,9 @@ func (s *Server) SessionLease() int64 { return int64(s.session.Load().Lease()) }
 // SetTestHookTerminated installs f as testHookTerminated.
 func SetTestHookTerminated(f func()) { setHook(&testHookTerminated, f) }
 
+// SetTestHookSlotsFull installs f as testHookSlotsFull.
+func SetTestHookSlotsFull(f func()) { setHook(&testHookSlotsFull, f) }
+
 // SetTestHookAnswering installs f as testHookAnswering.
 func SetTestHookAnswering(f func()) { setHook(&testHookAnswering, f) }
 

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/magnetar-io/magnetar/broker/internal/mledger"
@@ -10,7 +11,8 @@ import (
 	"github.com/magnetar-io/magnetar/proto/pulsarpb"
 )
 
-// producer is one producer connection (a Produce stream). Its responses
+// producer is one producer connection (a Produce stream, or a producer
+// of a Pulsar protocol connection). Its responses
 // go out in the order of its sends, whatever order they are decided in: a
 // send refused at once waits for the answers of the sends taken before it
 // (take, answer). After its first failed send it refuses every later one:
@@ -60,12 +62,24 @@ func (p *producer) acquire(ctx context.Context) bool {
 	select {
 	case p.slots <- struct{}{}:
 		return true
+	default:
+	}
+	if h := testHookSlotsFull.Load(); h != nil {
+		(*h)()
+	}
+	select {
+	case p.slots <- struct{}{}:
+		return true
 	case <-p.gone:
 		return false
 	case <-ctx.Done():
 		return false
 	}
 }
+
+// testHookSlotsFull, when set by a test, runs when a send waits for one
+// of its producer's slots.
+var testHookSlotsFull atomic.Pointer[func()]
 
 // release gives back the slots of the sends r answers, once r is written
 // or handed to the writer.

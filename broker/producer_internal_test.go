@@ -171,7 +171,10 @@ func TestSlotsHeldUntilAnswersWritten(t *testing.T) {
 			return nil
 		}, true)
 	}()
-	t.Cleanup(func() { close(stop) })
+	t.Cleanup(func() {
+		close(stop)
+		p.disconnect(errors.New("test over")) // sendLoop ends, also from next()
+	})
 	// Each write is seen before it returns; the slots are checked there.
 	for i, want := range []struct {
 		what string

@@ -45,8 +45,10 @@ const (
 	pulsarKeepAlive = 30 * time.Second
 	// pulsarConnectTimeout bounds the wait for CONNECT.
 	pulsarConnectTimeout = 10 * time.Second
-	// pulsarMaxInflight bounds a connection's sends being stored: past it
-	// the reader stops reading (TCP pushes back on the client).
+	// pulsarMaxInflight bounds a connection's sends being stored, and a
+	// producer's sends whose answers its pump has not handed to the writer
+	// yet (producer.slots): past either the reader stops reading (TCP
+	// pushes back on the client).
 	pulsarMaxInflight = 10000
 	// pulsarMaxAsync bounds a connection's requests served off its reader
 	// (lookups, topic loads for PRODUCER and SUBSCRIBE, schemas): past it
@@ -1163,17 +1165,24 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 	// Its answer goes out after those of the sends before it, even when
 	// it is decided first (refused here, or by publishEntry at once).
 	ticket := p.take()
+	// Counted from here, so that closing the producer waits for it even
+	// while it waits for the connection's inflight slot below.
+	pp.pending.add()
+	refuse := func(err error) {
+		p.fail(ticket, seq, err)
+		pp.pending.done()
+	}
 	if p.hasFailed() {
-		p.fail(ticket, seq, errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
+		refuse(errorf(ErrServiceNotReady, "an earlier send of this producer failed: reconnect and resend from it"))
 		return
 	}
 	md, body, err := entry.Decode(payload)
 	if err != nil {
-		p.fail(ticket, seq, errorf(ErrChecksum, "sequence id %d: %v", seq, err))
+		refuse(errorf(ErrChecksum, "sequence id %d: %v", seq, err))
 		return
 	}
 	if len(body) > pc.s.cfg.MaxMessageSize {
-		p.fail(ticket, seq, errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(body), pc.s.cfg.MaxMessageSize))
+		refuse(errorf(ErrMessageTooLarge, "message of %d bytes, the maximum is %d", len(body), pc.s.cfg.MaxMessageSize))
 		return
 	}
 	select {
@@ -1181,11 +1190,10 @@ func (pc *pulsarConn) publish(c *pulsarpb.CommandSend, payload []byte) {
 	case <-pc.ctx.Done():
 		// The connection is ending: nothing more goes out, but every
 		// ticket is answered all the same.
-		p.fail(ticket, seq, errorf(ErrServiceNotReady, "the connection ended"))
+		refuse(errorf(ErrServiceNotReady, "the connection ended"))
 		return
 	}
 	send := &brokerpb.Send{SequenceId: seq, HighestSequenceId: c.GetHighestSequenceId(), Metadata: md, Payload: body}
-	pp.pending.add()
 	pp.t.publishEntry(pc.ctx, p, send, payload, func(pos mledger.Position, dup bool, err error) {
 		defer func() { <-pc.inflight; pp.pending.done() }()
 		if err != nil {

@@ -207,6 +207,16 @@ func TestPulsarProtocolEdges(t *testing.T) {
 	}
 }
 
+// await waits for ch to be closed, failing the test after a minute.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: not within a minute", what)
+	}
+}
+
 // A producer's answers go out in the order of its SENDs: one refused at
 // once (a bad checksum) is answered after the send before it, still
 // being stored, as Pulsar's clients expect (pulsar-client-go closes the
@@ -242,7 +252,7 @@ func TestPulsarProtocolAnswersInSendOrder(t *testing.T) {
 		return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}
 	}
 	p.send(sendCmd(0), good)
-	<-entered
+	await(t, entered, "the first append")
 	p.send(sendCmd(1), bad)
 	// PONG comes once the connection's reader has taken the bad SEND
 	// (and refused it): nothing of the producer's may come before.
@@ -271,6 +281,7 @@ func TestPulsarProtocolMoreSendsThanSlots(t *testing.T) {
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
 		t.Fatalf("PRODUCER answered %v", got)
 	}
+	p.conn.SetDeadline(time.Now().Add(3 * time.Minute)) // 10,100 appends, one at a time
 	const n = 10_000 + 100
 	var frames []byte
 	for seq := range uint64(n) {
@@ -289,6 +300,71 @@ func TestPulsarProtocolMoreSendsThanSlots(t *testing.T) {
 		got := p.next() // the connection's deadline ends a stall
 		if got.GetType() != pulsarpb.BaseCommand_SEND_RECEIPT || got.GetSendReceipt().GetSequenceId() != seq {
 			t.Fatalf("answer %d: %v, want the receipt of send %d", seq, got, seq)
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Refusals decided while an earlier send is being stored wait for it,
+// each holding one of its producer's slots: past 10,000 the connection's
+// reader waits for a slot (and TCP pushes back on the client) instead of
+// piling up answers. Once the first send is answered, all are, in order.
+func TestPulsarProtocolRefusalsWaitForSlots(t *testing.T) {
+	e := newEnv(t, nil)
+	p := dialPulsar(t, e.b.Addr())
+	p.conn.SetDeadline(time.Now().Add(3 * time.Minute))
+	p.connect()
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String("persistent://public/default/refusals"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
+		t.Fatalf("PRODUCER answered %v", got)
+	}
+	good, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 1
+	entered, release, full := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once, fullOnce, releaseOnce sync.Once
+	broker.SetTestHookAppendDone(func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	defer broker.SetTestHookAppendDone(nil)
+	defer releaseOnce.Do(func() { close(release) })
+	broker.SetTestHookSlotsFull(func() { fullOnce.Do(func() { close(full) }) })
+	defer broker.SetTestHookSlotsFull(nil)
+	sendCmd := func(seq uint64) *pulsarpb.BaseCommand {
+		return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}
+	}
+	p.send(sendCmd(0), good)
+	await(t, entered, "the first append")
+	const refused = 10_000 // one more than the slots left
+	var frames []byte
+	for seq := uint64(1); seq <= refused; seq++ {
+		if frames, err = pulsarwire.Append(frames, sendCmd(seq), bad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrote := make(chan error, 1)
+	go func() { _, err := p.conn.Write(frames); wrote <- err }()
+	await(t, full, "the reader waiting for a slot")
+	releaseOnce.Do(func() { close(release) })
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_SEND_RECEIPT || got.GetSendReceipt().GetSequenceId() != 0 {
+		t.Fatalf("first answer %v, want the receipt of send 0", got)
+	}
+	for seq := uint64(1); seq <= refused; seq++ {
+		want := pulsarpb.ServerError_ServiceNotReady // after a failed send
+		if seq == 1 {
+			want = pulsarpb.ServerError_ChecksumError
+		}
+		if got := p.next(); got.GetSendError().GetError() != want || got.GetSendError().GetSequenceId() != seq {
+			t.Fatalf("answer %d: %v, want SEND_ERROR %v", seq, got, want)
 		}
 	}
 	if err := <-wrote; err != nil {

@@ -169,11 +169,11 @@ func TestProduceStreamEndsOnUnloadWhileAnswering(t *testing.T) {
 		Metadata: &pulsarpb.MessageMetadata{ProducerName: proto.String(""), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(0)}}}}); err != nil {
 		t.Fatal(err)
 	}
-	<-entered
+	await(t, entered, "the append")
 	if err := stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	<-answering // the handler waits for the send's answer
+	await(t, answering, "the handler waiting for the send's answer")
 	unloaded := make(chan error, 1)
 	go func() { unloaded <- e.b.Unload(ctxT(t), topic) }()
 	// The unload disconnects the producer before it closes the managed
