@@ -12,12 +12,12 @@ import (
 )
 
 // producer is one producer connection (a Produce stream, or a producer
-// of a Pulsar protocol connection). Its responses
-// go out in the order of its sends, whatever order they are decided in: a
-// send refused at once waits for the answers of the sends taken before it
-// (take, answer). After its first failed send it refuses every later one:
-// the client reconnects and resends from the failure, so that the
-// producer's messages stay in order in the topic.
+// of a Pulsar protocol connection). Its responses go out in the order of
+// its sends, whatever order they are decided in: a send refused at once
+// waits for the answers of the sends taken before it (take, answer).
+// After its first failed send it refuses every later one: the client
+// reconnects and resends from the failure, so that the producer's
+// messages stay in order in the topic.
 type producer struct {
 	name         string
 	t            *topic

@@ -171,6 +171,7 @@ func (v *service) Produce(stream brokerpb.Broker_ProduceServer) error {
 		// and the client would store it again. (A topic unload does not
 		// wait: sends in flight then are resent, deduplicated only with
 		// deduplication on, as in Pulsar.)
+		//
 		// Its answer goes out after those of the sends before it, even
 		// when it is decided first (refused here, or by publish at once).
 		ticket := p.take()
