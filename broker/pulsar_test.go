@@ -217,6 +217,49 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// holdFirstAppend holds the next append once it is stored, before it is
+// answered: entered is closed when it is held, release lets it go (and
+// runs when the test ends, before the hook is reset).
+func holdFirstAppend(t *testing.T) (entered <-chan struct{}, release func()) {
+	in, out := make(chan struct{}), make(chan struct{})
+	var once, released sync.Once
+	broker.SetTestHookAppendDone(func() {
+		once.Do(func() {
+			close(in)
+			<-out
+		})
+	})
+	release = func() { released.Do(func() { close(out) }) }
+	t.Cleanup(func() {
+		release()
+		broker.SetTestHookAppendDone(nil)
+	})
+	return in, release
+}
+
+// openProducer opens producer id on topic and returns SEND frames'
+// payloads: good, and bad (its checksum wrong).
+func (p *rawPulsar) openProducer(id uint64, topic string) (good, bad []byte) {
+	p.t.Helper()
+	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
+		Topic: proto.String(topic), ProducerId: proto.Uint64(id), RequestId: proto.Uint64(id)}}, nil)
+	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
+		p.t.Fatalf("PRODUCER answered %v", got)
+	}
+	good, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("hello"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	bad = bytes.Clone(good)
+	bad[len(bad)-1] ^= 1
+	return good, bad
+}
+
+// sendCommand is a SEND of producer id's message seq.
+func sendCommand(id, seq uint64) *pulsarpb.BaseCommand {
+	return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(id), SequenceId: proto.Uint64(seq)}}
+}
+
 // A producer's answers go out in the order of its SENDs: one refused at
 // once (a bad checksum) is answered after the send before it, still
 // being stored, as Pulsar's clients expect (pulsar-client-go closes the
@@ -225,42 +268,18 @@ func TestPulsarProtocolAnswersInSendOrder(t *testing.T) {
 	e := newEnv(t, nil)
 	p := dialPulsar(t, e.b.Addr())
 	p.connect()
-	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
-		Topic: proto.String("persistent://public/default/ordered"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
-	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
-		t.Fatalf("PRODUCER answered %v", got)
-	}
-	good, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := bytes.Clone(good)
-	bad[len(bad)-1] ^= 1
-	// The first append is held once stored, before it is answered.
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	broker.SetTestHookAppendDone(func() {
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	})
-	defer broker.SetTestHookAppendDone(nil)
-	var releaseOnce sync.Once
-	defer releaseOnce.Do(func() { close(release) })
-	sendCmd := func(seq uint64) *pulsarpb.BaseCommand {
-		return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}
-	}
-	p.send(sendCmd(0), good)
+	good, bad := p.openProducer(1, "persistent://public/default/ordered")
+	entered, release := holdFirstAppend(t)
+	p.send(sendCommand(1, 0), good)
 	await(t, entered, "the first append")
-	p.send(sendCmd(1), bad)
+	p.send(sendCommand(1, 1), bad)
 	// PONG comes once the connection's reader has taken the bad SEND
 	// (and refused it): nothing of the producer's may come before.
 	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PING.Enum(), Ping: &pulsarpb.CommandPing{}}, nil)
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PONG {
 		t.Fatalf("while the first send is being stored: %v, want only the PONG", got)
 	}
-	releaseOnce.Do(func() { close(release) })
+	release()
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_SEND_RECEIPT || got.GetSendReceipt().GetSequenceId() != 0 {
 		t.Fatalf("first answer %v, want the receipt of send 0", got)
 	}
@@ -275,13 +294,9 @@ func TestPulsarProtocolAnswersInSendOrder(t *testing.T) {
 func TestPulsarProtocolMoreSendsThanSlots(t *testing.T) {
 	e := newEnv(t, nil)
 	p := dialPulsar(t, e.b.Addr())
-	p.connect()
-	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
-		Topic: proto.String("persistent://public/default/many"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
-	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
-		t.Fatalf("PRODUCER answered %v", got)
-	}
 	p.conn.SetDeadline(time.Now().Add(3 * time.Minute)) // 10,100 appends, one at a time
+	p.connect()
+	p.openProducer(1, "persistent://public/default/many")
 	const n = 10_000 + 100
 	var frames []byte
 	for seq := range uint64(n) {
@@ -289,8 +304,7 @@ func TestPulsarProtocolMoreSendsThanSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if frames, err = pulsarwire.Append(frames, &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(),
-			Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}, payload); err != nil {
+		if frames, err = pulsarwire.Append(frames, sendCommand(1, seq), payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -316,45 +330,26 @@ func TestPulsarProtocolRefusalsWaitForSlots(t *testing.T) {
 	p := dialPulsar(t, e.b.Addr())
 	p.conn.SetDeadline(time.Now().Add(3 * time.Minute))
 	p.connect()
-	p.send(&pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_PRODUCER.Enum(), Producer: &pulsarpb.CommandProducer{
-		Topic: proto.String("persistent://public/default/refusals"), ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}}, nil)
-	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_PRODUCER_SUCCESS {
-		t.Fatalf("PRODUCER answered %v", got)
-	}
-	good, err := entry.Encode(&pulsarpb.MessageMetadata{ProducerName: proto.String("x"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(1)}, []byte("hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := bytes.Clone(good)
-	bad[len(bad)-1] ^= 1
-	entered, release, full := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var once, fullOnce, releaseOnce sync.Once
-	broker.SetTestHookAppendDone(func() {
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	})
-	defer broker.SetTestHookAppendDone(nil)
-	defer releaseOnce.Do(func() { close(release) })
+	good, bad := p.openProducer(1, "persistent://public/default/refusals")
+	entered, release := holdFirstAppend(t)
+	full := make(chan struct{})
+	var fullOnce sync.Once
 	broker.SetTestHookSlotsFull(func() { fullOnce.Do(func() { close(full) }) })
 	defer broker.SetTestHookSlotsFull(nil)
-	sendCmd := func(seq uint64) *pulsarpb.BaseCommand {
-		return &pulsarpb.BaseCommand{Type: pulsarpb.BaseCommand_SEND.Enum(), Send: &pulsarpb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(seq)}}
-	}
-	p.send(sendCmd(0), good)
+	p.send(sendCommand(1, 0), good)
 	await(t, entered, "the first append")
 	const refused = 10_000 // one more than the slots left
 	var frames []byte
 	for seq := uint64(1); seq <= refused; seq++ {
-		if frames, err = pulsarwire.Append(frames, sendCmd(seq), bad); err != nil {
+		var err error
+		if frames, err = pulsarwire.Append(frames, sendCommand(1, seq), bad); err != nil {
 			t.Fatal(err)
 		}
 	}
 	wrote := make(chan error, 1)
 	go func() { _, err := p.conn.Write(frames); wrote <- err }()
 	await(t, full, "the reader waiting for a slot")
-	releaseOnce.Do(func() { close(release) })
+	release()
 	if got := p.next(); got.GetType() != pulsarpb.BaseCommand_SEND_RECEIPT || got.GetSendReceipt().GetSequenceId() != 0 {
 		t.Fatalf("first answer %v, want the receipt of send 0", got)
 	}

@@ -149,17 +149,7 @@ func TestProduceStreamEndsOnUnloadWhileAnswering(t *testing.T) {
 		t.Fatalf("open: %v %v", r, err)
 	}
 	// The send's append is held once stored, before it is answered.
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	broker.SetTestHookAppendDone(func() {
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	})
-	defer broker.SetTestHookAppendDone(nil)
-	var releaseOnce sync.Once
-	defer releaseOnce.Do(func() { close(release) })
+	entered, release := holdFirstAppend(t)
 	answering := make(chan struct{})
 	var answeringOnce sync.Once
 	broker.SetTestHookAnswering(func() { answeringOnce.Do(func() { close(answering) }) })
@@ -185,7 +175,7 @@ func TestProduceStreamEndsOnUnloadWhileAnswering(t *testing.T) {
 	if err == nil {
 		t.Fatalf("received %v after the unload, want the stream's end", r)
 	}
-	releaseOnce.Do(func() { close(release) })
+	release()
 	if err := <-unloaded; err != nil {
 		t.Fatal(err)
 	}
