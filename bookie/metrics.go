@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/magnetar-io/magnetar/bookie/internal/storage"
+	"github.com/magnetar-io/magnetar/internal/latency"
 )
 
 // Prometheus metrics of a bookie, under BookKeeper's names where it has
@@ -18,10 +19,10 @@ import (
 //     the request's arrival to its answer; bookkeeper_server_ADD_ENTRY
 //     and _READ_ENTRY export the same figures (dashboards take their
 //     rates from the _count). Their quantiles come from bucketed counts
-//     (latencies: within 3.1% above the true value).
+//     (internal/latency: within 3.1% above the true value).
 //   - bookie_WRITE_BYTES, bookie_READ_BYTES: payload bytes (counters).
 //   - bookie_journal_*: the group commit, under BookKeeper's journal
-//     names, in milliseconds with a success label (latencies too; success
+//     names, in milliseconds with a success label (internal/latency too; success
 //     is the group commit's outcome). For each batch handed to the
 //     syncer: _JOURNAL_FORCE_WRITE_ENQUEUE, its wait for the syncer
 //     (behind the syncs before; BookKeeper's starts after the journal's
@@ -43,50 +44,48 @@ import (
 //     by reason: the storage engine held writes back (memtables or level 0
 //     full), a cause of latency spikes.
 //
-// Quantiles cover the last 30 to 60 seconds (the latencies' two windows,
+// Quantiles cover the last 30 to 60 seconds (internal/latency's two windows,
 // the batch summaries' ageBuckets); BookKeeper's cover the previous
 // minute.
 type metrics struct {
 	// add and read are exported twice, as _REQUEST and without it: one
 	// observation per request.
-	add, read  *latencies
+	add, read  *latency.Summary
 	writeBytes prometheus.Counter
 	readBytes  prometheus.Counter
 	// the group commit's parts (storage.SyncStats)
-	enqueue, journalAdd, flush, sync *latencies
+	enqueue, journalAdd, flush, sync *latency.Summary
 	batchEntries                     prometheus.Summary
 	batchBytes                       prometheus.Summary
 	stalls, stallSecs                *prometheus.CounterVec
 }
 
-var objectives = map[float64]float64{0.5: 0.05, 0.75: 0.02, 0.95: 0.005, 0.99: 0.001, 0.999: 0.0001}
-
 // ageBuckets: the batch summaries' quantiles cover the last 30 to 60
 // seconds (a bucket is dropped every 30 s), close to BookKeeper's, which
-// reports the previous minute, and as latencies' windows do. Every
+// reports the previous minute, and as internal/latency's windows do. Every
 // observation goes into every bucket's stream.
 const ageBuckets = 2
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	m := &metrics{
-		add: newLatencies(time.Now, "bookkeeper_server_ADD_ENTRY_REQUEST", "Add requests, arrival to answer, milliseconds.",
+		add: latency.New(time.Now, "bookkeeper_server_ADD_ENTRY_REQUEST", "Add requests, arrival to answer, milliseconds.",
 			"bookkeeper_server_ADD_ENTRY"),
-		read: newLatencies(time.Now, "bookkeeper_server_READ_ENTRY_REQUEST", "Read requests, arrival to answer, milliseconds.",
+		read: latency.New(time.Now, "bookkeeper_server_READ_ENTRY_REQUEST", "Read requests, arrival to answer, milliseconds.",
 			"bookkeeper_server_READ_ENTRY"),
 		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_WRITE_BYTES", Help: "Payload bytes added."}),
 		readBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "bookie_READ_BYTES", Help: "Payload bytes read."}),
-		enqueue: newLatencies(time.Now, "bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE",
+		enqueue: latency.New(time.Now, "bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE",
 			"Group commits: a batch's wait for the syncer, milliseconds."),
-		journalAdd: newLatencies(time.Now, "bookie_journal_JOURNAL_ADD_ENTRY",
+		journalAdd: latency.New(time.Now, "bookie_journal_JOURNAL_ADD_ENTRY",
 			"Group commits: an add's hand-over to the syncer to durable, milliseconds."),
-		flush: newLatencies(time.Now, "bookie_journal_JOURNAL_FLUSH_LATENCY",
+		flush: latency.New(time.Now, "bookie_journal_JOURNAL_FLUSH_LATENCY",
 			"Group commits: the entry log's writes, milliseconds."),
-		sync: newLatencies(time.Now, "bookie_journal_JOURNAL_SYNC",
+		sync: latency.New(time.Now, "bookie_journal_JOURNAL_SYNC",
 			"Group commits: the entry log's fdatasync, milliseconds."),
 		batchEntries: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
-			Help: "Requests per group commit.", Objectives: objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
+			Help: "Requests per group commit.", Objectives: latency.Objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 		batchBytes: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
-			Help: "Payload bytes per group commit.", Objectives: objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
+			Help: "Payload bytes per group commit.", Objectives: latency.Objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 	}
 	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stalls_total",
 		Help: "Times the storage engine held writes back, by reason (memtables or level 0 full)."}, []string{"reason"})
@@ -102,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 // added records the outcome of an add that started at start.
 func (m *metrics) added(bytes int, start time.Time, err error) {
 	now := time.Now()
-	m.add.observe(now, now.Sub(start), err)
+	m.add.Observe(now, now.Sub(start), err)
 	if err == nil {
 		m.writeBytes.Add(float64(bytes))
 	}
@@ -111,7 +110,7 @@ func (m *metrics) added(bytes int, start time.Time, err error) {
 // readDone records the outcome of a read that started at start.
 func (m *metrics) readDone(bytes int, start time.Time, err error) {
 	now := time.Now()
-	m.read.observe(now, now.Sub(start), err)
+	m.read.Observe(now, now.Sub(start), err)
 	if err == nil {
 		m.readBytes.Add(float64(bytes))
 	}
@@ -120,13 +119,13 @@ func (m *metrics) readDone(bytes int, start time.Time, err error) {
 // synced records a batch of a group commit (storage.Options.OnSync).
 func (m *metrics) synced(st storage.SyncStats) {
 	now := time.Now()
-	m.enqueue.observe(now, st.Queued, st.Err)
-	m.journalAdd.observeN(now, st.Took, st.Err, st.Adds)
+	m.enqueue.Observe(now, st.Queued, st.Err)
+	m.journalAdd.ObserveN(now, st.Took, st.Err, st.Adds)
 	if st.Wrote {
-		m.flush.observe(now, st.Write, st.WriteErr)
+		m.flush.Observe(now, st.Write, st.WriteErr)
 	}
 	if st.Synced {
-		m.sync.observe(now, st.Sync, st.SyncErr)
+		m.sync.Observe(now, st.Sync, st.SyncErr)
 	}
 	m.batchEntries.Observe(float64(st.Requests))
 	m.batchBytes.Observe(float64(st.Bytes))

@@ -89,6 +89,13 @@ func TestMetricsPerTopic(t *testing.T) {
 		t.Errorf("lookup latencies observed: %v, want at least 1", v)
 	}
 	m.Want(t, 1, "magnetar_broker_ownership_changes_total", "cluster", "c1", "change", "acquired")
+	// The adds' latency per bookie, as the broker saw them: each message
+	// an entry (batching off), on the one bookie.
+	bl := []string{"cluster", "c1", "bookie", e.c.Bookies()[0].ID}
+	if v, _ := m.Value(t, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY", append(bl, "success", "true")...); v < n {
+		t.Errorf("adds to the bookie answered: %v, want at least %d", v, n)
+	}
+	m.Want(t, 0, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY", append(bl, "success", "false")...)
 	if _, ok := m.Value(t, "go_goroutines"); !ok {
 		t.Error("no Go runtime metrics")
 	}

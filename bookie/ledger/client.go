@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/latency"
 	"github.com/magnetar-io/magnetar/metastore"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 	"github.com/magnetar-io/magnetar/proto/metapb"
@@ -106,6 +108,10 @@ type Client struct {
 	cfg   Config
 	store *metastore.Store
 	log   *zap.Logger
+	// adds: each add's latency per bookie, from its taking by the
+	// bookie's stream to its answer, timeout or the stream's failure
+	// (Metrics).
+	adds *latency.Vec
 
 	mu struct {
 		sync.Mutex
@@ -169,13 +175,28 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, store: store, log: cfg.Logger}
+	c := &Client{cfg: cfg, store: store, log: cfg.Logger,
+		adds: latency.NewVec(time.Now, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY",
+			"Adds to each bookie, from the writer's send to the bookie's answer (or the add's timeout, or its stream's failure), milliseconds.", "bookie")}
 	c.mu.conns = make(map[string]*grpc.ClientConn)
 	c.mu.addrs = make(map[string]string)
 	c.mu.streams = make(map[string]*addStream)
 	c.mu.rng = mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64()))
 	return c, nil
 }
+
+// Metrics returns the client's Prometheus collector: a summary of the
+// adds' latency per bookie, under BookKeeper's per-channel name
+// (bookkeeper_client_per_channel_bookie_client_ADD_ENTRY, labels bookie
+// and success), from an add's send by a writer (its queueing on the
+// bookie's stream included) to the bookie's answer; a failed one
+// (success="false") to its refusal, its timeout or its stream's failure.
+// Where the add latency of every bookie is what one bookie's is, that
+// bookie is the slow one; the bookie's own
+// bookkeeper_server_ADD_ENTRY_REQUEST leaves out the network and both
+// sides' queues. A bookie's series stay for the client's life, as its
+// stream does.
+func (c *Client) Metrics() prometheus.Collector { return c.adds }
 
 // Close closes the connections to bookies. Writers and readers made by the
 // client stop working.

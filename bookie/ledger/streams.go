@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/latency"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
@@ -25,6 +26,7 @@ import (
 type addStream struct {
 	c      *Client
 	bookie string
+	lat    *latency.Child // the bookie's add latencies (Client.Metrics)
 
 	mu     sync.Mutex
 	cur    *streamConn // nil until the next add connects
@@ -101,7 +103,7 @@ func (c *Client) addAsync(bookie string, req *bookiepb.AddEntryRequest, timeout 
 	}
 	s := c.mu.streams[bookie]
 	if s == nil {
-		s = &addStream{c: c, bookie: bookie}
+		s = &addStream{c: c, bookie: bookie, lat: c.adds.With(bookie)}
 		c.mu.streams[bookie] = s
 	}
 	c.mu.Unlock()
@@ -210,21 +212,24 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 }
 
 // take answers a pending add: it returns its callback, nil if it was
-// already answered (or is unknown).
-func (sc *streamConn) take(id uint64) addDone {
+// already answered (or is unknown), and when it was taken.
+func (sc *streamConn) take(id uint64) (addDone, time.Time) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	p := sc.mu.pending
 	i, ok := slices.BinarySearchFunc(p, id, func(a pendingAdd, id uint64) int { return cmp.Compare(a.id, id) })
 	if !ok || p[i].cb == nil {
-		return nil
+		return nil, time.Time{}
 	}
 	cb := p[i].cb
 	p[i].cb = nil
 	sc.mu.npending--
 	sc.trimLocked()
-	return cb
+	return cb, p[i].taken()
 }
+
+// taken is when the add was taken by its stream.
+func (p *pendingAdd) taken() time.Time { return p.deadline.Add(-p.timeout) }
 
 // trimLocked drops answered adds from the front of pending.
 func (sc *streamConn) trimLocked() {
@@ -279,6 +284,8 @@ func (sc *streamConn) checkTimeouts() {
 	sc.mu.npending--
 	sc.mu.Unlock()
 	err := fmt.Errorf("%w: bookie %s did not acknowledge entry %d of ledger %d within %v", wire.ErrUnavailable, sc.s.bookie, first.entry, first.ledger, first.timeout)
+	now := time.Now()
+	sc.s.lat.Observe(now, now.Sub(first.taken()), err)
 	first.cb.addDone(err)
 	// The stream is stalled: break it, so that what is queued on it is
 	// dropped (not kept for as long as the stall lasts) and the next add
@@ -334,8 +341,13 @@ func (sc *streamConn) fail(err error) {
 	case sc.signal <- struct{}{}:
 	default:
 	}
+	now := time.Now()
+	closing := errors.Is(err, ErrClosed) // the client's doing, not the bookie's
 	for _, p := range pending {
 		if p.cb != nil {
+			if !closing {
+				sc.s.lat.Observe(now, now.Sub(p.taken()), err)
+			}
 			p.cb.addDone(err)
 		}
 	}
@@ -409,13 +421,16 @@ func (sc *streamConn) recvLoop(stream bookiepb.Bookie_AddEntriesClient) {
 			sc.fail(wire.FromStatus(err))
 			return
 		}
+		now := time.Now()
 		for _, r := range resp.Results {
 			if r.RequestId == 0 && r.Reason == wire.StreamExpired {
 				sc.retire()
 				continue
 			}
-			if cb := sc.take(r.RequestId); cb != nil {
-				cb.addDone(wire.FromResult(r.Code, r.Reason, r.Message))
+			if cb, taken := sc.take(r.RequestId); cb != nil {
+				err := wire.FromResult(r.Code, r.Reason, r.Message)
+				sc.s.lat.Observe(now, now.Sub(taken), err)
+				cb.addDone(err)
 			}
 		}
 		sc.mu.Lock()

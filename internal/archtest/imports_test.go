@@ -99,9 +99,10 @@ func TestImportDirection(t *testing.T) {
 			"the metastore knows nothing of its users (TLS files are read by the leaf internal/tlsutil)"},
 		{"internal/tlsutil", func(d string) bool { return false }, "TLS loading is a leaf, usable by every side"},
 		{"internal/bufpool", func(d string) bool { return false }, "gRPC's buffer pool is a leaf, usable by every side"},
+		{"internal/latency", func(d string) bool { return false }, "latency summaries are a leaf, usable by the bookie and the ledger client"},
 		{"bookie/wire", func(d string) bool { return false }, "wire is shared by both sides of the bookie protocol"},
 		{"bookie/ledger", func(d string) bool {
-			return under(d, "proto") || under(d, "metastore") || under(d, "bookie/wire") || under(d, "bookie/ledger") || under(d, "internal/tlsutil")
+			return under(d, "proto") || under(d, "metastore") || under(d, "bookie/wire") || under(d, "bookie/ledger") || under(d, "internal/tlsutil") || under(d, "internal/latency")
 		}, "the ledger client does not reach into the bookie server"},
 		{"broker/admin", func(d string) bool { return d != "broker" },
 			"the admin API's HTTP layer asks the broker through its own interfaces (the broker imports it)"},

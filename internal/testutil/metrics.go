@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"testing"
 
@@ -66,6 +67,37 @@ func (m Metrics) Value(t testing.TB, name string, labels ...string) (v float64, 
 		t.Fatalf("%s%v: %d series match", name, labels, n)
 	}
 	return v, n == 1
+}
+
+// Summary is the summary series name whose labels include labels (name,
+// value pairs); nil without one; more than one fails the test.
+func (m Metrics) Summary(t testing.TB, name string, labels ...string) *dto.Summary {
+	t.Helper()
+	f := m[name]
+	if f == nil {
+		return nil
+	}
+	var out *dto.Summary
+	for _, s := range f.Metric {
+		if !hasLabels(s, labels) {
+			continue
+		}
+		if out != nil {
+			t.Fatalf("%s%v: more than one series matches", name, labels)
+		}
+		out = s.Summary
+	}
+	return out
+}
+
+// Quantile is s's quantile q; NaN without it (or without s).
+func Quantile(s *dto.Summary, q float64) float64 {
+	for _, x := range s.GetQuantile() {
+		if x.GetQuantile() == q {
+			return x.GetValue()
+		}
+	}
+	return math.NaN()
 }
 
 // Want fails the test unless the series exists with value want.
