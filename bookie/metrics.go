@@ -83,9 +83,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		sync: latency.New(time.Now, "bookie_journal_JOURNAL_SYNC",
 			"Group commits: the entry log's fdatasync, milliseconds."),
 		batchEntries: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
-			Help: "Requests per group commit.", Objectives: latency.Objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
+			Help: "Requests per group commit.", Objectives: latency.Objectives(), MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 		batchBytes: prometheus.NewSummary(prometheus.SummaryOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
-			Help: "Payload bytes per group commit.", Objectives: latency.Objectives, MaxAge: time.Minute, AgeBuckets: ageBuckets}),
+			Help: "Payload bytes per group commit.", Objectives: latency.Objectives(), MaxAge: time.Minute, AgeBuckets: ageBuckets}),
 	}
 	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stalls_total",
 		Help: "Times the storage engine held writes back, by reason (memtables or level 0 full)."}, []string{"reason"})

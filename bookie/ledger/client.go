@@ -109,9 +109,9 @@ type Client struct {
 	store *metastore.Store
 	log   *zap.Logger
 	// adds: each add's latency per bookie, from its taking by the
-	// bookie's stream to its answer, timeout or the stream's failure
-	// (Metrics).
-	adds *latency.Vec
+	// bookie's stream to its answer, timeout or the stream's failure;
+	// reads: each read's, from its call to its answer (Metrics).
+	adds, reads *latency.Vec
 
 	mu struct {
 		sync.Mutex
@@ -177,7 +177,9 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, store: store, log: cfg.Logger,
 		adds: latency.NewVec(time.Now, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY",
-			"Adds to each bookie, from the writer's send to the bookie's answer (or the add's timeout, or its stream's failure), milliseconds.", "bookie")}
+			"Adds to each bookie, from the writer's send to the bookie's answer (or the add's timeout, or its stream's failure), milliseconds.", "bookie"),
+		reads: latency.NewVec(time.Now, "bookkeeper_client_per_channel_bookie_client_READ_ENTRY",
+			"Reads of one entry from each bookie, from the call to the answer (or its timeout), milliseconds; reads given up for another replica's answer are not counted.", "bookie")}
 	c.mu.conns = make(map[string]*grpc.ClientConn)
 	c.mu.addrs = make(map[string]string)
 	c.mu.streams = make(map[string]*addStream)
@@ -185,18 +187,41 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Metrics returns the client's Prometheus collector: a summary of the
-// adds' latency per bookie, under BookKeeper's per-channel name
-// (bookkeeper_client_per_channel_bookie_client_ADD_ENTRY, labels bookie
-// and success), from an add's send by a writer (its queueing on the
-// bookie's stream included) to the bookie's answer; a failed one
-// (success="false") to its refusal, its timeout or its stream's failure.
-// Where the add latency of every bookie is what one bookie's is, that
-// bookie is the slow one; the bookie's own
-// bookkeeper_server_ADD_ENTRY_REQUEST leaves out the network and both
-// sides' queues. A bookie's series stay for the client's life, as its
-// stream does.
-func (c *Client) Metrics() prometheus.Collector { return c.adds }
+// Metrics returns the client's Prometheus collector: summaries of the
+// latency of its adds and reads per bookie, under BookKeeper's
+// per-channel names (labels bookie and success), in milliseconds:
+//
+//   - bookkeeper_client_per_channel_bookie_client_ADD_ENTRY: from an add's
+//     send by a writer (its queueing on the bookie's stream included) to
+//     the bookie's answer; a failed one (success="false") to its refusal,
+//     its timeout or its stream's failure. Adds failed by the client's
+//     closing are not counted.
+//   - bookkeeper_client_per_channel_bookie_client_READ_ENTRY: from a read's
+//     call to the bookie's answer; a failed one to its error, its timeout
+//     (ReadTimeout) or an answer that fails verification (entry id,
+//     checksum). An answer of no such entry counts as failed, as on
+//     the bookie (recovery reads past the end meet it). A read given up
+//     (another replica answered first, or its caller went away) is not
+//     counted: its outcome says nothing of the bookie.
+//
+// Where one bookie's latency is above the others', that bookie is the
+// slow one; the bookie's own bookkeeper_server_*_REQUEST leave out the
+// network and both sides' queues. A bookie's series stay for the
+// client's life, as its add stream does.
+func (c *Client) Metrics() prometheus.Collector { return clientMetrics{c} }
+
+// clientMetrics collects a client's latency summaries.
+type clientMetrics struct{ c *Client }
+
+func (m clientMetrics) Describe(ch chan<- *prometheus.Desc) {
+	m.c.adds.Describe(ch)
+	m.c.reads.Describe(ch)
+}
+
+func (m clientMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.c.adds.Collect(ch)
+	m.c.reads.Collect(ch)
+}
 
 // Close closes the connections to bookies. Writers and readers made by the
 // client stop working.

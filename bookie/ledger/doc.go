@@ -25,8 +25,8 @@
 //   - Reader.Read reads ranges from any replica with speculative retry;
 //     Reader.WaitLAC long-polls for a tailing reader.
 //   - Client.Delete removes the metadata; bookies collect the entries.
-//   - Client.Metrics exports each add's latency per bookie, as the client
-//     sees it.
+//   - Client.Metrics exports each add's and read's latency per bookie, as
+//     the client sees it.
 //
 // The protocol rules (striping, quorum completion, fencing coverage,
 // recovery decisions) are pure code in protocol.go and writestate.go,

@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -23,23 +24,47 @@ func addCounts(t *testing.T, reg prometheus.Gatherer, bookie string) (ok, bad ui
 	return s.GetSampleCount(), f.GetSampleCount(), f.GetSampleSum()
 }
 
-// The client exports each add's latency per bookie: answered adds as
-// successes; an add a bookie did not answer within AddTimeout, and one
-// pending on a stream that broke, as failures of that bookie alone.
-func TestAddLatencyPerBookie(t *testing.T) {
-	c := testcluster.Start(t, 5, testcluster.Options{})
+// meteredWriter returns a client with cfg (no explicit LAC: no traffic
+// but the test's), the registry of its metrics, and a writer whose
+// streams to its three bookies are open (one entry appended).
+func meteredWriter(t *testing.T, c *testcluster.Cluster, cfg ledger.Config) (*ledger.Client, *prometheus.Registry, *ledger.Writer) {
+	t.Helper()
 	ctx := ctxT(t)
-	const timeout = 500 * time.Millisecond
-	cl := c.Client(ledger.Config{AddTimeout: timeout})
+	cfg.ExplicitLACInterval = -1
+	cl := c.Client(cfg)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(cl.Metrics())
 	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close(ctx)
+	t.Cleanup(func() { w.Close(ctx) })
+	if _, err := w.Append(ctx, []byte("streams open")); err != nil {
+		t.Fatal(err)
+	}
+	return cl, reg, w
+}
+
+// pendingOn waits until an add waits on bookie's stream.
+func pendingOn(t *testing.T, cl *ledger.Client, bookie string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ledger.PendingAdds(cl, bookie) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no add ever waited on bookie %s's stream", bookie)
+		}
+	}
+}
+
+// The client exports each add's latency per bookie: answered adds as
+// successes; an add a bookie did not answer within AddTimeout, and one
+// pending on a stream that broke, as failures of that bookie alone; an
+// add failed by the client's closing not at all.
+func TestAddLatencyPerBookie(t *testing.T) {
+	c := testcluster.Start(t, 5, testcluster.Options{})
+	ctx := ctxT(t)
+	_, reg, w := meteredWriter(t, c, ledger.Config{})
 	const n = 20
-	for range n {
+	for range n - 1 {
 		if _, err := w.Append(ctx, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
@@ -58,55 +83,152 @@ func TestAddLatencyPerBookie(t *testing.T) {
 		}
 	}
 
-	// A bookie that does not answer: its add fails at the timeout; the
-	// writer replaces it.
-	slow := ensemble[2]
-	c.Bookie(slow).Proxy.Pause()
-	if _, err := w.Append(ctx, []byte("late")); err != nil {
-		t.Fatal(err)
-	}
-	c.Bookie(slow).Proxy.Resume()
-	if ok, bad, sum := addCounts(t, reg, slow); ok != n || bad != 1 || sum < float64(timeout.Milliseconds()) {
-		t.Fatalf("the silent bookie %s: %d answered, %d failed (%v ms); want %d and one of at least %v", slow, ok, bad, sum, n, timeout)
-	}
-	for _, b := range ensemble[:2] {
-		if ok, bad, _ := addCounts(t, reg, b); ok != n+1 || bad != 0 {
-			t.Fatalf("bookie %s: %d answered, %d failed; want %d and 0", b, ok, bad, n+1)
+	t.Run("timeout", func(t *testing.T) {
+		// A bookie that does not answer: its add fails at the timeout;
+		// the writer replaces it.
+		const timeout = 500 * time.Millisecond
+		_, reg, w := meteredWriter(t, c, ledger.Config{AddTimeout: timeout})
+		slow := w.Metadata().Segments[0].Bookies[2]
+		c.Bookie(slow).Proxy.Pause()
+		if _, err := w.Append(ctx, []byte("late")); err != nil {
+			t.Fatal(err)
 		}
-	}
+		c.Bookie(slow).Proxy.Resume()
+		if ok, bad, sum := addCounts(t, reg, slow); ok != 1 || bad != 1 || sum < float64(timeout.Milliseconds()) {
+			t.Fatalf("the silent bookie %s: %d answered, %d failed (%v ms); want 1 and one of at least %v", slow, ok, bad, sum, timeout)
+		}
+	})
 
-	// A stream cut while an add waits on it: that add fails then, well
-	// within the add timeout (the default 5 s: not what ends it).
-	cl2 := c.Client(ledger.Config{})
-	reg2 := prometheus.NewPedanticRegistry()
-	reg2.MustRegister(cl2.Metrics())
-	w2, err := cl2.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
+	t.Run("stream cut", func(t *testing.T) {
+		// A stream cut while an add waits on it: that add fails then, well
+		// within the add timeout (the default 5 s: not what ends it).
+		cl, reg, w := meteredWriter(t, c, ledger.Config{})
+		cut := w.Metadata().Segments[0].Bookies[0]
+		p := c.Bookie(cut).Proxy
+		p.Pause()
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.Append(ctx, []byte("cut"))
+			done <- err
+		}()
+		pendingOn(t, cl, cut)
+		p.CutAll()
+		p.Resume()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if ok, bad, sum := addCounts(t, reg, cut); ok != 1 || bad != 1 || sum >= 5000 {
+			t.Fatalf("the cut bookie %s: %d answered, %d failed (%v ms); want 1 and one failure, before the timeout", cut, ok, bad, sum)
+		}
+	})
+
+	t.Run("client closed", func(t *testing.T) {
+		// The client closing while an add waits: no failure of the bookie.
+		cl, reg, w := meteredWriter(t, c, ledger.Config{})
+		b := w.Metadata().Segments[0].Bookies[1]
+		p := c.Bookie(b).Proxy
+		p.Pause()
+		defer p.Resume()
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.Append(ctx, []byte("closed"))
+			done <- err
+		}()
+		pendingOn(t, cl, b)
+		cl.Close()
+		if err := <-done; err == nil {
+			t.Fatal("an append across the client's closing worked")
+		}
+		if ok, bad, _ := addCounts(t, reg, b); ok != 1 || bad != 0 {
+			t.Fatalf("bookie %s after the client closed: %d answered, %d failed; want 1 and 0", b, ok, bad)
+		}
+	})
+}
+
+const readLatency = "bookkeeper_client_per_channel_bookie_client_READ_ENTRY"
+
+// Reads too, per bookie: each answered read counts for the bookie that
+// answered; one a bookie did not answer within ReadTimeout as its
+// failure; one given up by its caller not at all.
+func TestReadLatencyPerBookie(t *testing.T) {
+	c := testcluster.Start(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	const timeout = 300 * time.Millisecond
+	// No speculative reads: each entry is read from one bookie.
+	cl := c.Client(ledger.Config{ReadTimeout: timeout, SpeculativeReadTimeout: time.Hour})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(cl.Metrics())
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w2.Close(ctx)
-	if _, err := w2.Append(ctx, []byte("streams open")); err != nil {
+	const n = 30
+	for range n {
+		if _, err := w.Append(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cut := w2.Metadata().Segments[0].Bookies[0]
-	p := c.Bookie(cut).Proxy
-	p.Pause()
+	r, err := cl.Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(ctx, 0, n-1); err != nil {
+		t.Fatal(err)
+	}
+	counts := func(b string) (ok, bad uint64, badSumMs float64) {
+		g := testutil.Gather(t, reg)
+		s, f := g.Summary(t, readLatency, "bookie", b, "success", "true"), g.Summary(t, readLatency, "bookie", b, "success", "false")
+		return s.GetSampleCount(), f.GetSampleCount(), f.GetSampleSum()
+	}
+	var total uint64
+	for _, b := range c.Bookies() {
+		ok, bad, _ := counts(b.ID)
+		if ok == 0 || bad != 0 {
+			t.Fatalf("bookie %s: %d reads answered, %d failed; want some and none (reads rotate over the write set)", b.ID, ok, bad)
+		}
+		total += ok
+	}
+	if total != n {
+		t.Fatalf("%d reads answered in all, want %d (one per entry)", total, n)
+	}
+
+	// A bookie that does not answer: a failure at the timeout.
+	m := r.Metadata()
+	slow := c.Bookies()[0]
+	okBefore, _, _ := counts(slow.ID)
+	slow.Proxy.Pause()
+	if _, err := cl.ReadFrom(ctx, m, slow.ID, 0); err == nil {
+		t.Fatal("a read from a paused bookie worked")
+	}
+	if ok, bad, sum := counts(slow.ID); ok != okBefore || bad != 1 || sum < float64(timeout.Milliseconds()) {
+		t.Fatalf("the paused bookie: %d answered, %d failed (%v ms); want %d and one of at least %v", ok, bad, sum, okBefore, timeout)
+	}
+
+	// A read its caller gives up: not counted. (A new pause, so that
+	// Held says the proxy holds this read's bytes, not the last one's.)
+	slow.Proxy.Resume()
+	slow.Proxy.Pause()
+	rctx, cancel := context.WithCancel(ctx)
+	held := slow.Proxy.Held()
 	done := make(chan error, 1)
 	go func() {
-		_, err := w2.Append(ctx, []byte("cut"))
+		_, err := cl.ReadFrom(rctx, m, slow.ID, 1)
 		done <- err
 	}()
 	select {
-	case <-p.Held(): // the add is on the stream, held by the proxy
+	case <-held: // the read is in the proxy
 	case <-ctx.Done():
-		t.Fatal("the add never reached the paused bookie's proxy")
+		t.Fatal("the read never reached the paused bookie's proxy")
 	}
-	p.CutAll()
-	p.Resume()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a read given up worked")
 	}
-	if ok, bad, sum := addCounts(t, reg2, cut); ok != 1 || bad != 1 || sum >= 5000 {
-		t.Fatalf("the cut bookie %s: %d answered, %d failed (%v ms); want 1 and one failure, before the timeout", cut, ok, bad, sum)
+	if ok, bad, _ := counts(slow.ID); ok != okBefore || bad != 1 {
+		t.Fatalf("the paused bookie after a read given up: %d answered, %d failed; want %d and 1", ok, bad, okBefore)
 	}
+	slow.Proxy.Resume()
 }

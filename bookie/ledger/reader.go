@@ -376,19 +376,31 @@ type readResult struct {
 }
 
 // readChecked reads an entry from one bookie (fencing if masterKey is set),
-// verifies it, and delivers the outcome on out (which must have room).
+// verified, and delivers the outcome on out (which must have room).
 func (c *Client) readChecked(ctx context.Context, m *Metadata, bookie string, entry int64, masterKey []byte, out chan<- readResult) {
 	resp, err := c.readOne(ctx, bookie, m.ID, entry, masterKey)
-	if err == nil {
-		err = verify(m.ID, entry, resp)
-	}
 	out <- readResult{bookie, resp, err}
 }
 
-// readOne reads an entry from one bookie; with masterKey set it is a
-// fencing (recovery) read.
+// readOne reads an entry from one bookie and verifies it (entry id and
+// checksum: a mismatch is the bookie's failure); with masterKey set it is
+// a fencing (recovery) read. Its latency is recorded for the bookie
+// (Client.Metrics) unless ctx ended first: a read given up is no measure
+// of the bookie.
 func (c *Client) readOne(ctx context.Context, bookieID string, ledger, entry int64, masterKey []byte) (*bookiepb.ReadEntryResponse, error) {
-	return call(ctx, c, bookieID, c.cfg.ReadTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.ReadEntryResponse, error) {
+	start := time.Now()
+	resp, err := call(ctx, c, bookieID, c.cfg.ReadTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.ReadEntryResponse, error) {
 		return b.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: ledger, EntryId: entry, Fence: masterKey != nil, MasterKey: masterKey})
 	})
+	if err == nil {
+		err = verify(ledger, entry, resp)
+	}
+	if ctx.Err() == nil {
+		now := time.Now()
+		c.reads.With(bookieID).Observe(now, now.Sub(start), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
 }

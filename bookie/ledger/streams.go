@@ -22,7 +22,8 @@ import (
 //
 // Goroutines: per stream, one that connects and then sends, and a
 // receiver; owned by the streamConn and stopped when it breaks or the
-// client closes.
+// client closes (a stream the bookie retired runs on until its adds are
+// answered; close stops it too).
 type addStream struct {
 	c      *Client
 	bookie string
@@ -31,6 +32,10 @@ type addStream struct {
 	mu     sync.Mutex
 	cur    *streamConn // nil until the next add connects
 	closed bool
+	// retired: streams the bookie retired (wire.StreamExpired) that still
+	// run, answering the adds sent on them; close fails and waits for
+	// them too.
+	retired map[*streamConn]bool
 }
 
 // streamConn is one AddEntries stream, connecting or open.
@@ -136,6 +141,11 @@ func (s *addStream) conn() *streamConn {
 // is bounded by AddTimeout.
 func (sc *streamConn) run() {
 	defer close(sc.done)
+	defer func() { // a retired stream is done
+		sc.s.mu.Lock()
+		delete(sc.s.retired, sc)
+		sc.s.mu.Unlock()
+	}()
 	cli, err := func() (bookiepb.BookieClient, error) {
 		ctx, cancel := context.WithTimeout(sc.ctx, sc.s.c.cfg.AddTimeout)
 		defer cancel()
@@ -164,16 +174,22 @@ func (sc *streamConn) run() {
 	<-recvDone
 }
 
-// close breaks the current stream and refuses new adds; it waits for the
-// stream's goroutines.
+// close breaks the current stream and the retired ones still running,
+// and refuses new adds; it waits for the streams' goroutines.
 func (s *addStream) close() {
 	s.mu.Lock()
 	s.closed = true
-	cur := s.cur
+	var all []*streamConn
+	if s.cur != nil {
+		all = append(all, s.cur)
+	}
+	for sc := range s.retired {
+		all = append(all, sc)
+	}
 	s.mu.Unlock()
-	if cur != nil {
-		cur.fail(ErrClosed)
-		<-cur.done
+	for _, sc := range all {
+		sc.fail(ErrClosed)
+		<-sc.done
 	}
 }
 
@@ -300,6 +316,10 @@ func (sc *streamConn) retire() {
 	sc.s.mu.Lock()
 	if sc.s.cur == sc {
 		sc.s.cur = nil
+		if sc.s.retired == nil {
+			sc.s.retired = map[*streamConn]bool{}
+		}
+		sc.s.retired[sc] = true
 	}
 	sc.s.mu.Unlock()
 	sc.mu.Lock()

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/testutil"
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
@@ -38,32 +40,40 @@ func (b *silentBookie) AddEntries(stream grpc.BidiStreamingServer[bookiepb.AddEn
 	}
 }
 
-// An add the bookie does not answer fails with ErrUnavailable once the add
-// timeout passed (one timer per stream watches the oldest pending add),
-// with the adds behind it; an add answered before is not failed again;
-// and the next add opens a new stream.
-func TestStreamAddTimeout(t *testing.T) {
+// fakeBookie serves impl as bookie "b1" until the test ends, and returns
+// a client with cfg that knows its address, and known, which tells the
+// client the address again (there is no registry: a client forgets a
+// bookie's address when its stream breaks).
+func fakeBookie(t *testing.T, impl bookiepb.BookieServer, cfg Config) (c *Client, known func()) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	bookiepb.RegisterBookieServer(srv, &silentBookie{answer: 1})
+	bookiepb.RegisterBookieServer(srv, impl)
 	go srv.Serve(lis)
-	defer srv.Stop()
-
-	const timeout = 300 * time.Millisecond
-	c, err := New(nil, Config{AddTimeout: timeout})
-	if err != nil {
+	t.Cleanup(srv.Stop)
+	if c, err = New(nil, cfg); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	known := func() { // no registry: the address is known (again, once forgotten)
+	known = func() {
 		c.mu.Lock()
 		c.mu.addrs["b1"] = lis.Addr().String()
 		c.mu.Unlock()
 	}
 	known()
+	return c, known
+}
+
+// An add the bookie does not answer fails with ErrUnavailable once the add
+// timeout passed (one timer per stream watches the oldest pending add),
+// with the adds behind it; an add answered before is not failed again;
+// and the next add opens a new stream.
+func TestStreamAddTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c, known := fakeBookie(t, &silentBookie{answer: 1}, Config{AddTimeout: timeout})
+	defer c.Close()
 
 	type result struct {
 		n    int
@@ -115,5 +125,68 @@ func TestStreamAddTimeout(t *testing.T) {
 	case r := <-results:
 		t.Fatalf("a result too many: %+v", r)
 	case <-time.After(2 * timeout):
+	}
+}
+
+// retiringBookie retires each add stream at its first message, as a
+// bookie does when the stream's token expires, and answers no add.
+type retiringBookie struct {
+	bookiepb.UnimplementedBookieServer
+}
+
+func (retiringBookie) AddEntries(stream grpc.BidiStreamingServer[bookiepb.AddEntriesRequest, bookiepb.AddEntriesResponse]) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	if err := stream.Send(&bookiepb.AddEntriesResponse{Results: []*bookiepb.AddResult{{Reason: wire.StreamExpired}}}); err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return err
+		}
+	}
+}
+
+// Close fails the adds still waiting on a stream the bookie retired with
+// ErrClosed, as those of the current stream, and waits for its
+// goroutines; the client's closing counts as no failure of the bookie.
+func TestCloseEndsRetiredStreams(t *testing.T) {
+	c, _ := fakeBookie(t, retiringBookie{}, Config{})
+	result := make(chan error, 1)
+	c.addAsync("b1", &bookiepb.AddEntryRequest{LedgerId: 1, Payload: []byte("x")}, c.cfg.AddTimeout, addFunc(func(err error) { result <- err }))
+
+	c.mu.Lock()
+	s := c.mu.streams["b1"]
+	c.mu.Unlock()
+	var retired *streamConn
+	for deadline := time.Now().Add(time.Minute); retired == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the bookie's retirement never reached the client")
+		}
+		s.mu.Lock()
+		for sc := range s.retired {
+			retired = sc
+		}
+		s.mu.Unlock()
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-retired.done:
+	default:
+		t.Fatal("Close returned with the retired stream's goroutines running")
+	}
+	if err := <-result; !errors.Is(err, ErrClosed) {
+		t.Fatalf("the add on the retired stream: %v, want ErrClosed", err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.Metrics())
+	g := testutil.Gather(t, reg)
+	for _, success := range []string{"true", "false"} {
+		if n := g.Summary(t, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY", "bookie", "b1", "success", success).GetSampleCount(); n != 0 {
+			t.Fatalf("the bookie's adds with success=%s: %d, want none counted", success, n)
+		}
 	}
 }

@@ -23,6 +23,7 @@
 package latency
 
 import (
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
@@ -33,9 +34,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Objectives are the quantiles exported (with client_golang's notation of
+// objectives are the quantiles exported (with client_golang's notation of
 // an allowed error, which the buckets' bound replaces).
-var Objectives = map[float64]float64{0.5: 0.05, 0.75: 0.02, 0.95: 0.005, 0.99: 0.001, 0.999: 0.0001}
+var objectives = map[float64]float64{0.5: 0.05, 0.75: 0.02, 0.95: 0.005, 0.99: 0.001, 0.999: 0.0001}
+
+// Objectives returns the quantiles exported, for client_golang summaries
+// that are to report the same ones (a new map: the caller's to change).
+func Objectives() map[float64]float64 { return maps.Clone(objectives) }
 
 // Summary is one operation's latencies under one name or more
 // (BookKeeper exports each request latency as X_REQUEST and X), with the
@@ -256,8 +261,8 @@ func (s *latencySeries) read(e int64) (uint64, float64, map[float64]float64) {
 			total += n
 		}
 	}
-	q := make(map[float64]float64, len(Objectives))
-	for o := range Objectives {
+	q := make(map[float64]float64, len(objectives))
+	for o := range objectives {
 		q[o] = math.NaN()
 		if total == 0 {
 			continue

@@ -80,7 +80,7 @@ func TestLatencyQuantilesWithinABucket(t *testing.T) {
 			if s.GetSampleCount() != n || s.GetSampleSum() != float64(sum)/1000 {
 				t.Fatalf("count %d sum %v, want %d and %v", s.GetSampleCount(), s.GetSampleSum(), n, float64(sum)/1000)
 			}
-			for q := range Objectives {
+			for q := range objectives {
 				want := float64(us[int(math.Ceil(q*n))-1])        // the rank-th smallest
 				got := math.Round(testutil.Quantile(s, q) * 1000) // whole µs
 				if got < want || got > want+want/32 || want < latencyExact && got != want {
@@ -211,7 +211,7 @@ func TestLatenciesExportBothNames(t *testing.T) {
 		}
 		for _, label := range []string{"true", "false"} {
 			sa, sb := a[label], b[label]
-			if sa.GetSampleCount() != sb.GetSampleCount() || sa.GetSampleSum() != sb.GetSampleSum() || len(sa.Quantile) != len(Objectives) {
+			if sa.GetSampleCount() != sb.GetSampleCount() || sa.GetSampleSum() != sb.GetSampleSum() || len(sa.Quantile) != len(objectives) {
 				t.Fatalf("success=%s: x_REQUEST %v, x %v", label, sa, sb)
 			}
 			for _, q := range sa.Quantile {
