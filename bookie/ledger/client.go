@@ -199,15 +199,18 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 //   - bookkeeper_client_per_channel_bookie_client_READ_ENTRY: from a read's
 //     call to the bookie's answer; a failed one to its error, its timeout
 //     (ReadTimeout) or an answer that fails verification (entry id,
-//     checksum). An answer of no such entry counts as failed, as on
-//     the bookie (recovery reads past the end meet it). A read given up
-//     (another replica answered first, or its caller went away) is not
-//     counted: its outcome says nothing of the bookie.
+//     checksum); a read still out when another replica answered
+//     (speculative reads) to then: a failure, with a lower bound of its
+//     latency. An answer of no such entry counts as failed, as on the
+//     bookie (recovery reads past the end meet it). A read its caller
+//     gave up otherwise, or the client's closing ended, is not counted.
+//     The time includes finding the bookie's address in the registry
+//     when the client has forgotten it (after a broken stream).
 //
 // Where one bookie's latency is above the others', that bookie is the
 // slow one; the bookie's own bookkeeper_server_*_REQUEST leave out the
 // network and both sides' queues. A bookie's series stay for the
-// client's life, as its add stream does.
+// client's life: one per bookie it wrote to or read from.
 func (c *Client) Metrics() prometheus.Collector { return clientMetrics{c} }
 
 // clientMetrics collects a client's latency summaries.
@@ -221,6 +224,13 @@ func (m clientMetrics) Describe(ch chan<- *prometheus.Desc) {
 func (m clientMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.c.adds.Collect(ch)
 	m.c.reads.Collect(ch)
+}
+
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.closed
 }
 
 // Close closes the connections to bookies. Writers and readers made by the

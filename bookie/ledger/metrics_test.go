@@ -86,7 +86,7 @@ func TestAddLatencyPerBookie(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		// A bookie that does not answer: its add fails at the timeout;
 		// the writer replaces it.
-		const timeout = 500 * time.Millisecond
+		const timeout = 2 * time.Second
 		_, reg, w := meteredWriter(t, c, ledger.Config{AddTimeout: timeout})
 		slow := w.Metadata().Segments[0].Bookies[2]
 		c.Bookie(slow).Proxy.Pause()
@@ -149,11 +149,12 @@ const readLatency = "bookkeeper_client_per_channel_bookie_client_READ_ENTRY"
 
 // Reads too, per bookie: each answered read counts for the bookie that
 // answered; one a bookie did not answer within ReadTimeout as its
-// failure; one given up by its caller not at all.
+// failure, and so one still out when another replica answered; one given
+// up by its caller not at all.
 func TestReadLatencyPerBookie(t *testing.T) {
 	c := testcluster.Start(t, 3, testcluster.Options{})
 	ctx := ctxT(t)
-	const timeout = 300 * time.Millisecond
+	const timeout = 2 * time.Second
 	// No speculative reads: each entry is read from one bookie.
 	cl := c.Client(ledger.Config{ReadTimeout: timeout, SpeculativeReadTimeout: time.Hour})
 	reg := prometheus.NewPedanticRegistry()
@@ -197,7 +198,7 @@ func TestReadLatencyPerBookie(t *testing.T) {
 
 	// A bookie that does not answer: a failure at the timeout.
 	m := r.Metadata()
-	slow := c.Bookies()[0]
+	slow := c.Bookie(m.Segments[0].Bookies[0]) // entry 0's first replica
 	okBefore, _, _ := counts(slow.ID)
 	slow.Proxy.Pause()
 	if _, err := cl.ReadFrom(ctx, m, slow.ID, 0); err == nil {
@@ -229,6 +230,34 @@ func TestReadLatencyPerBookie(t *testing.T) {
 	}
 	if ok, bad, _ := counts(slow.ID); ok != okBefore || bad != 1 {
 		t.Fatalf("the paused bookie after a read given up: %d answered, %d failed; want %d and 1", ok, bad, okBefore)
+	}
+
+	// A read still out when a speculative read to another replica
+	// answered: a failure of its bookie, of at least the speculative
+	// timeout. (It ends after the entry is returned: wait for it.)
+	const speculate = 50 * time.Millisecond
+	cl2 := c.Client(ledger.Config{SpeculativeReadTimeout: speculate})
+	reg2 := prometheus.NewPedanticRegistry()
+	reg2.MustRegister(cl2.Metrics())
+	r2, err := cl2.Open(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r2.Read(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		g := testutil.Gather(t, reg2)
+		lost := g.Summary(t, readLatency, "bookie", slow.ID, "success", "false")
+		if lost.GetSampleCount() == 1 {
+			if sum := lost.GetSampleSum(); sum < float64(speculate.Milliseconds()) {
+				t.Fatalf("the read lost to a speculative one took %v ms, want at least %v", sum, speculate)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the read lost to a speculative one: %d failures of %s counted, want 1", lost.GetSampleCount(), slow.ID)
+		}
 	}
 	slow.Proxy.Resume()
 }

@@ -330,8 +330,9 @@ func (c *Client) readEntry(ctx context.Context, m *Metadata, entry int64) (*book
 	rot := int((entry / int64(m.Ensemble)) % int64(len(ws)))
 	order := append(ws[rot:len(ws):len(ws)], ws[:rot]...)
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The reads still out when one answers are lost to it.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(errSpeculationLost)
 	results := make(chan readResult, len(order))
 	next, outstanding := 0, 0
 	launch := func() {
@@ -382,11 +383,17 @@ func (c *Client) readChecked(ctx context.Context, m *Metadata, bookie string, en
 	out <- readResult{bookie, resp, err}
 }
 
+// errSpeculationLost ends the reads still out when another replica
+// answered (readEntry): each bookie was slower than SpeculativeReadTimeout
+// at least.
+var errSpeculationLost = errors.New("another replica answered first")
+
 // readOne reads an entry from one bookie and verifies it (entry id and
 // checksum: a mismatch is the bookie's failure); with masterKey set it is
 // a fencing (recovery) read. Its latency is recorded for the bookie
-// (Client.Metrics) unless ctx ended first: a read given up is no measure
-// of the bookie.
+// (Client.Metrics): a read lost to another replica's answer as a failure
+// (its time so far, a lower bound); not one its caller gave up otherwise,
+// nor one the client's closing ended: those are no measure of the bookie.
 func (c *Client) readOne(ctx context.Context, bookieID string, ledger, entry int64, masterKey []byte) (*bookiepb.ReadEntryResponse, error) {
 	start := time.Now()
 	resp, err := call(ctx, c, bookieID, c.cfg.ReadTimeout, func(ctx context.Context, b bookiepb.BookieClient) (*bookiepb.ReadEntryResponse, error) {
@@ -395,9 +402,13 @@ func (c *Client) readOne(ctx context.Context, bookieID string, ledger, entry int
 	if err == nil {
 		err = verify(ledger, entry, resp)
 	}
-	if ctx.Err() == nil {
-		now := time.Now()
+	now := time.Now()
+	switch {
+	case c.isClosed(): // the client's own doing
+	case err == nil || ctx.Err() == nil:
 		c.reads.With(bookieID).Observe(now, now.Sub(start), err)
+	case errors.Is(context.Cause(ctx), errSpeculationLost):
+		c.reads.With(bookieID).Observe(now, now.Sub(start), errSpeculationLost)
 	}
 	if err != nil {
 		return nil, err

@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -57,6 +59,7 @@ func fakeBookie(t *testing.T, impl bookiepb.BookieServer, cfg Config) (c *Client
 	if c, err = New(nil, cfg); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() }) // before srv.Stop
 	known = func() {
 		c.mu.Lock()
 		c.mu.addrs["b1"] = lis.Addr().String()
@@ -129,22 +132,84 @@ func TestStreamAddTimeout(t *testing.T) {
 }
 
 // retiringBookie retires each add stream at its first message, as a
-// bookie does when the stream's token expires, and answers no add.
+// bookie does when the stream's token expires; it answers the adds of
+// that message if answer is set, else none. It ends the stream when the
+// client does.
 type retiringBookie struct {
 	bookiepb.UnimplementedBookieServer
+	answer bool
 }
 
-func (retiringBookie) AddEntries(stream grpc.BidiStreamingServer[bookiepb.AddEntriesRequest, bookiepb.AddEntriesResponse]) error {
-	if _, err := stream.Recv(); err != nil {
+func (b retiringBookie) AddEntries(stream grpc.BidiStreamingServer[bookiepb.AddEntriesRequest, bookiepb.AddEntriesResponse]) error {
+	req, err := stream.Recv()
+	if err != nil {
 		return err
 	}
-	if err := stream.Send(&bookiepb.AddEntriesResponse{Results: []*bookiepb.AddResult{{Reason: wire.StreamExpired}}}); err != nil {
+	results := []*bookiepb.AddResult{{Reason: wire.StreamExpired}}
+	if b.answer {
+		for _, e := range req.Entries {
+			results = append(results, &bookiepb.AddResult{RequestId: e.RequestId})
+		}
+	}
+	if err := stream.Send(&bookiepb.AddEntriesResponse{Results: results}); err != nil {
 		return err
 	}
 	for {
-		if _, err := stream.Recv(); err != nil {
+		if _, err := stream.Recv(); err == io.EOF {
+			return nil
+		} else if err != nil {
 			return err
 		}
+	}
+}
+
+// retiredStream waits until bookie "b1"'s stream is retired, and returns it.
+func retiredStream(t *testing.T, c *Client) (*addStream, *streamConn) {
+	t.Helper()
+	c.mu.Lock()
+	s := c.mu.streams["b1"]
+	c.mu.Unlock()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the bookie's retirement never reached the client")
+		}
+		s.mu.Lock()
+		for sc := range s.retired {
+			s.mu.Unlock()
+			return s, sc
+		}
+		s.mu.Unlock()
+	}
+}
+
+// A retired stream whose adds are all answered ends, and leaves the
+// client's list of retired streams.
+func TestRetiredStreamEndsWhenAnswered(t *testing.T) {
+	c, _ := fakeBookie(t, retiringBookie{answer: true}, Config{})
+	result := make(chan error, 1)
+	c.addAsync("b1", &bookiepb.AddEntryRequest{LedgerId: 1, Payload: []byte("x")}, c.cfg.AddTimeout, addFunc(func(err error) { result <- err }))
+	c.mu.Lock()
+	s := c.mu.streams["b1"]
+	c.mu.Unlock()
+	s.mu.Lock()
+	sc := s.cur // the add's (retired, it may end before a look at s.retired)
+	s.mu.Unlock()
+	if err := <-result; err != nil {
+		t.Fatalf("the add answered on the retired stream: %v", err)
+	}
+	select {
+	case <-sc.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the retired stream, all its adds answered, never ended")
+	}
+	sc.mu.Lock()
+	retired := sc.mu.retired
+	sc.mu.Unlock()
+	s.mu.Lock()
+	n := len(s.retired)
+	s.mu.Unlock()
+	if !retired || n != 0 {
+		t.Fatalf("the stream retired: %v; %d retired streams listed after it ended, want none", retired, n)
 	}
 }
 
@@ -155,21 +220,7 @@ func TestCloseEndsRetiredStreams(t *testing.T) {
 	c, _ := fakeBookie(t, retiringBookie{}, Config{})
 	result := make(chan error, 1)
 	c.addAsync("b1", &bookiepb.AddEntryRequest{LedgerId: 1, Payload: []byte("x")}, c.cfg.AddTimeout, addFunc(func(err error) { result <- err }))
-
-	c.mu.Lock()
-	s := c.mu.streams["b1"]
-	c.mu.Unlock()
-	var retired *streamConn
-	for deadline := time.Now().Add(time.Minute); retired == nil; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the bookie's retirement never reached the client")
-		}
-		s.mu.Lock()
-		for sc := range s.retired {
-			retired = sc
-		}
-		s.mu.Unlock()
-	}
+	_, retired := retiredStream(t, c)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,5 +239,66 @@ func TestCloseEndsRetiredStreams(t *testing.T) {
 		if n := g.Summary(t, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY", "bookie", "b1", "success", success).GetSampleCount(); n != 0 {
 			t.Fatalf("the bookie's adds with success=%s: %d, want none counted", success, n)
 		}
+	}
+}
+
+// lyingBookie answers every read with another entry than the one asked.
+type lyingBookie struct {
+	bookiepb.UnimplementedBookieServer
+}
+
+func (lyingBookie) ReadEntry(_ context.Context, req *bookiepb.ReadEntryRequest) (*bookiepb.ReadEntryResponse, error) {
+	return &bookiepb.ReadEntryResponse{EntryId: req.EntryId + 1}, nil
+}
+
+// An answer that fails verification is the bookie's failed read.
+func TestReadFailingVerificationCounts(t *testing.T) {
+	c, _ := fakeBookie(t, lyingBookie{}, Config{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.Metrics())
+	if _, err := c.readOne(context.Background(), "b1", 1, 0, nil); !errors.Is(err, wire.ErrBadChecksum) {
+		t.Fatalf("a read answered with another entry: %v, want ErrBadChecksum", err)
+	}
+	g := testutil.Gather(t, reg)
+	const name = "bookkeeper_client_per_channel_bookie_client_READ_ENTRY"
+	if ok, bad := g.Summary(t, name, "bookie", "b1", "success", "true").GetSampleCount(), g.Summary(t, name, "bookie", "b1", "success", "false").GetSampleCount(); ok != 0 || bad != 1 {
+		t.Fatalf("reads counted: %d answered, %d failed; want one failed", ok, bad)
+	}
+}
+
+// stallingBookie tells got of each read and answers none.
+type stallingBookie struct {
+	bookiepb.UnimplementedBookieServer
+	got chan struct{}
+}
+
+func (b stallingBookie) ReadEntry(ctx context.Context, _ *bookiepb.ReadEntryRequest) (*bookiepb.ReadEntryResponse, error) {
+	b.got <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A read the client's closing ends is no failure of the bookie.
+func TestReadEndedByCloseNotCounted(t *testing.T) {
+	got := make(chan struct{}, 1)
+	c, _ := fakeBookie(t, stallingBookie{got: got}, Config{ReadTimeout: time.Minute})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.Metrics())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.readOne(context.Background(), "b1", 1, 0, nil)
+		done <- err
+	}()
+	select {
+	case <-got: // the read is at the bookie
+	case <-time.After(time.Minute):
+		t.Fatal("the read never reached the bookie")
+	}
+	c.Close()
+	if err := <-done; err == nil {
+		t.Fatal("a read across the client's closing worked")
+	}
+	if n := testutil.Gather(t, reg).Summary(t, "bookkeeper_client_per_channel_bookie_client_READ_ENTRY", "bookie", "b1", "success", "false").GetSampleCount(); n != 0 {
+		t.Fatalf("%d failed reads counted, want none: the client closed", n)
 	}
 }

@@ -5,7 +5,8 @@
 // buffers, sorts and merges samples (7.5% of the CPU samples in the
 // bookie's gRPC add benchmark with 1 KiB adds, 256 in flight, against
 // 0.8% with these; docs/benchmarks.md). The bookie's request and group
-// commit latencies and the ledger client's per-bookie add latencies use it.
+// commit latencies and the ledger client's per-bookie add and read
+// latencies use it.
 //
 // Precision: a quantile is reported as the upper bound of the bucket that
 // holds it, in whole microseconds: exact below 64 µs, at most 1/32 (3.1%)
@@ -129,15 +130,13 @@ func (l *Summary) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Vec is one operation's latencies split by the values of one more label
-// (the ledger client's adds by bookie), each value with its two success
-// series. Observations go to a Child, found once (With) and kept by the
-// caller: observing takes no lock.
+// (the ledger client's adds and reads by bookie), each value with its two
+// success series. Observations go to a Child (With, which takes no lock
+// once the value has one; a caller may keep it).
 type Vec struct {
 	desc *prometheus.Desc // labels: label, success
 	clock
-
-	mu       sync.Mutex
-	children map[string]*Child // by label value
+	children sync.Map // label value -> *Child; never deleted
 }
 
 // Child is the series of one label value of a Vec.
@@ -149,9 +148,8 @@ type Child struct {
 // NewVec returns a Vec exported as name, with help, split by label.
 func NewVec(now func() time.Time, name, help, label string) *Vec {
 	return &Vec{
-		desc:     prometheus.NewDesc(name, help, []string{label, "success"}, nil),
-		clock:    clock{now: now, base: now()},
-		children: map[string]*Child{},
+		desc:  prometheus.NewDesc(name, help, []string{label, "success"}, nil),
+		clock: clock{now: now, base: now()},
 	}
 }
 
@@ -159,14 +157,11 @@ func NewVec(now func() time.Time, name, help, label string) *Vec {
 // exported from then on (with no observation yet): values are never
 // dropped, so they must be bounded (the bookies a client writes to).
 func (v *Vec) With(value string) *Child {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	c := v.children[value]
-	if c == nil {
-		c = &Child{clock: v.clock}
-		v.children[value] = c
+	if c, ok := v.children.Load(value); ok {
+		return c.(*Child)
 	}
-	return c
+	c, _ := v.children.LoadOrStore(value, &Child{clock: v.clock})
+	return c.(*Child)
 }
 
 // Observe records one operation that took d and ended at now (a reading
@@ -180,17 +175,11 @@ func (v *Vec) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
 // Collect exports every child's two series.
 func (v *Vec) Collect(ch chan<- prometheus.Metric) {
 	e := v.epoch(v.now())
-	v.mu.Lock()
-	values := make([]string, 0, len(v.children))
-	children := make([]*Child, 0, len(v.children))
-	for value, c := range v.children {
-		values = append(values, value)
-		children = append(children, c)
-	}
-	v.mu.Unlock()
-	for i, c := range children {
-		c.pair.collect(ch, []*prometheus.Desc{v.desc}, e, values[i])
-	}
+	descs := []*prometheus.Desc{v.desc}
+	v.children.Range(func(value, c any) bool {
+		c.(*Child).pair.collect(ch, descs, e, value.(string))
+		return true
+	})
 }
 
 const (
