@@ -258,7 +258,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		return nil, err
 	}
 	undo = append(undo, func() { s.ledgers.Close() })
-	// The adds' latency per bookie, as this broker sees it.
+	// The adds' and reads' latency per bookie, as this broker sees it.
 	prometheus.WrapRegistererWith(prometheus.Labels{"cluster": cfg.ClusterName}, s.reg).MustRegister(s.ledgers.Metrics())
 
 	s.ln, err = net.Listen("tcp", cfg.Listen)

@@ -179,7 +179,7 @@ func New(store *metastore.Store, cfg Config) (*Client, error) {
 		adds: latency.NewVec(time.Now, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY",
 			"Adds to each bookie, from the writer's send to the bookie's answer (or the add's timeout, or its stream's failure), milliseconds.", "bookie"),
 		reads: latency.NewVec(time.Now, "bookkeeper_client_per_channel_bookie_client_READ_ENTRY",
-			"Reads of one entry from each bookie, from the call to the answer (or its timeout), milliseconds; reads given up for another replica's answer are not counted.", "bookie")}
+			"Reads of one entry from each bookie, from the call to the answer (or its timeout), milliseconds; a read still out when another replica answered is a failure, timed until then.", "bookie")}
 	c.mu.conns = make(map[string]*grpc.ClientConn)
 	c.mu.addrs = make(map[string]string)
 	c.mu.streams = make(map[string]*addStream)

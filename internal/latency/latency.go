@@ -155,7 +155,8 @@ func NewVec(now func() time.Time, name, help, label string) *Vec {
 
 // With returns the child of value, created on first use; its series are
 // exported from then on (with no observation yet): values are never
-// dropped, so they must be bounded (the bookies a client writes to).
+// dropped, so they must be bounded (the bookies a client writes to or
+// reads from).
 func (v *Vec) With(value string) *Child {
 	if c, ok := v.children.Load(value); ok {
 		return c.(*Child)
