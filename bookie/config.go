@@ -84,9 +84,11 @@ type Config struct {
 	// EntryLogRecycleFiles is how many entry log files no ledger needs
 	// are kept for reuse instead of deleted: a later file overwrites
 	// one. Overwriting syncs faster than appending (no metadata to
-	// commit), but on this project's test machine it made the tail of a
-	// loaded standalone far worse (docs/benchmarks.md): measure on your
-	// disk. Default 0 (files are deleted); in 0..64.
+	// commit). On one of this project's test machines it made the tail
+	// of a loaded standalone far worse; on another, whose host charges
+	// appends' syncs to the machine, it cost the host less and the tail
+	// was no different (docs/benchmarks.md): measure on your disk.
+	// Default 0 (files are deleted); in 0..64.
 	EntryLogRecycleFiles int `mapstructure:"entry-log-recycle-files" yaml:"entry-log-recycle-files"`
 	// EntryLogSyncInterval is the least time from the start of one
 	// write and sync of the entry log to the start of the next: adds

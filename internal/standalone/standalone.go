@@ -45,6 +45,8 @@ type Config struct {
 	EntryLogDirectIO bool `mapstructure:"entry-log-direct-io"`
 	// EntryLogSyncInterval is the bookies' --entry-log-sync-interval.
 	EntryLogSyncInterval time.Duration `mapstructure:"entry-log-sync-interval"`
+	// EntryLogRecycleFiles is the bookies' --entry-log-recycle-files.
+	EntryLogRecycleFiles int `mapstructure:"entry-log-recycle-files"`
 	// EntryLogCheckpointBytes is the bookies'
 	// --entry-log-checkpoint-bytes.
 	EntryLogCheckpointBytes bytesize.Size `mapstructure:"entry-log-checkpoint-bytes"`
@@ -251,6 +253,7 @@ func (c *Config) bookieConfig(b Budget, i int) bookie.Config {
 	bc.EntryLogDirectIO = c.EntryLogDirectIO
 	bc.EntryLogCheckpointBytes = c.EntryLogCheckpointBytes
 	bc.EntryLogSyncInterval = c.EntryLogSyncInterval
+	bc.EntryLogRecycleFiles = c.EntryLogRecycleFiles
 	bc.MemtableSize = bytesize.Size(b.Bookie.Memtables / 2)
 	bc.BlockCacheSize = bytesize.Size(b.Bookie.BlockCache)
 	bc.MaxInflightBytes = b.Bookie.InflightPayload

@@ -184,10 +184,11 @@ func TestEntryLogSettingsReachTheBookies(t *testing.T) {
 	c.Bookies = 3
 	c.EntryLog, c.EntryLogDirectIO = true, false
 	c.EntryLogCheckpointBytes, c.EntryLogSyncInterval = 1<<30, 4*time.Millisecond
+	c.EntryLogRecycleFiles = 8
 	for i := range c.Bookies {
 		bc := c.bookieConfig(c.Budget(), i)
-		if !bc.EntryLog || bc.EntryLogDirectIO || bc.EntryLogCheckpointBytes != 1<<30 || bc.EntryLogSyncInterval != 4*time.Millisecond {
-			t.Errorf("bookie %d: entry log %v, direct I/O %v, checkpoint bytes %v, sync interval %v", i, bc.EntryLog, bc.EntryLogDirectIO, bc.EntryLogCheckpointBytes, bc.EntryLogSyncInterval)
+		if !bc.EntryLog || bc.EntryLogDirectIO || bc.EntryLogCheckpointBytes != 1<<30 || bc.EntryLogSyncInterval != 4*time.Millisecond || bc.EntryLogRecycleFiles != 8 {
+			t.Errorf("bookie %d: entry log %v, direct I/O %v, checkpoint bytes %v, sync interval %v, recycled files %d", i, bc.EntryLog, bc.EntryLogDirectIO, bc.EntryLogCheckpointBytes, bc.EntryLogSyncInterval, bc.EntryLogRecycleFiles)
 		}
 	}
 }

@@ -69,9 +69,10 @@ import (
 //     only the last (the one a crash interrupted) may end in a record
 //     that does not check, torn or former. The file Open starts is never
 //     a recycled one: it may follow a torn tail, where only an empty file
-//     may. Off by default (Options.EntryLogRecycle): on this project's
-//     test machine, overwriting gave a faster median sync but a far
-//     worse tail under load (docs/benchmarks.md).
+//     may. Off by default (Options.EntryLogRecycle): on one of this
+//     project's test machines, overwriting gave a faster median sync but
+//     a far worse tail under load; on another, faster syncs and the same
+//     tail (docs/benchmarks.md).
 //
 // Log file: <dir>/entries/<number, 10 digits>.log, a sequence of records
 //

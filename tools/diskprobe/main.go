@@ -1,0 +1,218 @@
+// Command diskprobe writes and syncs files the way a bookie's entry log
+// does, without Magnetar: several writers, each appending to (or
+// overwriting) its own file at a fixed rate, each write followed by an
+// fdatasync (or opened O_DSYNC), and reports the rate held and the
+// latency of a write and its sync. Run `magnetar perf pauses` beside it
+// to see what each pattern costs a virtual machine whose host charges
+// its I/O to the machine's CPU allowance (docs/benchmarks.md, "Overwriting
+// costs the host less").
+//
+// Modes:
+//
+//	append-fdatasync     new files, written at their end, fdatasync after each write (the entry log's default)
+//	append-dsync         the same, the file opened O_DSYNC instead
+//	overwrite-fdatasync  files written whole first, then overwritten (as with --entry-log-recycle-files)
+//	overwrite-dsync      the same, O_DSYNC
+//
+// The files (-file-size each, one per writer) are created under -dir and
+// removed at the end.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "diskprobe:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	dir      string
+	append   bool // else overwrite
+	dsync    bool // else fdatasync
+	direct   bool
+	size     int
+	rate     int
+	writers  int
+	fileSize int64
+	time     time.Duration
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("diskprobe", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.dir, "dir", ".", "directory for the files")
+	mode := fs.String("mode", "append-fdatasync", "append-fdatasync, append-dsync, overwrite-fdatasync or overwrite-dsync")
+	fs.BoolVar(&o.direct, "direct", true, "direct I/O (O_DIRECT), as the entry log writes")
+	fs.IntVar(&o.size, "size", 96<<10, "bytes per write (a multiple of 4096)")
+	fs.IntVar(&o.rate, "rate", 1000, "writes a second per writer")
+	fs.IntVar(&o.writers, "writers", 3, "writers, one file each (a 3-bookie standalone: 3)")
+	fs.Int64Var(&o.fileSize, "file-size", 512<<20, "bytes per file; a writer that reaches its end starts again at 0")
+	fs.DurationVar(&o.time, "time", 10*time.Second, "how long to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch *mode {
+	case "append-fdatasync":
+		o.append = true
+	case "append-dsync":
+		o.append, o.dsync = true, true
+	case "overwrite-fdatasync":
+	case "overwrite-dsync":
+		o.dsync = true
+	default:
+		return fmt.Errorf("-mode %q: want append-fdatasync, append-dsync, overwrite-fdatasync or overwrite-dsync", *mode)
+	}
+	switch {
+	case o.size <= 0 || o.size%4096 != 0 || o.size > 64<<20:
+		return fmt.Errorf("-size %d: want a multiple of 4096 up to 64MiB", o.size)
+	case o.rate <= 0 || o.writers <= 0 || o.writers > 64 || o.time <= 0:
+		return errors.New("-rate, -writers (up to 64) and -time must be positive")
+	case o.fileSize < int64(o.size):
+		return fmt.Errorf("-file-size %d is below -size %d", o.fileSize, o.size)
+	}
+	o.fileSize -= o.fileSize % int64(o.size)
+
+	type result struct {
+		lat []time.Duration
+		err error
+	}
+	results := make(chan result, o.writers)
+	files := make([]*os.File, o.writers)
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+				os.Remove(f.Name())
+			}
+		}
+	}()
+	for w := range files {
+		f, err := o.open(filepath.Join(o.dir, fmt.Sprintf("diskprobe-%d.dat", w)))
+		if f != nil {
+			files[w] = f
+		}
+		if err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	for _, f := range files {
+		go func() {
+			lat, err := o.write(f, start)
+			results <- result{lat, err}
+		}()
+	}
+	var all []time.Duration
+	var errs []error
+	for range files {
+		r := <-results
+		all = append(all, r.lat...)
+		errs = append(errs, r.err)
+	}
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	slices.Sort(all)
+	q := func(p float64) time.Duration { return all[int(float64(len(all)-1)*p)] }
+	fmt.Fprintf(out, "%s: %d writes of %d KiB by %d writers in %.1fs: %.0f/s (asked %d/s) | write and sync p50 %v p99 %v max %v\n",
+		*mode, len(all), o.size>>10, o.writers, elapsed.Seconds(), float64(len(all))/elapsed.Seconds(), o.rate*o.writers,
+		q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(1).Round(time.Microsecond))
+	return nil
+}
+
+// open creates a writer's file; to be overwritten, it is written whole
+// and synced first.
+func (o *options) open(path string) (*os.File, error) {
+	flags := os.O_CREATE | os.O_RDWR | os.O_TRUNC
+	if o.direct {
+		flags |= syscall.O_DIRECT
+	}
+	if !o.append {
+		if err := o.fill(path, flags); err != nil {
+			return nil, err
+		}
+		flags &^= os.O_TRUNC
+	}
+	if o.dsync {
+		flags |= syscall.O_DSYNC
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s (direct I/O %v): %w", path, o.direct, err)
+	}
+	return f, nil
+}
+
+// fill writes path whole with a pattern and syncs it.
+func (o *options) fill(path string, flags int) error {
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s (direct I/O %v): %w", path, o.direct, err)
+	}
+	defer f.Close()
+	buf := aligned(min(4<<20, int(o.fileSize)))
+	for off := int64(0); off < o.fileSize; off += int64(len(buf)) {
+		n := min(int64(len(buf)), o.fileSize-off)
+		if _, err := f.WriteAt(buf[:n], off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// write writes o.rate times a second until o.time has passed since start,
+// and returns each write's latency, its sync's included.
+func (o *options) write(f *os.File, start time.Time) ([]time.Duration, error) {
+	buf := aligned(o.size)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	interval := time.Second / time.Duration(o.rate)
+	var lat []time.Duration
+	off := int64(0)
+	for next := start; time.Since(start) < o.time; next = next.Add(interval) {
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		t0 := time.Now()
+		if _, err := f.WriteAt(buf, off); err != nil {
+			return lat, err
+		}
+		if !o.dsync {
+			if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+				return lat, err
+			}
+		}
+		lat = append(lat, time.Since(t0))
+		if off += int64(o.size); off == o.fileSize {
+			off = 0
+			if o.append { // append again: an empty file
+				if err := f.Truncate(0); err != nil {
+					return lat, err
+				}
+			}
+		}
+	}
+	return lat, nil
+}
+
+// aligned returns n bytes at a 4 KiB-aligned address, as direct I/O needs.
+func aligned(n int) []byte {
+	b := make([]byte, n+4096)
+	skip := (4096 - int(uintptr(unsafe.Pointer(&b[0]))&4095)) & 4095
+	return b[skip : skip+n]
+}
