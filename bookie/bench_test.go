@@ -21,13 +21,13 @@ import (
 )
 
 // startBenchBookie runs a bookie on disk, stopped when the benchmark ends.
-func startBenchBookie(b *testing.B) bookiepb.BookieClient {
+func startBenchBookie(b *testing.B) (bookiepb.BookieClient, *bookie.Server) {
 	return startBenchBookieIn(b, b.TempDir(), func(*bookie.Config) {})
 }
 
 // startBenchBookieIn runs a bookie on dataDir, its defaults changed by
 // set.
-func startBenchBookieIn(b *testing.B, dataDir string, set func(*bookie.Config)) bookiepb.BookieClient {
+func startBenchBookieIn(b *testing.B, dataDir string, set func(*bookie.Config)) (bookiepb.BookieClient, *bookie.Server) {
 	e := testutil.StartEtcd(b)
 	store := testutil.OpenStore(b, e.Endpoints(), "/magnetar")
 	cfg := bookie.DefaultConfig()
@@ -40,14 +40,37 @@ func startBenchBookieIn(b *testing.B, dataDir string, set func(*bookie.Config)) 
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	return dial(b, s.Addr())
+	return dial(b, s.Addr()), s
+}
+
+// groupCommits returns a function that, called once the timed part has
+// ended, reports the bookie's group commits since groupCommits was called
+// (its metrics): the adds per sync of the entry log ("adds/sync") and the
+// mean time of a sync's write and fdatasync ("io-us/sync"), which bound the
+// adds a second (docs/benchmarks.md, "The group commit waits on its
+// syncer's I/O").
+func groupCommits(b *testing.B, s *bookie.Server) func() {
+	read := func() (syncs uint64, ms float64) {
+		m := testutil.Gather(b, s.Metrics(false))
+		sync := m.Summary(b, "bookie_journal_JOURNAL_SYNC", "success", "true")
+		write := m.Summary(b, "bookie_journal_JOURNAL_FLUSH_LATENCY", "success", "true")
+		return sync.GetSampleCount(), sync.GetSampleSum() + write.GetSampleSum()
+	}
+	syncs0, ms0 := read()
+	return func() {
+		syncs, ms := read()
+		if n := syncs - syncs0; n > 0 {
+			b.ReportMetric(float64(b.N)/float64(n), "adds/sync")
+			b.ReportMetric((ms-ms0)*1000/float64(n), "io-us/sync")
+		}
+	}
 }
 
 // A bookie over gRPC on loopback: durable adds to one ledger, closed loop
 // with a fixed number in flight. Compare with BenchmarkRawFsync in
 // bookie/internal/storage, run in the same invocation.
 func BenchmarkBookieAdd(b *testing.B) {
-	c := startBenchBookie(b)
+	c, srv := startBenchBookie(b)
 	ledgerID := int64(0)
 	for _, size := range []int{1 << 10, 64 << 10} {
 		for _, inflight := range []int{1, 16, 256} {
@@ -59,6 +82,7 @@ func BenchmarkBookieAdd(b *testing.B) {
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
 				b.ReportAllocs() // allocations per operation (issue 14)
+				report := groupCommits(b, srv)
 				b.ResetTimer()
 				testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
 					entry := int64(i)
@@ -70,7 +94,7 @@ func BenchmarkBookieAdd(b *testing.B) {
 					return err
 				})
 				b.StopTimer()
-				b.ReportMetric(float64(b.N)/float64(benchSends.Swap(0)), "adds/msg")
+				report() // one add per call: no adds per message
 				lat.Report(b)
 			})
 		}
@@ -159,7 +183,7 @@ func (sc *streamClient) close() {
 var benchSends atomic.Int64
 
 func BenchmarkBookieAddStream(b *testing.B) {
-	c := startBenchBookie(b)
+	c, srv := startBenchBookie(b)
 	ledgerID := int64(0)
 	for _, size := range []int{1 << 10, 64 << 10} {
 		for _, inflight := range []int{1, 16, 256} {
@@ -172,6 +196,7 @@ func BenchmarkBookieAddStream(b *testing.B) {
 				var lat testutil.Latencies
 				b.SetBytes(int64(size))
 				b.ReportAllocs() // allocations per operation (issue 14)
+				report := groupCommits(b, srv)
 				b.ResetTimer()
 				testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
 					entry := int64(i)
@@ -182,6 +207,7 @@ func BenchmarkBookieAddStream(b *testing.B) {
 					})
 				})
 				b.StopTimer()
+				report()
 				b.ReportMetric(float64(b.N)/float64(benchSends.Swap(0)), "adds/msg")
 				lat.Report(b)
 			})
@@ -205,7 +231,7 @@ func BenchmarkBookieAddStreamRecycled(b *testing.B) {
 			if recycled {
 				fillRecycled(b, dir, fileSize, need)
 			}
-			c := startBenchBookieIn(b, dir, func(cfg *bookie.Config) {
+			c, srv := startBenchBookieIn(b, dir, func(cfg *bookie.Config) {
 				cfg.EntryLogFileSize = fileSize
 				if recycled {
 					cfg.EntryLogRecycleFiles = 64
@@ -218,6 +244,7 @@ func BenchmarkBookieAddStreamRecycled(b *testing.B) {
 			var lat testutil.Latencies
 			b.SetBytes(size)
 			b.ReportAllocs()
+			report := groupCommits(b, srv)
 			b.ResetTimer()
 			testutil.RunClosedLoop(b, inflight, &lat, func(i int) error {
 				entry := int64(i)
@@ -228,6 +255,7 @@ func BenchmarkBookieAddStreamRecycled(b *testing.B) {
 				})
 			})
 			b.StopTimer()
+			report()
 			b.ReportMetric(float64(b.N)/float64(benchSends.Swap(0)), "adds/msg")
 			lat.Report(b)
 		})
@@ -271,7 +299,7 @@ func fillRecycled(b *testing.B, dir string, fileSize, need int64) {
 // docs/benchmarks.md.
 func BenchmarkBookieAddStreamPipelined(b *testing.B) {
 	const size, inflight = 1 << 10, 256
-	c := startBenchBookie(b)
+	c, srv := startBenchBookie(b)
 	stream, err := c.AddEntries(context.Background())
 	if err != nil {
 		b.Fatal(err)
@@ -322,6 +350,7 @@ func BenchmarkBookieAddStreamPipelined(b *testing.B) {
 	var lat testutil.Latencies
 	b.SetBytes(size)
 	b.ReportAllocs()
+	report := groupCommits(b, srv)
 	b.ResetTimer()
 	mu.Lock()
 	for ; issued < min(inflight, b.N); issued++ {
@@ -355,6 +384,7 @@ func BenchmarkBookieAddStreamPipelined(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	report()
 	stopSender.Do(func() { close(signal) })
 	if err := <-sent; err != nil {
 		b.Fatal(err)
