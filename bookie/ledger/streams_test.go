@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -300,5 +301,45 @@ func TestReadEndedByCloseNotCounted(t *testing.T) {
 	}
 	if n := testutil.Gather(t, reg).Summary(t, "bookkeeper_client_per_channel_bookie_client_READ_ENTRY", "bookie", "b1", "success", "false").GetSampleCount(); n != 0 {
 		t.Fatalf("%d failed reads counted, want none: the client closed", n)
+	}
+}
+
+// An add that reaches a stream in the instant it broke (fail set its
+// error, and has not yet cleared the stream as the bookie's current one)
+// fails with the stream's error, without being sent, and counts as a
+// failure of the bookie; one that reaches a stream the client's closing
+// ended does not count.
+func TestAddOnABrokenStream(t *testing.T) {
+	c, err := New(nil, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.Metrics())
+	for _, tc := range []struct {
+		err    error
+		failed uint64 // failures counted so far
+	}{
+		{fmt.Errorf("%w: add stream to bookie b9: cut", wire.ErrUnavailable), 1},
+		{ErrClosed, 1},
+	} {
+		// A stream as fail leaves it for an instant: its error set, no
+		// goroutine of its own running.
+		s := &addStream{c: c, bookie: "b9", lat: c.adds.With("b9")}
+		sc := &streamConn{s: s, signal: make(chan struct{}, 1), done: make(chan struct{})}
+		sc.mu.err = tc.err
+		got := make(chan error, 1)
+		sc.add(&bookiepb.AddEntryRequest{LedgerId: 1, Payload: []byte("x")}, time.Second, addFunc(func(err error) { got <- err }))
+		if err := <-got; !errors.Is(err, tc.err) {
+			t.Fatalf("the add on a stream broken by %v: %v", tc.err, err)
+		}
+		if len(sc.mu.queue) != 0 || sc.mu.npending != 0 {
+			t.Fatalf("the add on a stream broken by %v was queued", tc.err)
+		}
+		g := testutil.Gather(t, reg)
+		if n := g.Summary(t, "bookkeeper_client_per_channel_bookie_client_ADD_ENTRY", "bookie", "b9", "success", "false").GetSampleCount(); n != tc.failed {
+			t.Fatalf("after an add on a stream broken by %v: %d failures counted, want %d", tc.err, n, tc.failed)
+		}
 	}
 }
