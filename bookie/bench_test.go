@@ -52,9 +52,9 @@ func startBenchBookieIn(b *testing.B, dataDir string, set func(*bookie.Config)) 
 func groupCommits(b *testing.B, s *bookie.Server) func() {
 	read := func() (syncs uint64, ms float64) {
 		m := testutil.Gather(b, s.Metrics(false))
-		sync := m.Summary(b, "bookie_journal_JOURNAL_SYNC", "success", "true")
+		fsync := m.Summary(b, "bookie_journal_JOURNAL_SYNC", "success", "true")
 		write := m.Summary(b, "bookie_journal_JOURNAL_FLUSH_LATENCY", "success", "true")
-		return sync.GetSampleCount(), sync.GetSampleSum() + write.GetSampleSum()
+		return fsync.GetSampleCount(), fsync.GetSampleSum() + write.GetSampleSum()
 	}
 	syncs0, ms0 := read()
 	return func() {

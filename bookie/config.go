@@ -85,9 +85,10 @@ type Config struct {
 	// are kept for reuse instead of deleted: a later file overwrites
 	// one. Overwriting syncs faster than appending (no metadata to
 	// commit). On one of this project's test machines it made the tail
-	// of a loaded standalone far worse; on another, whose host charges
-	// appends' syncs to the machine, it cost the host less and the tail
-	// was no different (docs/benchmarks.md): measure on your disk.
+	// of a loaded standalone far worse; on another, a disk probe's
+	// overwrites cost the virtual machine's host less than its appends,
+	// but a loaded standalone's tail and pauses were no different
+	// (docs/benchmarks.md): measure on your disk.
 	// Default 0 (files are deleted); in 0..64.
 	EntryLogRecycleFiles int `mapstructure:"entry-log-recycle-files" yaml:"entry-log-recycle-files"`
 	// EntryLogSyncInterval is the least time from the start of one

@@ -196,10 +196,9 @@ func (s *addStream) close() {
 func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, cb addDone) {
 	sc.mu.Lock()
 	if err := sc.mu.err; err != nil {
-		// The stream broke between conn and here (fail had set its error
-		// and not yet cleared s.cur): the add fails with it, a failure of
-		// the bookie as those pending on it were, unless the client's
-		// closing ended it.
+		// The stream broke after conn returned it: the add fails with its
+		// error, a failure of the bookie as those pending on it were,
+		// unless the client's closing ended it.
 		sc.mu.Unlock()
 		if !errors.Is(err, ErrClosed) {
 			sc.s.lat.Observe(time.Now(), 0, err)

@@ -304,9 +304,9 @@ func TestReadEndedByCloseNotCounted(t *testing.T) {
 	}
 }
 
-// An add that reaches a stream in the instant it broke (fail set its
-// error, and has not yet cleared the stream as the bookie's current one)
-// fails with the stream's error, without being sent, and counts as a
+// An add that reaches a stream that broke after conn returned it (fail
+// set its error; whether or not it has cleared the stream as the bookie's
+// current one yet) fails with the stream's error, without being sent, and counts as a
 // failure of the bookie; one that reaches a stream the client's closing
 // ended does not count.
 func TestAddOnABrokenStream(t *testing.T) {
@@ -331,8 +331,13 @@ func TestAddOnABrokenStream(t *testing.T) {
 		sc.mu.err = tc.err
 		got := make(chan error, 1)
 		sc.add(&bookiepb.AddEntryRequest{LedgerId: 1, Payload: []byte("x")}, time.Second, addFunc(func(err error) { got <- err }))
-		if err := <-got; !errors.Is(err, tc.err) {
-			t.Fatalf("the add on a stream broken by %v: %v", tc.err, err)
+		select { // answered at once, on the caller's goroutine
+		case err := <-got:
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("the add on a stream broken by %v: %v", tc.err, err)
+			}
+		default:
+			t.Fatalf("the add on a stream broken by %v was not answered at once", tc.err)
 		}
 		if len(sc.mu.queue) != 0 || sc.mu.npending != 0 {
 			t.Fatalf("the add on a stream broken by %v was queued", tc.err)

@@ -95,7 +95,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Bool("entry-log", def.EntryLog, "the bookies store entries in an append-only log written once, with Pebble as the index (a data directory that used it keeps needing it)")
 	f.Duration("entry-log-sync-interval", def.EntryLogSyncInterval, "the bookies' least time between the starts of two writes and syncs of the entry log: fewer, larger I/O requests under load, an add may wait this much longer; 0: sync as soon as the last ended; in 0..1s, e.g. 4ms")
 	f.Bool("entry-log-direct-io", def.EntryLogDirectIO, "the bookies write the entry log with direct I/O, around the page cache (where the filesystem has it; not tmpfs)")
-	f.Int("entry-log-recycle-files", def.EntryLogRecycleFiles, "the bookies keep up to this many entry log files no ledger needs for reuse, overwritten instead of appending to new ones (faster syncs on some disks, a worse tail on others: measure); 0: deleted; in 0..64")
+	f.Int("entry-log-recycle-files", def.EntryLogRecycleFiles, "the bookies' entry log files no ledger needs kept for reuse instead of deleted: overwriting syncs faster than appending, but may make the tail worse (measure on your disk); 0: delete them; in 0..64")
 	sizeFlag(f, "entry-log-checkpoint-bytes", def.EntryLogCheckpointBytes, "the bookies' entry log written between two checkpoints (flushes of the index): bounds the replay at restart (about 1.5s per GiB) and how long files of deleted ledgers stay; each checkpoint briefly stalls the log's syncs; e.g. 1GiB")
 	f.String("broker-listen", def.BrokerListen, "client (gRPC) address of the broker")
 	f.String("http", def.HTTPListen, "admin REST address of the broker (also /healthz, /readyz and /metrics)")

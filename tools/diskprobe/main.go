@@ -9,21 +9,28 @@
 //
 // Modes:
 //
-//	append-fdatasync     new files, written at their end, fdatasync after each write (the entry log's default)
+//	append-fdatasync     empty files, written at their end, fdatasync after each write (the entry log's default)
 //	append-dsync         the same, the file opened O_DSYNC instead
 //	overwrite-fdatasync  files written whole first, then overwritten (as with --entry-log-recycle-files)
 //	overwrite-dsync      the same, O_DSYNC
 //
-// The files (-file-size each, one per writer) are created under -dir and
-// removed at the end.
+// Each writer has one file under -dir (required), of -file-size bytes at
+// most: at its end the writer starts again at 0 (appending: the file
+// emptied first). The files are removed at the end, on an error and on
+// SIGINT or SIGTERM. Overwriting modes write the files whole before the
+// writes are timed; "writing" goes to stderr when the timed writes start.
+// A writer that falls behind its schedule (a slow sync) catches up without
+// sleeping, so the rate held is the mean over -time.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -32,7 +39,13 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "diskprobe:", err)
 		os.Exit(1)
 	}
@@ -50,10 +63,14 @@ type options struct {
 	time     time.Duration
 }
 
-func run(args []string, out io.Writer) error {
+// run probes as args say; out gets the report, errOut flag errors and the
+// start of the timed writes. It stops early, with an error, once ctx is
+// done.
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("diskprobe", flag.ContinueOnError)
+	fs.SetOutput(errOut)
 	var o options
-	fs.StringVar(&o.dir, "dir", ".", "directory for the files")
+	fs.StringVar(&o.dir, "dir", "", "directory for the files (required)")
 	mode := fs.String("mode", "append-fdatasync", "append-fdatasync, append-dsync, overwrite-fdatasync or overwrite-dsync")
 	fs.BoolVar(&o.direct, "direct", true, "direct I/O (O_DIRECT), as the entry log writes")
 	fs.IntVar(&o.size, "size", 96<<10, "bytes per write (a multiple of 4096)")
@@ -62,7 +79,10 @@ func run(args []string, out io.Writer) error {
 	fs.Int64Var(&o.fileSize, "file-size", 512<<20, "bytes per file; a writer that reaches its end starts again at 0")
 	fs.DurationVar(&o.time, "time", 10*time.Second, "how long to write")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errors.New("bad flags") // the flag package has printed why
 	}
 	switch *mode {
 	case "append-fdatasync":
@@ -76,10 +96,16 @@ func run(args []string, out io.Writer) error {
 		return fmt.Errorf("-mode %q: want append-fdatasync, append-dsync, overwrite-fdatasync or overwrite-dsync", *mode)
 	}
 	switch {
+	case o.dir == "":
+		return errors.New("-dir: required (the files take -writers x -file-size bytes)")
 	case o.size <= 0 || o.size%4096 != 0 || o.size > 64<<20:
 		return fmt.Errorf("-size %d: want a multiple of 4096 up to 64MiB", o.size)
-	case o.rate <= 0 || o.writers <= 0 || o.writers > 64 || o.time <= 0:
-		return errors.New("-rate, -writers (up to 64) and -time must be positive")
+	case o.rate <= 0:
+		return fmt.Errorf("-rate %d: must be positive", o.rate)
+	case o.writers <= 0 || o.writers > 64:
+		return fmt.Errorf("-writers %d: must be in 1..64", o.writers)
+	case o.time <= 0:
+		return fmt.Errorf("-time %v: must be positive", o.time)
 	case o.fileSize < int64(o.size):
 		return fmt.Errorf("-file-size %d is below -size %d", o.fileSize, o.size)
 	}
@@ -100,18 +126,21 @@ func run(args []string, out io.Writer) error {
 		}
 	}()
 	for w := range files {
-		f, err := o.open(filepath.Join(o.dir, fmt.Sprintf("diskprobe-%d.dat", w)))
-		if f != nil {
-			files[w] = f
-		}
+		// The pid in the name: runs side by side do not share files.
+		f, err := o.open(filepath.Join(o.dir, fmt.Sprintf("diskprobe-%d-%d.dat", os.Getpid(), w)))
 		if err != nil {
 			return err
 		}
+		files[w] = f
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
+	fmt.Fprintf(errOut, "writing for %v\n", o.time)
 	start := time.Now()
 	for _, f := range files {
 		go func() {
-			lat, err := o.write(f, start)
+			lat, err := o.write(ctx, f, start)
 			results <- result{lat, err}
 		}()
 	}
@@ -123,8 +152,14 @@ func run(args []string, out io.Writer) error {
 		errs = append(errs, r.err)
 	}
 	elapsed := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if len(all) == 0 {
+		return fmt.Errorf("no write completed within -time %v", o.time)
 	}
 	slices.Sort(all)
 	q := func(p float64) time.Duration { return all[int(float64(len(all)-1)*p)] }
@@ -135,8 +170,14 @@ func run(args []string, out io.Writer) error {
 }
 
 // open creates a writer's file; to be overwritten, it is written whole
-// and synced first.
-func (o *options) open(path string) (*os.File, error) {
+// and synced first. On an error the file is removed.
+func (o *options) open(path string) (f *os.File, err error) {
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+			err = fmt.Errorf("%w (direct I/O %v)", err, o.direct)
+		}
+	}()
 	flags := os.O_CREATE | os.O_RDWR | os.O_TRUNC
 	if o.direct {
 		flags |= syscall.O_DIRECT
@@ -150,18 +191,14 @@ func (o *options) open(path string) (*os.File, error) {
 	if o.dsync {
 		flags |= syscall.O_DSYNC
 	}
-	f, err := os.OpenFile(path, flags, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open %s (direct I/O %v): %w", path, o.direct, err)
-	}
-	return f, nil
+	return os.OpenFile(path, flags, 0o644)
 }
 
-// fill writes path whole with a pattern and syncs it.
+// fill writes path whole with zeros and syncs it.
 func (o *options) fill(path string, flags int) error {
 	f, err := os.OpenFile(path, flags, 0o644)
 	if err != nil {
-		return fmt.Errorf("open %s (direct I/O %v): %w", path, o.direct, err)
+		return err
 	}
 	defer f.Close()
 	buf := aligned(min(4<<20, int(o.fileSize)))
@@ -175,8 +212,9 @@ func (o *options) fill(path string, flags int) error {
 }
 
 // write writes o.rate times a second until o.time has passed since start,
-// and returns each write's latency, its sync's included.
-func (o *options) write(f *os.File, start time.Time) ([]time.Duration, error) {
+// and returns each write's latency, its sync's included. It stops with
+// ctx's error once ctx is done.
+func (o *options) write(ctx context.Context, f *os.File, start time.Time) ([]time.Duration, error) {
 	buf := aligned(o.size)
 	for i := range buf {
 		buf[i] = byte(i*7 + 1)
@@ -186,7 +224,13 @@ func (o *options) write(f *os.File, start time.Time) ([]time.Duration, error) {
 	off := int64(0)
 	for next := start; time.Since(start) < o.time; next = next.Add(interval) {
 		if d := time.Until(next); d > 0 {
-			time.Sleep(d)
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		if err := ctx.Err(); err != nil { // a writer behind schedule does not wait
+			return lat, err
 		}
 		t0 := time.Now()
 		if _, err := f.WriteAt(buf, off); err != nil {
@@ -194,7 +238,7 @@ func (o *options) write(f *os.File, start time.Time) ([]time.Duration, error) {
 		}
 		if !o.dsync {
 			if err := syscall.Fdatasync(int(f.Fd())); err != nil {
-				return lat, err
+				return lat, fmt.Errorf("fdatasync %s: %w", f.Name(), err)
 			}
 		}
 		lat = append(lat, time.Since(t0))
