@@ -40,6 +40,9 @@ import (
 //     read-only); magnetar_bookie_state says which of the three.
 //   - magnetar_bookie_disk_{total,used,free}_bytes, bookie_ledger_writable_dirs,
 //     magnetar_bookie_stored_bytes.
+//   - magnetar_bookie_add_streams_total, by transport: the add streams
+//     opened over gRPC (AddEntries) and by ledger clients of the bookie's
+//     process (Server.OpenAdds, the standalone's --local-bookies).
 //   - magnetar_bookie_write_stalls_total and _write_stall_seconds_total,
 //     by reason: the storage engine held writes back (memtables or level 0
 //     full), a cause of latency spikes.
@@ -58,6 +61,8 @@ type metrics struct {
 	batchEntries                     prometheus.Summary
 	batchBytes                       prometheus.Summary
 	stalls, stallSecs                *prometheus.CounterVec
+	// add streams opened, by transport
+	grpcStreams, localStreams prometheus.Counter
 }
 
 // ageBuckets: the batch summaries' quantiles cover the last 30 to 60
@@ -91,8 +96,11 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Help: "Times the storage engine held writes back, by reason (memtables or level 0 full)."}, []string{"reason"})
 	m.stallSecs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_write_stall_seconds_total",
 		Help: "Seconds writes were held back by the storage engine, by reason."}, []string{"reason"})
+	streams := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "magnetar_bookie_add_streams_total",
+		Help: "Add streams opened, by transport: grpc, or local (a ledger client in the bookie's process)."}, []string{"transport"})
+	m.grpcStreams, m.localStreams = streams.WithLabelValues("grpc"), streams.WithLabelValues("local")
 	// Both success values are exported from the start, as BookKeeper's are.
-	reg.MustRegister(m.add, m.read, m.writeBytes, m.readBytes, m.enqueue, m.journalAdd, m.flush, m.sync,
+	reg.MustRegister(streams, m.add, m.read, m.writeBytes, m.readBytes, m.enqueue, m.journalAdd, m.flush, m.sync,
 		m.batchEntries, m.batchBytes,
 		m.stalls, m.stallSecs, stateCollector{s})
 	return m

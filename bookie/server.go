@@ -102,6 +102,14 @@ type Server struct {
 	closed    bool
 	closeErr  error
 
+	// local counts the open local add streams (OpenAdds), whose goroutines
+	// Close waits for; closed: Close has begun, no new one opens.
+	local struct {
+		sync.Mutex
+		closed bool
+		wg     sync.WaitGroup
+	}
+
 	// reg holds the bookie's metrics (served with the Go runtime's on
 	// the HTTP port); metricsReg registers on it with WithMetricLabels'.
 	reg        *prometheus.Registry
@@ -428,6 +436,7 @@ func (s *Server) Close() error {
 	close(s.stop)
 	s.cancel()
 	s.wg.Wait() // the registration loop closes the session: unregistered
+	s.closeLocal()
 
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()

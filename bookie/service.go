@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -102,6 +103,7 @@ const maxStreamOutstanding = 8192
 // ends when the client ends it or the bookie stops: the adds taken are
 // answered first.
 func (v *service) AddEntries(stream bookiepb.Bookie_AddEntriesServer) error {
+	v.s.metrics.grpcStreams.Inc()
 	results := newResultQueue()
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- results.sendLoop(stream) }()
@@ -168,28 +170,47 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 		// before it in the batch (budget, slots, a full queue).
 		start := time.Now()
 		for _, req := range batch.Entries {
-			a := &streamAdd{s: s, start: start, payload: req.Payload, result: bookiepb.AddResult{RequestId: req.RequestId}}
-			e, err := v.toEntry(req)
-			n := int64(len(req.Payload))
-			if err == nil {
-				if err = v.s.budget.Acquire(ctx, n); err != nil {
-					return err
+			if err := s.take(ctx, start, req, req.RequestId, req.Payload); err != nil {
+				if errors.Is(err, errStopping) {
+					return nil // the client sees the stream end
 				}
-				a.budgeted = true
+				return err
 			}
-			if !st.add() {
-				if a.budgeted {
-					v.s.budget.Release(n)
-				}
-				return nil // the bookie is stopping; the client sees the stream end
-			}
-			if err != nil {
-				a.AddDone(err)
-				continue
-			}
-			v.s.db.AddEntryInto(&a.req, e, req.MasterKey, req.Recovery, a)
 		}
 	}
+}
+
+// errStopping: the stream's adds are closed (the bookie is stopping).
+var errStopping = errors.New("the add stream is closing")
+
+// take hands one add of the stream to the storage, answered on the
+// stream's results with id; a request the bookie's checks refuse is
+// answered at once. payload is what AddDone releases to the codec's pool
+// (nil: the caller's, not pooled). It waits for room in the bookie's
+// budget and the stream's slots: ctx's error, or errStopping once the
+// stream's adds are closed, ends the stream.
+func (s *addStream) take(ctx context.Context, start time.Time, req *bookiepb.AddEntryRequest, id uint64, payload []byte) error {
+	v := s.v
+	a := &streamAdd{s: s, start: start, payload: payload, size: int64(len(req.Payload)), result: bookiepb.AddResult{RequestId: id}}
+	e, err := v.toEntry(req)
+	if err == nil {
+		if err := v.s.budget.Acquire(ctx, a.size); err != nil {
+			return err
+		}
+		a.budgeted = true
+	}
+	if !s.st.add() {
+		if a.budgeted {
+			v.s.budget.Release(a.size)
+		}
+		return errStopping
+	}
+	if err != nil {
+		a.AddDone(err)
+		return nil
+	}
+	v.s.db.AddEntryInto(&a.req, e, req.MasterKey, req.Recovery, a)
+	return nil
 }
 
 // addStream is what the adds of one AddEntries stream share.
@@ -206,8 +227,9 @@ type addStream struct {
 type streamAdd struct {
 	s        *addStream
 	start    time.Time
-	payload  []byte // the codec's pooled buffer
-	budgeted bool   // len(payload) bytes are held in the bookie's budget
+	payload  []byte // the codec's pooled buffer; nil when the caller's (a local stream's)
+	size     int64  // the payload's bytes
+	budgeted bool   // size bytes are held in the bookie's budget
 	result   bookiepb.AddResult
 	req      storage.AddRequest // the storage's record of the add
 }
@@ -218,9 +240,11 @@ type streamAdd struct {
 func (a *streamAdd) AddDone(err error) {
 	// The storage has answered: it holds no reference to the payload any
 	// more (it copied it into its log or batch).
-	n := int64(len(a.payload))
-	wirecodec.Release(a.payload)
-	a.payload = nil
+	n := a.size
+	if a.payload != nil {
+		wirecodec.Release(a.payload)
+		a.payload = nil
+	}
 	v := a.s.v
 	v.s.metrics.added(int(n), a.start, err)
 	a.result.Code, a.result.Reason, a.result.Message = wire.ToResult(err)

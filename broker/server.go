@@ -45,6 +45,7 @@ type options struct {
 	logger  *zap.Logger
 	health  health.Checks
 	metrics prometheus.Gatherers
+	local   func(id string) ledger.LocalBookie
 }
 
 // WithMetrics adds g to what the broker's /metrics serves (a standalone
@@ -60,6 +61,13 @@ func WithHealthChecks(c health.Checks) Option {
 		o.health.Live = append(o.health.Live, c.Live...)
 		o.health.Ready = append(o.health.Ready, c.Ready...)
 	}
+}
+
+// WithLocalBookies hands the adds to the bookies of this process (a
+// standalone's) by function calls instead of gRPC: local returns the one
+// with an id, or nil (ledger.Config.LocalBookies).
+func WithLocalBookies(local func(id string) ledger.LocalBookie) Option {
+	return func(o *options) { o.local = local }
 }
 
 // WithStore shares an open metastore (standalone mode, tests).
@@ -244,7 +252,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 		return nil, fmt.Errorf("broker: bookie connections: %w", err)
 	}
 	s.ledgers, err = ledger.New(s.store, ledger.Config{MaxEntrySize: cfg.MaxMessageSize, AddressOverrides: cfg.BookieAddresses, Logger: s.log.Named("ledger"),
-		DialOptions: bookieDial,
+		DialOptions: bookieDial, LocalBookies: o.local,
 		// Ledgers record the session that writes them: when it is gone
 		// (and with it the ownership of their topics), autorecovery may
 		// close them to repair their last segment.

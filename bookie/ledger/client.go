@@ -68,6 +68,10 @@ type Config struct {
 	// not force another codec: the add streams send messages only the
 	// client's own codec encodes (addBatch).
 	DialOptions []grpc.DialOption
+	// LocalBookies returns the bookie of this process with the given id,
+	// or nil: adds to it are handed over by a function call, not gRPC
+	// (LocalBookie). Nil: every bookie is reached over gRPC.
+	LocalBookies func(id string) LocalBookie
 	// Logger; nil discards.
 	Logger *zap.Logger
 }

@@ -47,7 +47,7 @@ func (c clientCodec) Marshal(v any) (mem.BufferSlice, error) {
 // as its RequestId. Only the add codec encodes it; the client forces that
 // codec on every connection to a bookie (Config.DialOptions must not
 // force another).
-type addBatch struct{ adds []queuedAdd }
+type addBatch struct{ adds []QueuedAdd }
 
 // inlinePayload is the largest payload copied among the fields' bytes: a
 // separate buffer costs more than copying a small one.
@@ -59,12 +59,12 @@ func marshalAddEntries(m *bookiepb.AddEntriesRequest) (mem.BufferSlice, bool) {
 	if len(m.ProtoReflect().GetUnknown()) > 0 {
 		return nil, false
 	}
-	adds := make([]queuedAdd, len(m.Entries))
+	adds := make([]QueuedAdd, len(m.Entries))
 	for i, e := range m.Entries {
 		if e == nil || len(e.ProtoReflect().GetUnknown()) > 0 {
 			return nil, false
 		}
-		adds[i] = queuedAdd{req: e, id: e.RequestId}
+		adds[i] = QueuedAdd{Req: e, ID: e.RequestId}
 	}
 	return marshalAdds(adds), true
 }
@@ -73,11 +73,11 @@ func marshalAddEntries(m *bookiepb.AddEntriesRequest) (mem.BufferSlice, bool) {
 // id as RequestId, as proto.Marshal does (fields in number order, zero
 // values left out), with payloads over inlinePayload bytes referenced, not
 // copied. A request's unknown fields are left out (the writer's have none).
-func marshalAdds(adds []queuedAdd) mem.BufferSlice {
+func marshalAdds(adds []QueuedAdd) mem.BufferSlice {
 	size, refs := 0, 0
 	for _, a := range adds {
-		e := a.req
-		size += protowire.SizeTag(1) + protowire.SizeBytes(addEntrySize(e, a.id))
+		e := a.Req
+		size += protowire.SizeTag(1) + protowire.SizeBytes(addEntrySize(e, a.ID))
 		if len(e.Payload) > inlinePayload {
 			size -= len(e.Payload)
 			refs++
@@ -91,9 +91,9 @@ func marshalAdds(adds []queuedAdd) mem.BufferSlice {
 	out := make(mem.BufferSlice, 0, 2*refs+1)
 	from := 0
 	for _, a := range adds {
-		e := a.req
+		e := a.Req
 		fields = protowire.AppendTag(fields, 1, protowire.BytesType)
-		fields = protowire.AppendVarint(fields, uint64(addEntrySize(e, a.id)))
+		fields = protowire.AppendVarint(fields, uint64(addEntrySize(e, a.ID)))
 		fields = appendVarintField(fields, 1, uint64(e.LedgerId))
 		fields = appendVarintField(fields, 2, uint64(e.EntryId))
 		if len(e.MasterKey) > 0 {
@@ -119,7 +119,7 @@ func marshalAdds(adds []queuedAdd) mem.BufferSlice {
 		if e.Recovery {
 			fields = appendVarintField(fields, 8, 1)
 		}
-		fields = appendVarintField(fields, 9, a.id)
+		fields = appendVarintField(fields, 9, a.ID)
 	}
 	if from < len(fields) || len(out) == 0 {
 		out = append(out, mem.SliceBuffer(fields[from:]))

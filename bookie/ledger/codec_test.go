@@ -88,7 +88,7 @@ func TestAddBatchEncodesTheStreamsIDs(t *testing.T) {
 				shared := proto.Clone(e).(*bookiepb.AddEntryRequest)
 				shared.RequestId = 0
 				id := uint64(5000 + 3*i)
-				b.adds = append(b.adds, queuedAdd{req: shared, id: id})
+				b.adds = append(b.adds, QueuedAdd{Req: shared, ID: id})
 				withID := proto.Clone(shared).(*bookiepb.AddEntryRequest)
 				withID.RequestId = id
 				want.Entries = append(want.Entries, withID)
@@ -105,8 +105,8 @@ func TestAddBatchEncodesTheStreamsIDs(t *testing.T) {
 				t.Fatalf("encoded %d bytes %x\nprotobuf %d bytes %x", len(got), got, len(wantBytes), wantBytes)
 			}
 			for i, a := range b.adds {
-				if a.req.RequestId != 0 {
-					t.Fatalf("entry %d: the shared request's RequestId became %d", i, a.req.RequestId)
+				if a.Req.RequestId != 0 {
+					t.Fatalf("entry %d: the shared request's RequestId became %d", i, a.Req.RequestId)
 				}
 			}
 		})

@@ -206,11 +206,25 @@ func TestCreateValidation(t *testing.T) {
 // writer replaces it and goes on; every append is acknowledged, in order,
 // without gaps, and everything acknowledged is readable afterwards, also
 // once another replica is gone.
+//
+// So with the bookies in the client's process (the standalone's local
+// adds): the stopping bookie's streams end, and the writer moves on.
 func TestKillBookieDuringAppends(t *testing.T) {
-	for _, q := range []struct{ e, qw, qa int }{{3, 3, 2}, {3, 2, 2}} {
-		t.Run(fmt.Sprintf("E%dQw%dQa%d", q.e, q.qw, q.qa), func(t *testing.T) {
+	for _, q := range []struct {
+		e, qw, qa int
+		local     bool
+	}{{3, 3, 2, false}, {3, 2, 2, false}, {3, 3, 2, true}} {
+		name := fmt.Sprintf("E%dQw%dQa%d", q.e, q.qw, q.qa)
+		if q.local {
+			name += "/local"
+		}
+		t.Run(name, func(t *testing.T) {
 			c := testcluster.Start(t, 5, testcluster.Options{})
-			cl := c.Client(ledger.Config{AddTimeout: 2 * time.Second, SpeculativeReadTimeout: 20 * time.Millisecond})
+			cfg := ledger.Config{AddTimeout: 2 * time.Second, SpeculativeReadTimeout: 20 * time.Millisecond}
+			if q.local {
+				cfg.LocalBookies = c.LocalBookies
+			}
+			cl := c.Client(cfg)
 			ctx := ctxT(t)
 			w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: q.e, WriteQuorum: q.qw, AckQuorum: q.qa})
 			if err != nil {
@@ -240,6 +254,13 @@ func TestKillBookieDuringAppends(t *testing.T) {
 			m := w.Metadata()
 			if len(m.Segments) < 2 || slices.Contains(m.Segments[len(m.Segments)-1].Bookies, victim) {
 				t.Fatalf("no ensemble change away from %s: %+v", victim, m.Segments)
+			}
+			if q.local { // the adds took the local streams, not gRPC
+				bm := testutil.Gather(t, c.Bookie(m.Segments[len(m.Segments)-1].Bookies[0]).Server().Metrics(false))
+				if l, _ := bm.Value(t, "magnetar_bookie_add_streams_total", "transport", "local"); l == 0 {
+					t.Fatal("no local add stream")
+				}
+				bm.Want(t, 0, "magnetar_bookie_add_streams_total", "transport", "grpc")
 			}
 			if err := w.Close(ctx); err != nil {
 				t.Fatal(err)
@@ -284,6 +305,42 @@ func TestSlowBookieIsReplaced(t *testing.T) {
 	}
 	if m := w.Metadata(); slices.Contains(m.Segments[len(m.Segments)-1].Bookies, slow) {
 		t.Fatalf("black-holed bookie still in the ensemble: %+v", m.Segments)
+	}
+}
+
+// A bookie of the client's process (local adds) whose disk hangs is
+// replaced after the add timeout as a black-holed one is: the client's
+// stream to it ends although the bookie still owes the add.
+func TestStalledLocalBookieIsReplaced(t *testing.T) {
+	fs := testutil.NewStallFS()
+	c := testcluster.Start(t, 4, testcluster.Options{BookieOptions: []bookie.Option{bookie.WithFS(fs)}})
+	defer fs.Release() // before the cleanups close the bookies
+	cl := c.Client(ledger.Config{AddTimeout: 300 * time.Millisecond, LocalBookies: c.LocalBookies})
+	ctx := ctxT(t)
+	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Append(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	slow := w.Metadata().Segments[0].Bookies[2]
+	fs.Stall(c.Bookie(slow).Dir)
+	// Qa = 3: this append needs the stalled bookie or its replacement.
+	id, err := w.Append(ctx, []byte("after"))
+	if err != nil || id != 1 {
+		t.Fatalf("append with a stalled bookie: %d, %v", id, err)
+	}
+	if fs.Held() == 0 {
+		t.Fatal("no write of the bookie was held: the test stalled nothing")
+	}
+	if m := w.Metadata(); slices.Contains(m.Segments[len(m.Segments)-1].Bookies, slow) {
+		t.Fatalf("stalled bookie still in the ensemble: %+v", m.Segments)
+	}
+	m := testutil.Gather(t, c.Bookie(slow).Server().Metrics(false))
+	if n, _ := m.Value(t, "magnetar_bookie_add_streams_total", "transport", "local"); n == 0 {
+		t.Fatal("the adds did not reach the bookie by a local stream")
 	}
 }
 

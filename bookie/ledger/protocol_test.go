@@ -299,15 +299,15 @@ func TestWriteStateAbort(t *testing.T) {
 }
 
 func TestBatchLen(t *testing.T) {
-	q := func(sizes ...int) []queuedAdd {
-		var out []queuedAdd
+	q := func(sizes ...int) []QueuedAdd {
+		var out []QueuedAdd
 		for _, s := range sizes {
-			out = append(out, queuedAdd{req: &bookiepb.AddEntryRequest{Payload: make([]byte, s)}})
+			out = append(out, QueuedAdd{Req: &bookiepb.AddEntryRequest{Payload: make([]byte, s)}})
 		}
 		return out
 	}
 	for _, tc := range []struct {
-		q    []queuedAdd
+		q    []QueuedAdd
 		want int
 	}{
 		{nil, 0},

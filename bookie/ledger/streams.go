@@ -49,7 +49,7 @@ type streamConn struct {
 	mu struct {
 		sync.Mutex
 		nextID uint64
-		queue  []queuedAdd
+		queue  []QueuedAdd
 		err    error // set once: the stream is broken
 		// retired: the bookie asked for a new stream (wire.StreamExpired);
 		// this one takes no new adds and closes once its adds are answered.
@@ -76,12 +76,13 @@ type addFunc func(error)
 
 func (f addFunc) addDone(err error) { f(err) }
 
-// queuedAdd is an add to send: the request, shared among the entry's
-// bookies, and this stream's id for it, written in its place when the
-// batch is encoded (addBatch): no copy of the request per bookie.
-type queuedAdd struct {
-	req *bookiepb.AddEntryRequest
-	id  uint64
+// QueuedAdd is an add as a stream sends it: the request, shared among
+// the entry's bookies (its RequestId unset), and the stream's id for it,
+// written in its place when the batch is encoded (addBatch) or handed to
+// a LocalBookie as it is: no copy of the request per bookie.
+type QueuedAdd struct {
+	Req *bookiepb.AddEntryRequest
+	ID  uint64
 }
 
 type pendingAdd struct {
@@ -146,23 +147,9 @@ func (sc *streamConn) run() {
 		delete(sc.s.retired, sc)
 		sc.s.mu.Unlock()
 	}()
-	cli, err := func() (bookiepb.BookieClient, error) {
-		ctx, cancel := context.WithTimeout(sc.ctx, sc.s.c.cfg.AddTimeout)
-		defer cancel()
-		return sc.s.c.bookie(ctx, sc.s.bookie)
-	}()
+	stream, err := sc.open()
 	if err != nil {
 		sc.fail(err)
-		return
-	}
-	// The stream lives as long as sc.ctx; only its opening is timed.
-	timer := time.AfterFunc(sc.s.c.cfg.AddTimeout, sc.cancel)
-	stream, err := cli.AddEntries(sc.ctx)
-	if !timer.Stop() && err == nil {
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
-		sc.fail(fmt.Errorf("%w: open add stream to bookie %s: %v", wire.ErrUnavailable, sc.s.bookie, wire.FromStatus(err)))
 		return
 	}
 	recvDone := make(chan struct{})
@@ -172,6 +159,39 @@ func (sc *streamConn) run() {
 	}()
 	sc.sendLoop(stream)
 	<-recvDone
+}
+
+// open opens the stream: to the bookie in this process if it is one
+// (Config.LocalBookies), else over gRPC. The opening is bounded by
+// AddTimeout; the stream lives as long as sc.ctx.
+func (sc *streamConn) open() (addWire, error) {
+	c := sc.s.c
+	if c.cfg.LocalBookies != nil {
+		if lb := c.cfg.LocalBookies(sc.s.bookie); lb != nil {
+			stream, err := lb.OpenAdds(sc.ctx)
+			if err != nil {
+				return nil, fmt.Errorf("%w: open add stream to bookie %s (in this process): %v", wire.ErrUnavailable, sc.s.bookie, err)
+			}
+			return stream, nil
+		}
+	}
+	cli, err := func() (bookiepb.BookieClient, error) {
+		ctx, cancel := context.WithTimeout(sc.ctx, c.cfg.AddTimeout)
+		defer cancel()
+		return c.bookie(ctx, sc.s.bookie)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	timer := time.AfterFunc(c.cfg.AddTimeout, sc.cancel)
+	stream, err := cli.AddEntries(sc.ctx)
+	if !timer.Stop() && err == nil {
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: open add stream to bookie %s: %v", wire.ErrUnavailable, sc.s.bookie, wire.FromStatus(err))
+	}
+	return grpcAdds{stream}, nil
 }
 
 // close breaks the current stream and the retired ones still running,
@@ -220,7 +240,7 @@ func (sc *streamConn) add(req *bookiepb.AddEntryRequest, timeout time.Duration, 
 	id := sc.mu.nextID
 	// req is shared among the entry's bookies: its RequestId is not set,
 	// id goes in its place in the encoding.
-	sc.mu.queue = append(sc.mu.queue, queuedAdd{req: req, id: id})
+	sc.mu.queue = append(sc.mu.queue, QueuedAdd{Req: req, ID: id})
 	sc.mu.pending = append(sc.mu.pending, pendingAdd{id: id, cb: cb, ledger: req.LedgerId, entry: req.EntryId, deadline: time.Now().Add(timeout), timeout: timeout})
 	sc.mu.npending++
 	if !sc.mu.armed {
@@ -388,19 +408,19 @@ const (
 )
 
 // batchLen is how many adds of q the next message takes.
-func batchLen(q []queuedAdd) int {
+func batchLen(q []QueuedAdd) int {
 	n, bytes := 0, 0
 	for n < len(q) && n < maxSendBatch {
-		if n > 0 && bytes+len(q[n].req.Payload) > maxSendBatchBytes {
+		if n > 0 && bytes+len(q[n].Req.Payload) > maxSendBatchBytes {
 			break
 		}
-		bytes += len(q[n].req.Payload)
+		bytes += len(q[n].Req.Payload)
 		n++
 	}
 	return n
 }
 
-func (sc *streamConn) sendLoop(stream bookiepb.Bookie_AddEntriesClient) {
+func (sc *streamConn) sendLoop(stream addWire) {
 	for {
 		<-sc.signal
 		// Let the goroutines that are ready to run go first: adds come in
@@ -432,23 +452,22 @@ func (sc *streamConn) sendLoop(stream bookiepb.Bookie_AddEntriesClient) {
 		if len(batch) == 0 {
 			continue
 		}
-		// An AddEntriesRequest as the add codec encodes it (addBatch).
-		if err := stream.SendMsg(&addBatch{adds: batch}); err != nil {
+		if err := stream.Add(batch); err != nil {
 			sc.fail(err)
 			return
 		}
 	}
 }
 
-func (sc *streamConn) recvLoop(stream bookiepb.Bookie_AddEntriesClient) {
+func (sc *streamConn) recvLoop(stream addWire) {
 	for {
-		resp, err := stream.Recv()
+		results, err := stream.Recv()
 		if err != nil {
 			sc.fail(wire.FromStatus(err))
 			return
 		}
 		now := time.Now()
-		for _, r := range resp.Results {
+		for _, r := range results {
 			if r.RequestId == 0 && r.Reason == wire.StreamExpired {
 				sc.retire()
 				continue

@@ -57,6 +57,7 @@ func TestBadConfigurationIsAClearError(t *testing.T) {
 		{[]string{"standalone", "--entry-log-checkpoint-bytes", "1MiB"}, "--entry-log-checkpoint-bytes 1MiB: must be in 16MiB..64GiB"},
 		{[]string{"standalone", "--entry-log-sync-interval", "5s"}, "--entry-log-sync-interval 5s: must be in 0..1s"},
 		{[]string{"standalone", "--entry-log-recycle-files", "65"}, "--entry-log-recycle-files 65: must be in 0..64"},
+		{[]string{"standalone", "--local-bookies=maybe"}, `invalid argument "maybe" for "--local-bookies"`},
 		{[]string{"standalone", "--authentication-enabled"}, "needs a token key (--token-secret-key or --token-public-key) or client certificates"},
 		{[]string{"standalone", "--tls-cert-file", "c.pem"}, "both --tls-cert-file and --tls-key-file"},
 		{[]string{"client", "produce", "t", "-m", "x", "--auth-tls-cert-file", "c.pem"}, "both --auth-tls-cert-file and --auth-tls-key-file"},

@@ -107,6 +107,7 @@ with Ctrl-C; starting it again on the same data directory keeps everything.`,
 	f.Duration("retention-check-interval", def.RetentionCheckInterval, "how often the broker applies TTL, retention and backlog quotas")
 	f.String("key-shared-selector", def.KeySharedSelector, "how key_shared consumers share the keys: consistent-hashing or auto-split (Pulsar's subscriptionKeySharedUseConsistentHashing=false)")
 	f.String("schema-compatibility-strategy", def.SchemaCompatibilityStrategy, "how a new version of a topic's Avro or JSON schema must relate to the versions kept: "+strings.Join(broker.SchemaStrategies, ", "))
+	f.Bool("local-bookies", def.LocalBookies, "the broker hands its adds to the bookies of this process by function calls, not gRPC over loopback (false: over gRPC, as between a cluster's processes)")
 	f.Bool("pprof", def.Pprof, "serve Go's profiles under /debug/pprof/ on the admin port")
 	sizeFlag(f, "memory-budget", def.MemoryBudget, "memory of the whole process, shared out among the broker's cache and the bookies' memtables, block caches and in-flight adds, and the Go runtime's soft limit (unless GOMEMLIMIT is set), e.g. 512MiB or 2GiB")
 	addAuthServerFlags(f)

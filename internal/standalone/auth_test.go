@@ -30,6 +30,7 @@ func TestStandaloneBookiesWantCredentials(t *testing.T) {
 	cfg := testConfig(t, 2)
 	key := testutil.NewTokenKey(t)
 	cfg.AuthenticationEnabled, cfg.TokenSecretKey = true, key.File
+	cfg.LocalBookies = false // the broker's adds over gRPC too, with its token
 	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/internal/auth"
 	"github.com/magnetar-io/magnetar/internal/bytesize"
@@ -79,6 +80,11 @@ type Config struct {
 	// SchemaCompatibilityStrategy is the broker's
 	// --schema-compatibility-strategy. Default FULL.
 	SchemaCompatibilityStrategy string `mapstructure:"schema-compatibility-strategy"`
+	// LocalBookies: the broker hands its adds to the bookies by function
+	// calls (ledger.LocalBookie), not gRPC over loopback; reads and the
+	// other requests still use gRPC. False: every request goes over gRPC,
+	// as between a cluster's processes. Default true.
+	LocalBookies bool `mapstructure:"local-bookies"`
 	// Pprof serves /debug/pprof/ on the admin port.
 	Pprof bool `mapstructure:"pprof"`
 	// MemoryBudget is the memory the whole process may use: it is shared
@@ -115,6 +121,7 @@ func DefaultConfig() Config {
 		KeySharedSelector:           broker.DefaultConfig().KeySharedSelector,
 		SchemaCompatibilityStrategy: broker.DefaultConfig().SchemaCompatibilityStrategy,
 		MemoryBudget:                512 << 20,
+		LocalBookies:                true,
 	}
 }
 
@@ -365,6 +372,17 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger) (_ *Standalone, err
 	bopts := []broker.Option{broker.WithStore(s.Store), broker.WithLogger(log.Named("broker")), broker.WithHealthChecks(checks)}
 	for _, b := range s.Bookies {
 		bopts = append(bopts, broker.WithMetrics(b.Metrics(false))) // labelled bookie=<id>
+	}
+	if cfg.LocalBookies {
+		bookies := s.Bookies
+		bopts = append(bopts, broker.WithLocalBookies(func(id string) ledger.LocalBookie {
+			for _, b := range bookies {
+				if b.ID() == id {
+					return b
+				}
+			}
+			return nil
+		}))
 	}
 	s.Broker, err = broker.Start(ctx, bc, bopts...)
 	if err != nil {

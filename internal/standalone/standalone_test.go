@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/bytesize"
 	"github.com/magnetar-io/magnetar/internal/testutil"
 )
@@ -378,6 +379,80 @@ func TestMetricsCoverBookies(t *testing.T) {
 		_, marks := m.Value(t, "magnetar_autorecovery_under_replicated_marks")
 		return auditors == 1 && marks
 	})
+}
+
+// The broker hands its adds to the bookies of its process by function
+// calls (--local-bookies, the default), or sends them over gRPC as a
+// cluster's broker does; messages are stored and read back either way.
+func TestLocalBookies(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		t.Run(fmt.Sprintf("local-bookies=%v", local), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := testConfig(t, 2)
+			cfg.LocalBookies = local
+			s, err := Start(ctx, cfg, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Broker.Addr()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			p, err := cl.CreateProducer(client.ProducerOptions{Topic: "t"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			const n = 20
+			for i := 0; i < n; i++ {
+				if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Read back from the bookies: a reader on a new subscription
+			// after the topic's unload (no cache).
+			req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+s.Broker.HTTPAddr()+"/admin/v2/persistent/public/default/t/unload", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				t.Fatalf("unload: %s", resp.Status)
+			}
+			r, err := cl.CreateReader(client.ReaderOptions{Topic: "t", StartMessageID: client.EarliestMessageID()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i := 0; i < n; i++ {
+				m, err := r.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(m.Payload()) != fmt.Sprint(i) {
+					t.Fatalf("message %d read back as %q", i, m.Payload())
+				}
+			}
+			m := testutil.Scrape(t, s.Broker.HTTPAddr())
+			want, other := "local", "grpc"
+			if !local {
+				want, other = other, want
+			}
+			for _, b := range s.Bookies {
+				if v, _ := m.Value(t, "magnetar_bookie_add_streams_total", "bookie", b.ID(), "transport", want); v == 0 {
+					t.Errorf("bookie %s: no %s add stream", b.ID(), want)
+				}
+				m.Want(t, 0, "magnetar_bookie_add_streams_total", "bookie", b.ID(), "transport", other)
+			}
+		})
+	}
 }
 
 // testConfig is a standalone of n bookies on free ports, with its data in

@@ -156,6 +156,21 @@ func (c *Cluster) Bookie(id string) *Bookie {
 	panic(fmt.Sprintf("no bookie %s", id))
 }
 
+// LocalBookies is a ledger.Config.LocalBookies over the cluster's
+// bookies: the running one with that id, nil while it is stopped (or for
+// an id it does not know). Adds then reach the bookies by function calls,
+// around their proxies.
+func (c *Cluster) LocalBookies(id string) ledger.LocalBookie {
+	for _, b := range c.Bookies() {
+		if b.ID == id {
+			if s := b.Server(); s != nil {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
 // Client returns a ledger client on the cluster, closed when the test ends.
 func (c *Cluster) Client(cfg ledger.Config) *ledger.Client {
 	c.t.Helper()

@@ -1,0 +1,173 @@
+package bookie_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/ledger"
+	"github.com/magnetar-io/magnetar/bookie/wire"
+	"github.com/magnetar-io/magnetar/internal/testutil"
+	"github.com/magnetar-io/magnetar/proto/bookiepb"
+)
+
+// recvN reads results from l until it has n, by request id.
+func recvN(t *testing.T, l ledger.LocalAdds, n int) map[uint64]*bookiepb.AddResult {
+	t.Helper()
+	got := map[uint64]*bookiepb.AddResult{}
+	for len(got) < n {
+		rs, err := l.Recv()
+		if err != nil {
+			t.Fatalf("recv after %d of %d results: %v", len(got), n, err)
+		}
+		for _, r := range rs {
+			if got[r.RequestId] != nil {
+				t.Fatalf("request %d answered twice", r.RequestId)
+			}
+			got[r.RequestId] = r
+		}
+	}
+	return got
+}
+
+// A local add stream (the standalone's broker to its bookies) takes adds
+// as an AddEntries stream does: the same checks, answers by request id,
+// entries stored and readable over gRPC, the same metrics; the caller's
+// payloads are left alone (not released to the codec's pool, which the
+// tests poison); once the client closes it, Recv ends with io.EOF.
+func TestLocalAdds(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(t, e.config(t.TempDir()))
+	ctx := ctxT(t)
+	l, err := s.OpenAdds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := make([][]byte, 3)
+	var adds []ledger.QueuedAdd
+	for i := range payloads {
+		payloads[i] = bytes.Repeat([]byte{byte('a' + i)}, 1000+i)
+		adds = append(adds, ledger.QueuedAdd{Req: addReq(7, int64(i), payloads[i]), ID: uint64(10 + i)})
+	}
+	bad := addReq(7, 3, []byte("tampered"))
+	bad.Crc32C++
+	adds = append(adds, ledger.QueuedAdd{Req: bad, ID: 13}, ledger.QueuedAdd{Req: addReq(-1, 0, []byte("x")), ID: 14})
+	if err := l.Add(adds); err != nil {
+		t.Fatal(err)
+	}
+	got := recvN(t, l, len(adds))
+	for i := range payloads {
+		if r := got[uint64(10+i)]; r == nil || r.Code != 0 {
+			t.Fatalf("add of entry %d: %+v", i, r)
+		}
+		if want := bytes.Repeat([]byte{byte('a' + i)}, 1000+i); !bytes.Equal(payloads[i], want) {
+			t.Fatalf("the caller's payload of entry %d changed: released to the pool?", i)
+		}
+	}
+	for id, want := range map[uint64]error{13: wire.ErrBadChecksum, 14: wire.ErrInvalidArgument} {
+		r := got[id]
+		if r == nil {
+			t.Fatalf("request %d not answered", id)
+		}
+		if err := wire.FromResult(r.Code, r.Reason, r.Message); !errors.Is(err, want) {
+			t.Fatalf("request %d answered %v, want %v", id, err, want)
+		}
+	}
+	c := dial(t, s.Addr())
+	for i := range payloads {
+		r, err := c.ReadEntry(ctx, &bookiepb.ReadEntryRequest{LedgerId: 7, EntryId: int64(i)})
+		if err != nil || !bytes.Equal(r.Payload, payloads[i]) {
+			t.Fatalf("read entry %d: %v", i, err)
+		}
+	}
+	m := testutil.Gather(t, s.Metrics(false))
+	m.Want(t, 1, "magnetar_bookie_add_streams_total", "transport", "local")
+	m.Want(t, 0, "magnetar_bookie_add_streams_total", "transport", "grpc")
+	m.Want(t, 3, "bookkeeper_server_ADD_ENTRY_REQUEST", "success", "true")
+	m.Want(t, 2, "bookkeeper_server_ADD_ENTRY_REQUEST", "success", "false")
+
+	l.CloseSend()
+	if rs, err := l.Recv(); err != io.EOF {
+		t.Fatalf("recv after CloseSend: %v %v, want io.EOF", rs, err)
+	}
+}
+
+// How a local add stream ends: its client's context ends it at once,
+// though the bookie still owes the adds (a stuck disk must not stall the
+// client: it times the adds out and cancels); the bookie's stop ends it as
+// unavailable, after the adds taken are answered; a stopped bookie opens
+// none.
+func TestLocalAddsEnd(t *testing.T) {
+	e := newEnv(t)
+	t.Run("cancelled while the disk stalls", func(t *testing.T) {
+		fs := testutil.NewStallFS()
+		cfg := e.config(t.TempDir())
+		s := e.startWith(t, cfg, bookie.WithFS(fs))
+		t.Cleanup(fs.Release) // before the bookie's close, which waits for the held add
+		ctx, cancel := context.WithCancel(ctxT(t))
+		l, err := s.OpenAdds(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.Stall(cfg.DataDir)
+		if err := l.Add([]ledger.QueuedAdd{{Req: addReq(1, 0, []byte("stuck")), ID: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, "the add's write held", func() bool { return fs.Held() > 0 })
+		recvErr := make(chan error, 1)
+		go func() {
+			_, err := l.Recv()
+			recvErr <- err
+		}()
+		cancel()
+		select {
+		case err := <-recvErr:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("recv after cancel: %v", err)
+			}
+		case <-time.After(30 * time.Second): // a bound, not a wait: it returns at once
+			t.Fatal("recv still waits for the stalled add after its context ended")
+		}
+		fs.Release() // the bookie answers it, and its Close can end
+		s.Close()
+	})
+	t.Run("bookie stops", func(t *testing.T) {
+		s := e.start(t, e.config(t.TempDir()))
+		l, err := s.OpenAdds(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Add([]ledger.QueuedAdd{{Req: addReq(1, 0, []byte("before")), ID: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close() }()
+		// The add taken is answered before the stream ends.
+		var answered bool
+		for {
+			rs, err := l.Recv()
+			if err != nil {
+				if !answered || !errors.Is(err, wire.ErrUnavailable) {
+					t.Fatalf("stream ended with %v, add answered %v", err, answered)
+				}
+				break
+			}
+			for _, r := range rs {
+				answered = answered || (r.RequestId == 1 && r.Code == 0)
+			}
+		}
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Add([]ledger.QueuedAdd{{Req: addReq(1, 1, []byte("after")), ID: 2}}); !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("add on the stream of a stopped bookie: %v", err)
+		}
+		if _, err := s.OpenAdds(ctxT(t)); !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("open on a stopped bookie: %v", err)
+		}
+	})
+}
