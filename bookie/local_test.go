@@ -135,18 +135,82 @@ func TestLocalAddsEnd(t *testing.T) {
 		fs.Release() // the bookie answers it, and its Close can end
 		s.Close()
 	})
+	// With the disk stalled, adds wait for room in the storage's queue
+	// (it and the batches waiting for the syncer hold fewer than 10,000
+	// adds of one stream here; a stream's 8192 slots, which its context
+	// ends too, do not fill first); 4 streams of 8192 wait there too.
+	for _, tc := range []struct {
+		name            string
+		streams, perAdd int
+	}{{"cancelled while an add waits for room", 1, 10000}, {"cancelled while the adds of several streams wait for room", 4, 8192}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := testutil.NewStallFS()
+			cfg := e.config(t.TempDir())
+			s := e.startWith(t, cfg, bookie.WithFS(fs))
+			t.Cleanup(fs.Release)
+			ctx, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			fs.Stall(cfg.DataDir)
+			added := make(chan error, tc.streams)
+			for i := 0; i < tc.streams; i++ {
+				l, err := s.OpenAdds(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				adds := make([]ledger.QueuedAdd, tc.perAdd)
+				for j := range adds {
+					adds[j] = ledger.QueuedAdd{Req: addReq(int64(i+1), int64(j), []byte("x")), ID: uint64(j + 1)}
+				}
+				go func() { added <- l.Add(adds) }()
+			}
+			testutil.Eventually(t, 30*time.Second, "a write held", func() bool { return fs.Held() > 0 })
+			cancel()
+			waited := 0
+			for i := 0; i < tc.streams; i++ {
+				select {
+				case err := <-added:
+					if errors.Is(err, context.Canceled) {
+						waited++
+					} else if err != nil {
+						t.Fatalf("add after cancel: %v", err)
+					}
+				case <-time.After(30 * time.Second): // a bound, not a wait: they return at once
+					t.Fatal("an add still waits for room after its context ended")
+				}
+			}
+			if waited == 0 {
+				t.Fatal("every add was taken: the test made none wait")
+			}
+		})
+	}
 	t.Run("bookie stops", func(t *testing.T) {
-		s := e.start(t, e.config(t.TempDir()))
+		fs := testutil.NewStallFS()
+		cfg := e.config(t.TempDir())
+		s := e.startWith(t, cfg, bookie.WithFS(fs))
+		t.Cleanup(fs.Release)
 		l, err := s.OpenAdds(ctxT(t))
 		if err != nil {
 			t.Fatal(err)
 		}
+		fs.Stall(cfg.DataDir)
 		if err := l.Add([]ledger.QueuedAdd{{Req: addReq(1, 0, []byte("before")), ID: 1}}); err != nil {
 			t.Fatal(err)
 		}
+		testutil.Eventually(t, 30*time.Second, "the add's write held", func() bool { return fs.Held() > 0 })
 		closed := make(chan error, 1)
 		go func() { closed <- s.Close() }()
-		// The add taken is answered before the stream ends.
+		// Once the bookie is stopping (it opens no stream), let the held
+		// add go: it is answered before the stream ends.
+		pollCtx := ctxT(t)
+		go func() {
+			for {
+				if _, err := s.OpenAdds(pollCtx); err != nil {
+					break
+				}
+				time.Sleep(time.Millisecond) // polls; each stream opened is closed with the bookie
+			}
+			fs.Release()
+		}()
 		var answered bool
 		for {
 			rs, err := l.Recv()

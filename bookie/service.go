@@ -199,9 +199,12 @@ func (s *addStream) take(ctx context.Context, start time.Time, req *bookiepb.Add
 		}
 		a.budgeted = true
 	}
-	if !s.st.add() {
+	if !s.st.add(ctx) {
 		if a.budgeted {
 			v.s.budget.Release(a.size)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		return errStopping
 	}
@@ -209,7 +212,9 @@ func (s *addStream) take(ctx context.Context, start time.Time, req *bookiepb.Add
 		a.AddDone(err)
 		return nil
 	}
-	v.s.db.AddEntryInto(&a.req, e, req.MasterKey, req.Recovery, a)
+	// A stream whose client gave up does not wait for room in a full
+	// queue (a hung disk): the add is answered with ctx's error.
+	v.s.db.AddEntryInto(ctx, &a.req, e, req.MasterKey, req.Recovery, a)
 	return nil
 }
 
@@ -270,11 +275,13 @@ func newOutstanding() *outstanding {
 }
 
 // add takes a slot, waiting while maxStreamOutstanding are in progress;
-// false once closed.
-func (o *outstanding) add() bool {
+// false once closed or once ctx ends (the stream's client gave up).
+func (o *outstanding) add(ctx context.Context) bool {
 	select {
 	case o.slots <- struct{}{}:
 	case <-o.zero:
+		return false
+	case <-ctx.Done(): // the stream's client gave up
 		return false
 	}
 	o.mu.Lock()

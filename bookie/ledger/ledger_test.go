@@ -309,8 +309,9 @@ func TestSlowBookieIsReplaced(t *testing.T) {
 }
 
 // A bookie of the client's process (local adds) whose disk hangs is
-// replaced after the add timeout as a black-holed one is: the client's
-// stream to it ends although the bookie still owes the add.
+// replaced after the add timeout as a black-holed one is. (That the
+// stream's goroutines then end at once, though the bookie still owes the
+// add, is TestLocalAddsEnd's, in package bookie.)
 func TestStalledLocalBookieIsReplaced(t *testing.T) {
 	fs := testutil.NewStallFS()
 	c := testcluster.Start(t, 4, testcluster.Options{BookieOptions: []bookie.Option{bookie.WithFS(fs)}})

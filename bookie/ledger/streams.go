@@ -168,11 +168,7 @@ func (sc *streamConn) open() (addWire, error) {
 	c := sc.s.c
 	if c.cfg.LocalBookies != nil {
 		if lb := c.cfg.LocalBookies(sc.s.bookie); lb != nil {
-			stream, err := lb.OpenAdds(sc.ctx)
-			if err != nil {
-				return nil, fmt.Errorf("%w: open add stream to bookie %s (in this process): %v", wire.ErrUnavailable, sc.s.bookie, err)
-			}
-			return stream, nil
+			return lb.OpenAdds(sc.ctx) // an error: fail wraps it as unavailable if it is not
 		}
 	}
 	cli, err := func() (bookiepb.BookieClient, error) {

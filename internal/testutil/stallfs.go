@@ -45,10 +45,13 @@ func NewStallFS() *StallFS {
 }
 
 // Stall holds the writes under dir from now on, until Release (one
-// directory at a time).
+// directory at a time: those held under another are let go).
 func (f *StallFS) Stall(dir string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.dir != "" {
+		close(f.release)
+	}
 	f.dir, f.release = dir, make(chan struct{})
 }
 

@@ -806,7 +806,7 @@ type AddDone interface {
 // AddEntryAsync queues an add and returns; done gets its outcome.
 // AddEntryAsync itself blocks while the queue is full.
 func (d *DB) AddEntryAsync(e Entry, masterKey []byte, recovery bool, done AddDone) {
-	d.AddEntryInto(&AddRequest{}, e, masterKey, recovery, done)
+	d.AddEntryInto(context.Background(), &AddRequest{}, e, masterKey, recovery, done)
 }
 
 // AddRequest is the storage's record of one add, for a caller to keep in
@@ -814,8 +814,10 @@ func (d *DB) AddEntryAsync(e Entry, masterKey []byte, recovery bool, done AddDon
 type AddRequest struct{ r request }
 
 // AddEntryInto is AddEntryAsync with the storage's record of the add in
-// ar, which must be zero and not be used again.
-func (d *DB) AddEntryInto(ar *AddRequest, e Entry, masterKey []byte, recovery bool, done AddDone) {
+// ar, which must be zero and not be used again. ctx bounds its wait for
+// room in the queue (done then gets ctx's error); once queued, the add
+// goes on whatever ctx does.
+func (d *DB) AddEntryInto(ctx context.Context, ar *AddRequest, e Entry, masterKey []byte, recovery bool, done AddDone) {
 	if err := checkAdd(e, masterKey); err != nil {
 		done.AddDone(err)
 		return
@@ -823,7 +825,7 @@ func (d *DB) AddEntryInto(ar *AddRequest, e Entry, masterKey []byte, recovery bo
 	r := &ar.r
 	*r = request{kind: reqAdd, entry: e, masterKey: masterKey, recovery: recovery, added: done, pending: &d.pending}
 	d.pending.Add(1)
-	if err := d.enqueue(context.Background(), r); err != nil {
+	if err := d.enqueue(ctx, r); err != nil {
 		r.finish(err)
 	}
 }
