@@ -282,66 +282,60 @@ func TestKillBookieDuringAppends(t *testing.T) {
 }
 
 // A bookie that stops answering (a network black hole, not a crash) is
-// replaced after the add timeout.
+// replaced after the add timeout. So is a bookie of the client's process
+// (local adds) whose disk hangs. (That the local stream's goroutines then
+// end at once, though the bookie still owes the add, is
+// TestLocalAddsEnd's, in package bookie.)
 func TestSlowBookieIsReplaced(t *testing.T) {
-	c := testcluster.Start(t, 4, testcluster.Options{})
-	cl := c.Client(ledger.Config{AddTimeout: 300 * time.Millisecond})
-	ctx := ctxT(t)
-	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(ctx)
-	if _, err := w.Append(ctx, []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	slow := w.Metadata().Segments[0].Bookies[2]
-	c.Bookie(slow).Proxy.Pause()
-	defer c.Bookie(slow).Proxy.Resume()
-	// Qa = 3: this append needs the slow bookie or its replacement.
-	id, err := w.Append(ctx, []byte("after"))
-	if err != nil || id != 1 {
-		t.Fatalf("append with a black-holed bookie: %d, %v", id, err)
-	}
-	if m := w.Metadata(); slices.Contains(m.Segments[len(m.Segments)-1].Bookies, slow) {
-		t.Fatalf("black-holed bookie still in the ensemble: %+v", m.Segments)
-	}
-}
-
-// A bookie of the client's process (local adds) whose disk hangs is
-// replaced after the add timeout as a black-holed one is. (That the
-// stream's goroutines then end at once, though the bookie still owes the
-// add, is TestLocalAddsEnd's, in package bookie.)
-func TestStalledLocalBookieIsReplaced(t *testing.T) {
-	fs := testutil.NewStallFS()
-	c := testcluster.Start(t, 4, testcluster.Options{BookieOptions: []bookie.Option{bookie.WithFS(fs)}})
-	defer fs.Release() // before the cleanups close the bookies
-	cl := c.Client(ledger.Config{AddTimeout: 300 * time.Millisecond, LocalBookies: c.LocalBookies})
-	ctx := ctxT(t)
-	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(ctx)
-	if _, err := w.Append(ctx, []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	slow := w.Metadata().Segments[0].Bookies[2]
-	fs.Stall(c.Bookie(slow).Dir)
-	// Qa = 3: this append needs the stalled bookie or its replacement.
-	id, err := w.Append(ctx, []byte("after"))
-	if err != nil || id != 1 {
-		t.Fatalf("append with a stalled bookie: %d, %v", id, err)
-	}
-	if fs.Held() == 0 {
-		t.Fatal("no write of the bookie was held: the test stalled nothing")
-	}
-	if m := w.Metadata(); slices.Contains(m.Segments[len(m.Segments)-1].Bookies, slow) {
-		t.Fatalf("stalled bookie still in the ensemble: %+v", m.Segments)
-	}
-	m := testutil.Gather(t, c.Bookie(slow).Server().Metrics(false))
-	if n, _ := m.Value(t, "magnetar_bookie_add_streams_total", "transport", "local"); n == 0 {
-		t.Fatal("the adds did not reach the bookie by a local stream")
+	for _, local := range []bool{false, true} {
+		name := "black-holed"
+		if local {
+			name = "local, its disk stalled"
+		}
+		t.Run(name, func(t *testing.T) {
+			fs := testutil.NewStallFS()
+			c := testcluster.Start(t, 4, testcluster.Options{BookieOptions: []bookie.Option{bookie.WithFS(fs)}})
+			defer fs.Release() // before the cleanups close the bookies
+			cfg := ledger.Config{AddTimeout: 300 * time.Millisecond}
+			if local {
+				cfg.LocalBookies = c.LocalBookies
+			}
+			cl := c.Client(cfg)
+			ctx := ctxT(t)
+			w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close(ctx)
+			if _, err := w.Append(ctx, []byte("before")); err != nil {
+				t.Fatal(err)
+			}
+			slow := w.Metadata().Segments[0].Bookies[2]
+			if local {
+				fs.Stall(c.Bookie(slow).Dir)
+			} else {
+				c.Bookie(slow).Proxy.Pause()
+				defer c.Bookie(slow).Proxy.Resume()
+			}
+			// Qa = 3: this append needs the slow bookie or its replacement.
+			id, err := w.Append(ctx, []byte("after"))
+			if err != nil || id != 1 {
+				t.Fatalf("append with a slow bookie: %d, %v", id, err)
+			}
+			if m := w.Metadata(); slices.Contains(m.Segments[len(m.Segments)-1].Bookies, slow) {
+				t.Fatalf("slow bookie still in the ensemble: %+v", m.Segments)
+			}
+			if !local {
+				return
+			}
+			if fs.Held() == 0 {
+				t.Fatal("no write of the bookie was held: the test stalled nothing")
+			}
+			m := testutil.Gather(t, c.Bookie(slow).Server().Metrics(false))
+			if n, _ := m.Value(t, "magnetar_bookie_add_streams_total", "transport", "local"); n == 0 {
+				t.Fatal("the adds did not reach the bookie by a local stream")
+			}
+		})
 	}
 }
 
