@@ -17,9 +17,10 @@ import (
 // function call instead of gRPC over loopback. The adds go through the
 // same checks, budget, per-stream bound and storage as an AddEntries
 // stream's, and count in the same metrics; credentials are not asked for
-// (the caller is this process). The stream ends when ctx does, when the
-// client closes it, or when the bookie stops: each time after the adds it
-// took are answered.
+// (the caller is this process). When the client closes the stream, or
+// the bookie stops, it ends once the adds it took are answered; when ctx
+// ends, Recv and a waiting Add return ctx's error at once, and the bookie
+// answers the adds it took in the background.
 func (s *Server) OpenAdds(ctx context.Context) (ledger.LocalAdds, error) {
 	s.local.Lock()
 	defer s.local.Unlock()

@@ -135,10 +135,11 @@ func TestLocalAddsEnd(t *testing.T) {
 		fs.Release() // the bookie answers it, and its Close can end
 		s.Close()
 	})
-	// With the disk stalled, adds wait for room in the storage's queue
-	// (it and the batches waiting for the syncer hold fewer than 10,000
-	// adds of one stream here; a stream's 8192 slots, which its context
-	// ends too, do not fill first); 4 streams of 8192 wait there too.
+	// With the disk stalled, adds wait for room in the storage's queue:
+	// it and the batches waiting for the syncer took fewer than the 8192
+	// adds a stream may have outstanding, so that the adds of one stream
+	// (10,000) and of 4 (8192 each) wait there. (A stream's wait for a
+	// slot, which its context ends too, is not reached here.)
 	for _, tc := range []struct {
 		name            string
 		streams, perAdd int

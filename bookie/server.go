@@ -418,7 +418,8 @@ func (s *Server) AdvertisedAddress() string { return s.addr }
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Close unregisters the bookie, lets in-flight requests finish (up to a few
-// seconds), and closes the storage.
+// seconds; the adds that local streams took, however long the disk
+// takes), and closes the storage.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()

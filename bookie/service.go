@@ -91,10 +91,10 @@ func (v *service) AddEntry(ctx context.Context, req *bookiepb.AddEntryRequest) (
 	return &bookiepb.AddEntryResponse{}, nil
 }
 
-// maxStreamOutstanding bounds the adds one AddEntries stream may have
+// maxStreamOutstanding bounds the adds one add stream may have
 // outstanding (the bookie's byte budget bounds them all together); past it
-// the bookie stops reading the stream and HTTP/2 flow control holds the
-// client back.
+// the bookie stops reading an AddEntries stream and HTTP/2 flow control
+// holds the client back, and a local stream's Add waits.
 const maxStreamOutstanding = 8192
 
 // AddEntries serves a stream of add batches. Each add goes to the storage
@@ -180,7 +180,8 @@ func (v *service) receiveAdds(stream bookiepb.Bookie_AddEntriesServer, st *outst
 	}
 }
 
-// errStopping: the stream's adds are closed (the bookie is stopping).
+// errStopping: the stream's adds are closed (the bookie is stopping, or
+// a local stream's client closed it).
 var errStopping = errors.New("the add stream is closing")
 
 // take hands one add of the stream to the storage, answered on the
@@ -218,7 +219,8 @@ func (s *addStream) take(ctx context.Context, start time.Time, req *bookiepb.Add
 	return nil
 }
 
-// addStream is what the adds of one AddEntries stream share.
+// addStream is what the adds of one add stream share: an AddEntries
+// stream's, or a local one's (localAdds).
 type addStream struct {
 	v       *service
 	st      *outstanding
@@ -240,8 +242,9 @@ type streamAdd struct {
 }
 
 // AddDone answers the add. Called once: by the storage (on its
-// goroutines, or on the receiver's when it refuses the add at once), or by
-// the receiver when the bookie's own checks refuse it.
+// goroutines, or on the taker's when it refuses the add at once), or by
+// the taker when the bookie's own checks refuse it. The taker is an
+// AddEntries stream's receiver, or a local stream's client in Add.
 func (a *streamAdd) AddDone(err error) {
 	// The storage has answered: it holds no reference to the payload any
 	// more (it copied it into its log or batch).

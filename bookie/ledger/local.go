@@ -6,8 +6,8 @@ import (
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
-// LocalBookie is a bookie running in the client's own process (the
-// standalone's three): a stream's adds are handed to it by a function call
+// LocalBookie is a bookie running in the client's own process (a
+// standalone's): a stream's adds are handed to it by a function call
 // instead of gRPC over loopback (Config.LocalBookies), as BookKeeper's
 // local transport does for bookies in the client's JVM. No encoding, no
 // socket, and four fewer goroutine hand-offs an add: the stream's sender
@@ -17,9 +17,9 @@ import (
 //
 // *bookie.Server implements it.
 type LocalBookie interface {
-	// OpenAdds opens an add stream, which ctx ends: Recv then returns
-	// ctx's error at once, and the bookie answers what it took in the
-	// background.
+	// OpenAdds opens an add stream, which ctx ends: Recv, and an Add
+	// waiting for room, then return ctx's error at once, and the bookie
+	// answers what it took in the background.
 	OpenAdds(ctx context.Context) (LocalAdds, error)
 }
 
@@ -31,7 +31,7 @@ type LocalAdds interface {
 	// other bookies and the caller's: the bookie must not change them,
 	// and reads their payloads until it answers them. Add may wait while
 	// the bookie's queues are full (as a gRPC stream waits on flow
-	// control); an error ends the stream.
+	// control), until the stream's ctx ends; an error ends the stream.
 	Add(adds []QueuedAdd) error
 	// Recv waits for the next results, in any order. Once CloseSend was
 	// called and every add answered it returns io.EOF; when the bookie

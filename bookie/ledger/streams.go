@@ -15,8 +15,8 @@ import (
 	"github.com/magnetar-io/magnetar/proto/bookiepb"
 )
 
-// addStream carries a client's adds to one bookie over a single
-// AddEntries stream: adds queue up while a batch is being sent and go out
+// addStream carries a client's adds to one bookie over a single add
+// stream (AddEntries over gRPC, or a LocalBookie's): adds queue up while a batch is being sent and go out
 // together, results come back batched. A broken stream fails its pending
 // adds (ErrUnavailable) and the next add opens a new one.
 //
@@ -38,7 +38,7 @@ type addStream struct {
 	retired map[*streamConn]bool
 }
 
-// streamConn is one AddEntries stream, connecting or open.
+// streamConn is one add stream, connecting or open.
 type streamConn struct {
 	s      *addStream
 	ctx    context.Context // the stream's lifetime; cancelled by fail
