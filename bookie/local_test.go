@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/internal/storage"
 	"github.com/magnetar-io/magnetar/bookie/ledger"
 	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/internal/testutil"
@@ -135,55 +136,65 @@ func TestLocalAddsEnd(t *testing.T) {
 		fs.Release() // the bookie answers it, and its Close can end
 		s.Close()
 	})
-	// With the disk stalled, adds wait for room in the storage's queue:
-	// it and the batches waiting for the syncer took fewer than the 8192
-	// adds a stream may have outstanding, so that the adds of one stream
-	// (10,000) and of 4 (8192 each) wait there. (A stream's wait for a
-	// slot, which its context ends too, is not reached here.)
-	for _, tc := range []struct {
-		name            string
-		streams, perAdd int
-	}{{"cancelled while an add waits for room", 1, 10000}, {"cancelled while the adds of several streams wait for room", 4, 8192}} {
-		t.Run(tc.name, func(t *testing.T) {
-			fs := testutil.NewStallFS()
-			cfg := e.config(t.TempDir())
-			s := e.startWith(t, cfg, bookie.WithFS(fs))
-			t.Cleanup(fs.Release)
-			ctx, cancel := context.WithCancel(ctxT(t))
-			defer cancel()
-			fs.Stall(cfg.DataDir)
-			added := make(chan error, tc.streams)
-			for i := 0; i < tc.streams; i++ {
-				l, err := s.OpenAdds(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				adds := make([]ledger.QueuedAdd, tc.perAdd)
-				for j := range adds {
-					adds[j] = ledger.QueuedAdd{Req: addReq(int64(i+1), int64(j), []byte("x")), ID: uint64(j + 1)}
-				}
-				go func() { added <- l.Add(adds) }()
+	// With the disk stalled, the storage takes at most its queue (1024
+	// requests), the batch its committer holds, the 4 handed to the syncer
+	// and the group of up to 5 it is writing, 4096 adds each at most:
+	// 41,984 adds. Adds of 8 streams (8192 each, as many as a stream may
+	// have outstanding) then wait for room in the queue. The cancel comes
+	// once both queues are full (the committer waits, or is about to, for
+	// a syncer that waits for the disk) and an add has waited for room:
+	// an add that has not reached the queue by then stops at its stream's
+	// other checks of the context. (The wait for a slot is
+	// TestOutstandingEndsWithContext's.)
+	t.Run("cancelled while adds wait for room", func(t *testing.T) {
+		const streams, perStream = 8, 8192
+		fs := testutil.NewStallFS()
+		cfg := e.config(t.TempDir())
+		s := e.startWith(t, cfg, bookie.WithFS(fs))
+		t.Cleanup(fs.Release)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		defer cancel()
+		fs.Stall(cfg.DataDir)
+		added := make(chan error, streams)
+		for i := 0; i < streams; i++ {
+			l, err := s.OpenAdds(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			testutil.Eventually(t, 30*time.Second, "a write held", func() bool { return fs.Held() > 0 })
-			cancel()
-			waited := 0
-			for i := 0; i < tc.streams; i++ {
-				select {
-				case err := <-added:
-					if errors.Is(err, context.Canceled) {
-						waited++
-					} else if err != nil {
-						t.Fatalf("add after cancel: %v", err)
-					}
-				case <-time.After(30 * time.Second): // a bound, not a wait: they return at once
-					t.Fatal("an add still waits for room after its context ended")
-				}
+			adds := make([]ledger.QueuedAdd, perStream)
+			for j := range adds {
+				adds[j] = ledger.QueuedAdd{Req: addReq(int64(i+1), int64(j), []byte("x")), ID: uint64(j + 1)}
 			}
-			if waited == 0 {
-				t.Fatal("every add was taken: the test made none wait")
-			}
+			go func() { added <- l.Add(adds) }()
+		}
+		testutil.Eventually(t, 30*time.Second, "the queues full and an add waiting for room", func() bool {
+			m := testutil.Gather(t, s.Metrics(false))
+			q, _ := m.Value(t, "bookie_journal_JOURNAL_QUEUE_SIZE")
+			sq, _ := m.Value(t, "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE")
+			waits, _ := m.Value(t, "magnetar_bookie_queue_full_waits_total")
+			return q == storage.QueueLength && sq == storage.SyncQueueLength && waits > 0
 		})
-	}
+		if fs.Held() == 0 {
+			t.Fatal("no write held: the queues are full of something else")
+		}
+		cancel()
+		waited := 0
+		for i := 0; i < streams; i++ {
+			select {
+			case err := <-added:
+				if errors.Is(err, context.Canceled) {
+					waited++
+				} else if err != nil {
+					t.Fatalf("add after cancel: %v", err)
+				}
+			case <-time.After(30 * time.Second): // a bound, not a wait: they return at once
+				t.Fatal("an add still waits for room after its context ended")
+			}
+		}
+		if waited == 0 {
+			t.Fatal("every add was taken: the test made none wait")
+		}
+	})
 	t.Run("bookie stops", func(t *testing.T) {
 		fs := testutil.NewStallFS()
 		cfg := e.config(t.TempDir())

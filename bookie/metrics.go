@@ -43,6 +43,12 @@ import (
 //   - magnetar_bookie_add_streams_total, by transport: the add streams
 //     opened over gRPC (AddEntries) and by ledger clients of the bookie's
 //     process (Server.OpenAdds, the standalone's --local-bookies).
+//   - bookie_journal_JOURNAL_QUEUE_SIZE: the requests queued for the
+//     storage's committer, and _JOURNAL_FORCE_WRITE_QUEUE_SIZE: the
+//     batches it handed to the syncer, waiting (gauges, as BookKeeper's
+//     journal queues'); magnetar_bookie_queue_full_waits_total: the
+//     requests that found the first queue full and waited for room, the
+//     disk behind its writers.
 //   - magnetar_bookie_write_stalls_total and _write_stall_seconds_total,
 //     by reason: the storage engine held writes back (memtables or level 0
 //     full), a cause of latency spikes.
@@ -104,6 +110,17 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		m.batchEntries, m.batchBytes,
 		m.stalls, m.stallSecs, stateCollector{s})
 	return m
+}
+
+// registerQueueMetrics exports the storage's queue (once it is open).
+func registerQueueMetrics(reg prometheus.Registerer, db *storage.DB) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bookie_journal_JOURNAL_QUEUE_SIZE",
+			Help: "Requests queued for the storage's committer."}, func() float64 { return float64(db.QueueLen()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
+			Help: "Group commit batches waiting for the syncer."}, func() float64 { return float64(db.SyncQueueLen()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "magnetar_bookie_queue_full_waits_total",
+			Help: "Requests that found the storage's queue full and waited for room."}, func() float64 { return float64(db.QueueFullWaits()) }))
 }
 
 // added records the outcome of an add that started at start.

@@ -197,6 +197,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Server, err erro
 	}
 	s.db = db
 	undo = append(undo, func() { db.Close() })
+	registerQueueMetrics(s.metricsReg, db)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 )
 
 // addStream carries a client's adds to one bookie over a single add
-// stream (AddEntries over gRPC, or a LocalBookie's): adds queue up while a batch is being sent and go out
-// together, results come back batched. A broken stream fails its pending
+// stream (AddEntries over gRPC, or a LocalBookie's): adds queue up while
+// a batch is being sent and go out together, results come back batched. A broken stream fails its pending
 // adds (ErrUnavailable) and the next add opens a new one.
 //
 // Goroutines: per stream, one that connects and then sends, and a
@@ -138,8 +138,7 @@ func (s *addStream) conn() *streamConn {
 	return s.cur
 }
 
-// run connects, then sends until the stream breaks. The connection attempt
-// is bounded by AddTimeout.
+// run connects, then sends until the stream breaks.
 func (sc *streamConn) run() {
 	defer close(sc.done)
 	defer func() { // a retired stream is done
@@ -162,8 +161,9 @@ func (sc *streamConn) run() {
 }
 
 // open opens the stream: to the bookie in this process if it is one
-// (Config.LocalBookies), else over gRPC. The opening is bounded by
-// AddTimeout; the stream lives as long as sc.ctx.
+// (Config.LocalBookies), else over gRPC, an opening bounded by
+// AddTimeout (a local one does not wait). The stream lives as long as
+// sc.ctx.
 func (sc *streamConn) open() (addWire, error) {
 	c := sc.s.c
 	if c.cfg.LocalBookies != nil {

@@ -337,6 +337,9 @@ type DB struct {
 	addBytes atomic.Int64
 	// pending counts requests queued or being committed.
 	pending atomic.Int64
+	// fullWaits counts requests that found the queue full and waited
+	// for room (QueueFullWaits).
+	fullWaits atomic.Int64
 
 	// elog is the entry log; nil when everything is in Pebble.
 	elog *entryLog
@@ -429,8 +432,8 @@ func Open(opts Options) (*DB, error) {
 	d := &DB{
 		opts:    opts,
 		log:     opts.Logger,
-		reqs:    make(chan *request, 1024),
-		syncs:   make(chan inflight, 4),
+		reqs:    make(chan *request, QueueLength),
+		syncs:   make(chan inflight, SyncQueueLength),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 		failed:  make(chan struct{}),
@@ -729,10 +732,34 @@ func (d *DB) enqueue(ctx context.Context, r *request) error {
 	select {
 	case d.reqs <- r:
 		return nil
+	default:
+	}
+	d.fullWaits.Add(1)
+	select {
+	case d.reqs <- r:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
+
+// QueueLength bounds the requests queued for the committer: past it, a
+// request waits for room. SyncQueueLength bounds the batches the
+// committer hands to the syncer ahead of it: past it, the committer waits.
+const (
+	QueueLength     = 1024
+	SyncQueueLength = 4
+)
+
+// QueueLen is how many requests are queued for the committer now.
+func (d *DB) QueueLen() int { return len(d.reqs) }
+
+// SyncQueueLen is how many batches wait for the syncer now.
+func (d *DB) SyncQueueLen() int { return len(d.syncs) }
+
+// QueueFullWaits is how many requests found the queue full and waited
+// for room (the disk, or the committer, behind), since Open.
+func (d *DB) QueueFullWaits() int64 { return d.fullWaits.Load() }
 
 // submit queues r and waits for its answer. If ctx ends first the request
 // may still be applied, but the caller is not told it succeeded.
