@@ -15,15 +15,17 @@
 #    stream, no goroutine per add).
 # 3. magnetar standalone with 3 bookies (3/3/2) and with 1 (1/1/1), driven
 #    by magnetar perf in separate processes: batched at the maximum rate,
-#    unbatched with 500 in flight, and at half the maximum rate with
-#    batches waiting 1 ms at most, after a warm-up of WARM_HALF seconds at
-#    that rate (the tail: p99 of the run and of every second). Resident
-#    memory of the standalone after the runs. During the warm-up `magnetar
+#    unbatched with 500 in flight, and, on a new standalone (the runs
+#    before wrote tens of GB on a fast machine: a bookie refuses adds past
+#    90% of its disk), at half the maximum rate with batches waiting 1 ms
+#    at most, after a warm-up of WARM_HALF seconds at that rate (the tail:
+#    p99 of the run and of every second). Resident memory of the
+#    standalone after the maximum-rate runs. During the warm-up `magnetar
 #    perf pauses` counts the times every CPU was late at once, which we
 #    take for the host stopping the whole machine (a throttled virtual
 #    machine; docs/benchmarks.md).
 # 4. The 3-bookie runs again, the half rate at the same rate as in 3., on
-#    a new standalone with --entry-log-sync-interval $SYNC_INTERVAL:
+#    new standalones with --entry-log-sync-interval $SYNC_INTERVAL:
 #    fewer, larger I/O requests, which on this project's test machines
 #    made the host stop the machine less often (docs/benchmarks.md, "A
 #    smaller index; fewer I/O requests").
@@ -191,17 +193,24 @@ for bookies in 3 1; do
 	perf_run "b${bookies}_batched_max" "max-$bookies" --rate 0 --max-pending 5000
 	if [[ $bookies == 3 ]]; then
 		perf_run "b3_unbatched_500" unbatched --rate 0 --disable-batching --max-pending 500
-		half_runs b3
 	fi
 	rec "magnetar rss_after_$bookies $(rss) MiB peak $(hwm) MiB"
 	standalone_stop
+	if [[ $bookies == 3 ]]; then
+		# A new standalone, its disk free again (3 copies at 400,000
+		# msg/s write 1.2 GB/s); the warm-up covers its first seconds.
+		start_standalone "3-half" 3
+		half_runs b3
+		standalone_stop
+	fi
 done
 if [[ $sync_interval != 0 ]]; then
-	# The same sequence as in step 3, so that the half-rate runs follow
-	# the same runs (the first seconds after the unbatched one are slow).
+	# The same sequence as in step 3.
 	start_standalone "3-interval" 3 --entry-log-sync-interval "$sync_interval"
 	perf_run "b3i_batched_max" "max-3" --rate 0 --max-pending 5000
 	perf_run "b3i_unbatched_500" unbatched --rate 0 --disable-batching --max-pending 500
+	standalone_stop
+	start_standalone "3-interval-half" 3 --entry-log-sync-interval "$sync_interval"
 	half_runs b3i
 	standalone_stop
 fi
@@ -290,10 +299,14 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	if [[ -n $ml99 ]]; then
 		echo "| the floor: one message at a time (200 msg/s unbatched, a new standalone): publish p50 / p99; the bookies' worst p99 of the write / its fdatasync / a whole add | $ml50 / $ml99 ms; $mlw / $mls / $mla ms | | | no goal: what this disk gives one durable write; a half-rate p99 below its publish p99 is not to be expected |"
 	fi
-	echo "| RSS after the runs, 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
+	echo "| RSS after the maximum-rate runs (3 bookies: and the unbatched one), 3 bookies / 1 | $(get magnetar rss_after_3 3) / $(get magnetar rss_after_1 3) MiB (peak $(get magnetar rss_after_3 6) / $(get magnetar rss_after_1 6)) | Redis $(get redis rss_always 3), NATS R3 $(get nats rss_r3_default 3) MiB | | within the budget |"
 	if [[ -n ${fsync:-} ]]; then
 		echo "| group commit: bookie gRPC adds (256 in flight) / raw fsync | $stream / $fsync ops/s | | $(ratio "$stream" "$fsync") | >= 40x |"
 		echo "| the same, pipelined client (no goroutine per add; an upper bound for a writer's stream) | ${piped:-na} / $fsync ops/s | | $(ratio "${piped:-}" "$fsync") | >= 40x |"
+	fi
+	failed=$(awk '$1 == "magnetar" { for (i = 3; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") print $2 " (" substr($i, 8) ")" }' "$mag" | paste -sd, - | sed 's/,/, /g')
+	if [[ -n $failed ]]; then
+		echo "| runs with failed sends: their figures do not count (why: bench/out/perf-NAME.log) | $failed | | | none |"
 	fi
 	echo
 	echo "Raw lines (load average before-after each run):"
