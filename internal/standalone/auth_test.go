@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -25,17 +24,11 @@ import (
 // refused; the broker reaches them with its internal token, so clients'
 // messages go through.
 func TestStandaloneBookiesWantCredentials(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cfg := testConfig(t, 2)
 	key := testutil.NewTokenKey(t)
 	cfg.AuthenticationEnabled, cfg.TokenSecretKey = true, key.File
 	cfg.LocalBookies = false // the broker's adds over gRPC too, with its token
-	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := start(t, cfg)
 	alice := key.Token("alice", time.Hour)
 
 	for _, b := range s.Bookies {
@@ -56,11 +49,7 @@ func TestStandaloneBookiesWantCredentials(t *testing.T) {
 		}
 	}
 
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Broker.Addr(), Authentication: client.NewAuthenticationToken(alice)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := sdkClient(t, s, client.ClientOptions{Authentication: client.NewAuthenticationToken(alice)})
 	p, err := cl.CreateProducer(client.ProducerOptions{Topic: "t"})
 	if err != nil {
 		t.Fatal(err)

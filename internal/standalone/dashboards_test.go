@@ -1,7 +1,6 @@
 package standalone
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/magnetar-io/magnetar/client"
 	"github.com/magnetar-io/magnetar/internal/testutil"
@@ -93,19 +91,9 @@ func TestDashboardsQueryExportedMetrics(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cfg := testConfig(t, 2) // with autorecovery
-	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Broker.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	ctx, s := start(t, cfg)
+	cl := sdkClient(t, s, client.ClientOptions{})
 	cons, err := cl.Subscribe(client.ConsumerOptions{Topic: "dashboards", SubscriptionName: "s", Type: client.Shared})
 	if err != nil {
 		t.Fatal(err)

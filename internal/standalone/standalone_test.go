@@ -208,20 +208,10 @@ func TestReplication(t *testing.T) {
 // that stops for good has its copies moved to the others. With one there
 // is nothing to move to, and none runs.
 func TestAutorecoveryWithSeveralBookies(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cfg := testConfig(t, 4)
 	cfg.LostBookieRecoveryDelay = 0
-	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cl, err := ledger.New(s.Store, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	ctx, s := start(t, cfg)
+	cl := ledgerClient(t, s)
 	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 3, WriteQuorum: 3, AckQuorum: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -281,14 +271,8 @@ func TestAdvertised(t *testing.T) {
 // The standalone process's /readyz (on the broker's HTTP port) covers its
 // bookies: one stopped makes the whole process unready, and says which.
 func TestReadyzCoversBookies(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cfg := testConfig(t, 2)
-	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s := start(t, cfg)
 	addr := s.Broker.HTTPAddr()
 	code, r := testutil.Probe(t, addr, "/readyz")
 	if code != http.StatusOK || r.Checks["registered"] != "ok" || r.Checks["standalone-bookie-1/registered"] != "ok" || r.Checks["standalone-bookie-0/storage"] != "ok" {
@@ -306,19 +290,9 @@ func TestReadyzCoversBookies(t *testing.T) {
 // The admin port's /metrics covers the bookies too, each labelled with
 // its id, under BookKeeper's names; the runtime's metrics appear once.
 func TestMetricsCoverBookies(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cfg := testConfig(t, 2)
-	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cl, err := ledger.New(s.Store, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	ctx, s := start(t, cfg)
+	cl := ledgerClient(t, s)
 	w, err := cl.Create(ctx, ledger.CreateOptions{Ensemble: 2, WriteQuorum: 2, AckQuorum: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -387,20 +361,10 @@ func TestMetricsCoverBookies(t *testing.T) {
 func TestLocalBookies(t *testing.T) {
 	for _, local := range []bool{true, false} {
 		t.Run(fmt.Sprintf("local-bookies=%v", local), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
 			cfg := testConfig(t, 2)
 			cfg.LocalBookies = local
-			s, err := Start(ctx, cfg, zaptest.NewLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			cl, err := client.NewClient(client.ClientOptions{URL: "magnetar://" + s.Broker.Addr()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			ctx, s := start(t, cfg)
+			cl := sdkClient(t, s, client.ClientOptions{})
 			p, err := cl.CreateProducer(client.ProducerOptions{Topic: "t"})
 			if err != nil {
 				t.Fatal(err)
@@ -453,6 +417,45 @@ func TestLocalBookies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// start starts a standalone, closed when the test ends, and returns it
+// with a context that bounds the test.
+func start(t *testing.T, cfg Config) (context.Context, *Standalone) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ctx, s
+}
+
+// ledgerClient is a ledger client on s's metadata, closed when the test
+// ends.
+func ledgerClient(t *testing.T, s *Standalone) *ledger.Client {
+	t.Helper()
+	cl, err := ledger.New(s.Store, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// sdkClient is an SDK client of s's broker with opts (URL filled in),
+// closed when the test ends.
+func sdkClient(t *testing.T, s *Standalone, opts client.ClientOptions) client.Client {
+	t.Helper()
+	opts.URL = "magnetar://" + s.Broker.Addr()
+	cl, err := client.NewClient(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }
 
 // testConfig is a standalone of n bookies on free ports, with its data in
