@@ -291,7 +291,7 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 		echo "| the warm-up before it (not counted): p50 / p99 / first second's p99 | $mwu50 / $mwu99 / $mwu1 ms | | | |"
 	fi
 	if [[ -n $mih99 ]]; then
-		echo "| the same half-rate case on a new standalone with \`--entry-log-sync-interval $sync_interval\` (after its own max-rate and unbatched runs: $mi3 and $miu msg/s): p50 / p99 / worst second's p99 | $mih50 / $mih99 / $mihw ms | | worst/p50 $(ratio "$mihw" "$mih50") | p99 <= 5 ms, worst second <= 3x p50 |"
+		echo "| the same half-rate case with \`--entry-log-sync-interval $sync_interval\` (its max-rate and unbatched runs, on a standalone of their own: $mi3 and $miu msg/s): p50 / p99 / worst second's p99 | $mih50 / $mih99 / $mihw ms | | worst/p50 $(ratio "$mihw" "$mih50") | p99 <= 5 ms, worst second <= 3x p50 |"
 		if [[ -n $mihp && $mihp != na ]]; then
 			echo "| the host's pauses during its warm-up | $mihp pauses ($mihppct% of the warm-up) | | | none to speak of |"
 		fi
