@@ -136,15 +136,15 @@ func TestLocalAddsEnd(t *testing.T) {
 		fs.Release() // the bookie answers it, and its Close can end
 		s.Close()
 	})
-	// With the disk stalled, the storage takes at most its queue (1024
-	// requests), the batch its committer holds, the 4 handed to the syncer
-	// and the group of up to 5 it is writing, 4096 adds each at most:
-	// 41,984 adds. Adds of 8 streams (8192 each, as many as a stream may
-	// have outstanding) then wait for room in the queue. The cancel comes
-	// once both queues are full (the committer waits, or is about to, for
-	// a syncer that waits for the disk) and an add has waited for room:
-	// an add that has not reached the queue by then stops at its stream's
-	// other checks of the context. (The wait for a slot is
+	// One add, its write held, holds the syncer on a group of one batch:
+	// the storage then takes at most 4 batches more for the syncer, the
+	// one its committer holds (4096 adds each at most) and its queue
+	// (1024): 21,505 adds. Adds of 8 streams (8192 each, as many as a
+	// stream may have outstanding) then wait for room in the queue. The
+	// cancel comes once both queues are full (the committer waits, or is
+	// about to, for the syncer) and an add has waited for room: an add
+	// that has not reached the queue by then stops at its stream's other
+	// checks of the context. (The wait for a slot is
 	// TestOutstandingEndsWithContext's.)
 	t.Run("cancelled while adds wait for room", func(t *testing.T) {
 		const streams, perStream = 8, 8192
@@ -155,6 +155,14 @@ func TestLocalAddsEnd(t *testing.T) {
 		ctx, cancel := context.WithCancel(ctxT(t))
 		defer cancel()
 		fs.Stall(cfg.DataDir)
+		first, err := s.OpenAdds(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Add([]ledger.QueuedAdd{{Req: addReq(100, 0, []byte("first")), ID: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, "the first add's write held", func() bool { return fs.Held() > 0 })
 		added := make(chan error, streams)
 		for i := 0; i < streams; i++ {
 			l, err := s.OpenAdds(ctx)
@@ -174,16 +182,17 @@ func TestLocalAddsEnd(t *testing.T) {
 			waits, _ := m.Value(t, "magnetar_bookie_queue_full_waits_total")
 			return q == storage.QueueLength && sq == storage.SyncQueueLength && waits > 0
 		})
-		if fs.Held() == 0 {
-			t.Fatal("no write held: the queues are full of something else")
-		}
 		cancel()
-		waited := 0
+		// An add stopped while it waited for room is answered with the
+		// context's error; its stream's Add returns at the next add's
+		// check of the context. An add still waiting (its wait deaf to
+		// the context) would hold its stream's Add past the bound.
+		stopped := 0
 		for i := 0; i < streams; i++ {
 			select {
 			case err := <-added:
 				if errors.Is(err, context.Canceled) {
-					waited++
+					stopped++
 				} else if err != nil {
 					t.Fatalf("add after cancel: %v", err)
 				}
@@ -191,8 +200,8 @@ func TestLocalAddsEnd(t *testing.T) {
 				t.Fatal("an add still waits for room after its context ended")
 			}
 		}
-		if waited == 0 {
-			t.Fatal("every add was taken: the test made none wait")
+		if stopped == 0 {
+			t.Fatal("no stream was stopped by the cancel: every add was taken")
 		}
 	})
 	t.Run("bookie stops", func(t *testing.T) {

@@ -7,7 +7,8 @@ import (
 )
 
 // A stream's wait for a slot, all maxStreamOutstanding taken, ends with
-// its context (the client gave up).
+// its context (the client gave up): one that ended before, or while it
+// waits.
 func TestOutstandingEndsWithContext(t *testing.T) {
 	o := newOutstanding()
 	for i := 0; i < maxStreamOutstanding; i++ {
@@ -15,17 +16,28 @@ func TestOutstandingEndsWithContext(t *testing.T) {
 			t.Fatalf("slot %d refused", i)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan bool, 1)
-	go func() { got <- o.add(ctx) }()
-	cancel()
-	select {
-	case ok := <-got:
-		if ok {
-			t.Fatal("a slot taken beyond maxStreamOutstanding")
+	// add's result, within a bound: it returns at once.
+	add := func(ctx context.Context, cancel context.CancelFunc) bool {
+		t.Helper()
+		got := make(chan bool, 1)
+		go func() { got <- o.add(ctx) }()
+		cancel() // before the wait, or while it waits: either way it ends
+		select {
+		case ok := <-got:
+			return ok
+		case <-time.After(30 * time.Second):
+			t.Fatal("the wait for a slot goes on after its context ended")
+			return false
 		}
-	case <-time.After(30 * time.Second): // a bound: it returns at once
-		t.Fatal("the wait for a slot goes on after its context ended")
+	}
+	ended, cancelEnded := context.WithCancel(context.Background())
+	cancelEnded()
+	if add(ended, func() {}) {
+		t.Fatal("a slot taken beyond maxStreamOutstanding, the context ended before")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if add(ctx, cancel) {
+		t.Fatal("a slot taken beyond maxStreamOutstanding")
 	}
 	o.done() // a slot free again: the next add takes it
 	if !o.add(context.Background()) {

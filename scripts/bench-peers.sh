@@ -103,6 +103,9 @@ trap standalone_stop EXIT
 start_standalone() { # name bookies [flags...]
 	local name=$1 bookies=$2
 	shift 2
+	# A fast machine's runs write tens of GB; a bookie refuses adds past
+	# 90% of its disk (the failed sends then show in the table).
+	rec "magnetar disk_free_$name $(df -BG --output=avail "${DATA_PARENT:-$out}" | tail -1 | tr -d ' G') GiB"
 	# shellcheck disable=SC2086
 	standalone_start "$out/standalone-$name.log" -- --bookies "$bookies" ${MAGNETAR_FLAGS:-} "$@"
 }
@@ -174,8 +177,8 @@ perf_run() {
 # most, as in Pulsar's published latency runs (the OpenMessaging
 # benchmark's Pulsar driver): perf's default of 10 ms alone would be twice
 # the goal. A warm-up at that rate first, on the same topic, not counted
-# (as the OpenMessaging benchmark's warm-up phase): right after the
-# unbatched run the first seconds pay for the heap regrowing (page faults;
+# (as the OpenMessaging benchmark's warm-up phase): the standalone is new
+# and its first seconds pay for the heap growing (page faults;
 # docs/benchmarks.md). Its figures are in the raw lines.
 half_runs() {
 	local max
@@ -304,7 +307,8 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 		echo "| group commit: bookie gRPC adds (256 in flight) / raw fsync | $stream / $fsync ops/s | | $(ratio "$stream" "$fsync") | >= 40x |"
 		echo "| the same, pipelined client (no goroutine per add; an upper bound for a writer's stream) | ${piped:-na} / $fsync ops/s | | $(ratio "${piped:-}" "$fsync") | >= 40x |"
 	fi
-	failed=$(awk '$1 == "magnetar" { for (i = 3; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") print $2 " (" substr($i, 8) ")" }' "$mag" | paste -sd, - | sed 's/,/, /g')
+	failed=$(awk '$1 == "magnetar" && $3 ~ /^FAILED/ { print $2 " (no summary)" }
+		$1 == "magnetar" { for (i = 3; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") print $2 " (" substr($i, 8) ")" }' "$mag" | paste -sd, - | sed 's/,/, /g')
 	if [[ -n $failed ]]; then
 		echo "| runs with failed sends: their figures do not count (why: bench/out/perf-NAME.log) | $failed | | | none |"
 	fi

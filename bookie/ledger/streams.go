@@ -17,8 +17,9 @@ import (
 
 // addStream carries a client's adds to one bookie over a single add
 // stream (AddEntries over gRPC, or a LocalBookie's): adds queue up while
-// a batch is being sent and go out together, results come back batched. A broken stream fails its pending
-// adds (ErrUnavailable) and the next add opens a new one.
+// a batch is being sent and go out together, results come back batched.
+// A broken stream fails its pending adds (ErrUnavailable) and the next add
+// opens a new one.
 //
 // Goroutines: per stream, one that connects and then sends, and a
 // receiver; owned by the streamConn and stopped when it breaks or the

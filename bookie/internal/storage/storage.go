@@ -321,8 +321,8 @@ type DB struct {
 	log  *zap.Logger
 	db   *pebble.DB
 
-	reqs    chan *request
-	syncs   chan inflight
+	reqs    chan *request // QueueLength
+	syncs   chan inflight // SyncQueueLength
 	quit    chan struct{} // closed by Close
 	stopped sync.WaitGroup
 	done    chan struct{} // closed by Close once both loops have stopped
@@ -337,8 +337,8 @@ type DB struct {
 	addBytes atomic.Int64
 	// pending counts requests queued or being committed.
 	pending atomic.Int64
-	// fullWaits counts requests that found the queue full and waited
-	// for room (QueueFullWaits).
+	// fullWaits counts requests that found the queue full (they wait
+	// for room unless their context has ended; QueueFullWaits).
 	fullWaits atomic.Int64
 
 	// elog is the entry log; nil when everything is in Pebble.
@@ -757,8 +757,8 @@ func (d *DB) QueueLen() int { return len(d.reqs) }
 // SyncQueueLen is how many batches wait for the syncer now.
 func (d *DB) SyncQueueLen() int { return len(d.syncs) }
 
-// QueueFullWaits is how many requests found the queue full and waited
-// for room (the disk, or the committer, behind), since Open.
+// QueueFullWaits is how many requests found the queue full (the disk, or
+// the committer, behind) and so waited for room, since Open.
 func (d *DB) QueueFullWaits() int64 { return d.fullWaits.Load() }
 
 // submit queues r and waits for its answer. If ctx ends first the request
