@@ -128,9 +128,17 @@ perf_run() {
 		"$bin" perf pauses --time "${secs}s" >"$out/pauses-$name.log" 2>&1 &
 		pp=$!
 	fi
+	# The CPU the standalone and the producer used per message: what
+	# most of the tail's waits come from on a small machine.
+	local c0 c1 timed=()
+	[[ -x /usr/bin/time ]] && timed=(/usr/bin/time -f "%U %S" -o "$out/time-$name.txt")
+	c0=$(cpu_seconds "$pid")
 	# A failed send makes perf exit non-zero: the run is recorded all the
 	# same (its errors column says how many), not ended.
-	"$bin" perf produce "$topic" --size 1024 --time "${secs}s" --url "$url" "$@" >"$log" 2>&1 || rc=$?
+	${timed[@]+"${timed[@]}"} "$bin" perf produce "$topic" --size 1024 --time "${secs}s" --url "$url" "$@" >"$log" 2>&1 || rc=$?
+	c1=$(cpu_seconds "$pid")
+	local pc=na # user + system seconds: the last line (a failure adds one before it)
+	[[ -s $out/time-$name.txt ]] && pc=$(tail -1 "$out/time-$name.txt" | awk '{ print $1 + $2 }')
 	local paused=
 	if [[ -n $pp ]]; then
 		wait "$pp" || true
@@ -152,8 +160,9 @@ perf_run() {
 		rec "magnetar $name FAILED(rc=$rc) see $log"
 		return 0
 	fi
-	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" -v paused="$paused" '{
+	echo "$s" | awk -v n="$name" -v l="$l0-$(load)" -v file="$log" -v paused="$paused" -v c0="$c0" -v c1="$c1" -v pc="$pc" '{
 		for (i = 1; i <= NF; i++) {
+			if ($i == "messages") msgs = $(i-1)
 			if ($(i+1) == "msg/s") rate = $i
 			if ($i == "p50") p50 = $(i+1)
 			if ($i == "p99") p99 = $(i+1)
@@ -169,7 +178,9 @@ perf_run() {
 			if (n1++ == 0) first = p
 			else if (p > worst) worst = p
 		}
-		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s%s\n", n, rate, p50, p99, worst, first, errs, l, (paused == "" ? "" : " " paused)
+		cpu = sprintf(" standalone_cpu_us_per_msg=%.2f producer_cpu_us_per_msg=%s", (msgs > 0 ? (c1 - c0) * 1e6 / msgs : 0),
+			(pc != "na" && msgs > 0 ? sprintf("%.2f", pc * 1e6 / msgs) : "na"))
+		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s%s%s\n", n, rate, p50, p99, worst, first, errs, l, (paused == "" ? "" : " " paused), cpu
 	}' | tee -a "$mag"
 }
 
@@ -259,6 +270,10 @@ mih99=$(kv magnetar b3i_batched_half 6)
 mihw=$(kv magnetar b3i_batched_half 7)
 mihp=$(kv magnetar b3i_batched_half_warmup 11)
 mihppct=$(kv magnetar b3i_batched_half_warmup 13)
+mcs=$(kv magnetar b3_batched_max 11)
+mcp=$(kv magnetar b3_batched_max 12)
+mhcs=$(kv magnetar b3_batched_half 11)
+mhcp=$(kv magnetar b3_batched_half 12)
 ml50=$(kv magnetar b3_lone 5)
 ml99=$(kv magnetar b3_lone 6)
 mlw=$(kv magnetar b3_lone_bookies 3)
@@ -292,6 +307,9 @@ netbw=$(awk '$1 == "tcp_loopback_bw_1stream" { print $2; exit }' "$out/limits.tx
 	fi
 	if [[ -n $mwu99 ]]; then
 		echo "| the warm-up before it (not counted): p50 / p99 / first second's p99 | $mwu50 / $mwu99 / $mwu1 ms | | | |"
+	fi
+	if [[ -n $mhcs ]]; then
+		echo "| CPU per message, the standalone / the producer (\`perf produce\`, on the same CPUs): at the maximum rate; at the half rate | $mcs / $mcp µs; $mhcs / $mhcp µs | | | no goal: the CPUs both use are the ones the tail waits for |"
 	fi
 	if [[ -n $mih99 ]]; then
 		echo "| the same half-rate case with \`--entry-log-sync-interval $sync_interval\` (its max-rate and unbatched runs, on a standalone of their own: $mi3 and $miu msg/s): p50 / p99 / worst second's p99 | $mih50 / $mih99 / $mihw ms | | worst/p50 $(ratio "$mihw" "$mih50") | p99 <= 5 ms, worst second <= 3x p50 |"

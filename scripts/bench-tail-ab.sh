@@ -2,19 +2,24 @@
 # A/B of the produce tail in one run: two or more magnetar binaries (or
 # the same binary with different standalone flags), each as a standalone
 # with 3 bookies (3/3/2), alternating, ROUNDS times each. Each round warms
-# the standalone at the maximum rate (WARM seconds), then publishes at a
-# fixed RATE with batches waiting 1 ms at most, as the half-rate case of
-# `make bench-peers` does, and reports the latency summary, the worst
-# second's p99 (skipping the first), what the standalone's garbage
-# collector did meanwhile (cycles, bytes allocated per message), and the
+# the standalone (WARM seconds, at the maximum rate unless WARM_RATE says
+# otherwise), then publishes at a fixed RATE with batches waiting 1 ms at
+# most, as the half-rate case of `make bench-peers` does, and reports the
+# latency summary, the worst second's p99 (skipping the first), the
+# standalone's CPU meanwhile (cores, and per message), what its garbage
+# collector did (cycles, bytes allocated per message), and the
 # bookies' group commit p99s (wait for the syncer, write, fdatasync, add
 # request; the highest of the three bookies; their quantiles cover the
-# last 30 to 60 s, so the warm-up at the maximum rate is in them).
+# last 30 to 60 s, so the warm-up is in them).
 #
 # Usage: scripts/bench-tail-ab.sh LABEL=BINARY[:FLAGS] ...
 #   e.g. scripts/bench-tail-ab.sh old=/tmp/magnetar-old new=.bin/magnetar
-# Env: RATE (20000 msg/s), SECS (20), WARM (10), ROUNDS (2), DATA_PARENT
-# (where the data directories go; e.g. /dev/shm for no disk cost).
+# Env: RATE (20000 msg/s), SECS (20), WARM (10), WARM_RATE (the warm-up's
+# rate: 0, the default, is the maximum; "same" is RATE with batches waiting
+# 1 ms on the run's topic, as `make bench-peers` warms its half-rate run),
+# ROUNDS (2),
+# DATA_PARENT (where the data directories go; e.g. /dev/shm for no disk
+# cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,6 +27,13 @@ rate=${RATE:-20000}
 secs=${SECS:-20}
 warm=${WARM:-10}
 rounds=${ROUNDS:-2}
+warm_rate=${WARM_RATE:-0}
+warm_args=(--rate 0)
+warm_topic=warm
+# "same" warms the run's own topic, as bench-peers does.
+[[ $warm_rate == same ]] && warm_args=(--rate "$rate" --batch-delay 1ms) && warm_topic=tail
+[[ $warm_rate =~ ^(same|[0-9]+)$ ]] || { echo "WARM_RATE must be a number or 'same', not '$warm_rate'" >&2; exit 2; }
+[[ $warm_rate =~ ^[1-9][0-9]*$ ]] && warm_args=(--rate "$warm_rate")
 out=$root/bench/out/tail-ab
 mkdir -p "$out"
 url=magnetar://127.0.0.1:16650
@@ -36,12 +48,14 @@ run() { # label binary flags...
 	local label=$1 bin=$2 # standalone_start runs $bin
 	shift 2
 	standalone_start "$out/standalone-$label.log" -- --bookies 3 "$@"
-	"$bin" perf produce warm --size 1024 --rate 0 --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
-	local log=$out/perf-$label.log gc0 al0 gc1 al1
+	"$bin" perf produce "$warm_topic" --size 1024 "${warm_args[@]}" --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
+	local log=$out/perf-$label.log gc0 al0 gc1 al1 cpu0 cpu1
 	gc0=$(metric go_gc_duration_seconds_count)
 	al0=$(metric go_memstats_alloc_bytes_total)
+	cpu0=$(cpu_seconds "$pid")
 	"$bin" perf produce tail --size 1024 --rate "$rate" --max-pending 5000 --batch-delay 1ms \
 		--time "${secs}s" --url "$url" >"$log" 2>&1 || true
+	cpu1=$(cpu_seconds "$pid")
 	gc1=$(metric go_gc_duration_seconds_count)
 	al1=$(metric go_memstats_alloc_bytes_total)
 	# The bookies' group commit: the highest p99 of the three over the
@@ -54,7 +68,8 @@ run() { # label binary flags...
 		END { printf "wait %s write %s fdatasync %s add %s ms (with the warm-up)",
 			f("bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE"), f("bookie_journal_JOURNAL_FLUSH_LATENCY"),
 			f("bookie_journal_JOURNAL_SYNC"), f("bookkeeper_server_ADD_ENTRY_REQUEST") }')
-	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" -v bk="$bk" '
+	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" -v bk="$bk" \
+		-v cpu0="$cpu0" -v cpu1="$cpu1" -v secs="$secs" '
 		/ summary: / { for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") r = $i
 			if ($(i+1) == "messages") n = $i
@@ -63,12 +78,12 @@ run() { # label binary flags...
 			if ($i == "p99.9") p999 = $(i+1) } next }
 		/latency ms/ { if (k++ == 0) next
 			for (i = 1; i <= NF; i++) if ($i == "p99" && $(i+1) + 0 > worst) worst = $(i+1) + 0 }
-		END { printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
-			label, r, p50, p99, p999, worst, gc, (n > 0 ? al / n : 0), load, bk }' "$log"
+		END { printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %.2f cores, %.2f µs per message | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
+			label, r, p50, p99, p999, worst, (cpu1 - cpu0) / secs, (n > 0 ? 1e6 * (cpu1 - cpu0) / n : 0), gc, (n > 0 ? al / n : 0), load, bk }' "$log"
 	standalone_stop
 }
 
-[[ $# -ge 1 ]] || { sed -n '2,17p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,20p' "$0"; exit 2; }
 for ((round = 1; round <= rounds; round++)); do
 	for v in "$@"; do
 		label=${v%%=*}

@@ -37,8 +37,6 @@ flags=(--bookies 3)
 [[ -n ${PPROF:-} ]] && flags+=(--pprof)
 standalone_start "$out/standalone.log" -- "${flags[@]}" "$@"
 alive() { kill -0 "$pid" 2>/dev/null || { echo "the standalone (pid $pid) is gone; see $out/standalone.log" >&2; exit 1; }; }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
-hz=$(getconf CLK_TCK)
 "$bin" perf produce warm --size 1024 --rate 0 --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
 for ((round = 1; round <= rounds; round++)); do
 	prof=
@@ -47,11 +45,11 @@ for ((round = 1; round <= rounds; round++)); do
 		prof=$!
 	fi
 	alive
-	c0=$(cpu_ticks)
+	c0=$(cpu_seconds "$pid")
 	"$bin" perf produce tail --size 1024 --rate "$rate" --max-pending 5000 --batch-delay 1ms \
 		--time "${secs}s" --url "$url" >"$out/perf-round$round.log" 2>&1 || true
 	alive
-	c1=$(cpu_ticks)
+	c1=$(cpu_seconds "$pid")
 	if [[ -n $prof ]]; then
 		wait "$prof" || echo "no profile for round $round" >&2
 		prof=
@@ -59,6 +57,6 @@ for ((round = 1; round <= rounds; round++)); do
 	summary=$(grep -o 'summary: .*|' "$out/perf-round$round.log" | sed 's/ |$//' || true)
 	[[ -n $summary ]] || summary="no summary (see $out/perf-round$round.log)"
 	held=$({ du -sm "$dir/data" 2>/dev/null || true; } | cut -f1) # files may go while du reads
-	awk -v r="$round" -v s="$summary" -v c=$((c1 - c0)) -v hz="$hz" -v held="$held" \
-		'BEGIN { printf "round %d %s | standalone CPU %.1f s | data held %.1f GiB\n", r, s, c / hz, held / 1024 }'
+	awk -v r="$round" -v s="$summary" -v c0="$c0" -v c1="$c1" -v held="$held" \
+		'BEGIN { printf "round %d %s | standalone CPU %.1f s | data held %.1f GiB\n", r, s, c1 - c0, held / 1024 }'
 done

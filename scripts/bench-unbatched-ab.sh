@@ -30,19 +30,16 @@ for arg in "$@"; do
 	[[ $arg == *=* && -x ${arg#*=} ]] || { echo "not LABEL=EXECUTABLE: $arg" >&2; exit 2; }
 done
 
-ticks=$(getconf CLK_TCK)
-cpu() { awk -v t="$ticks" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"; } # user + system, s
-
 for ((r = 1; r <= rounds; r++)); do
 	for arg in "$@"; do
 		label=${arg%%=*} bin=${arg#*=} # standalone_start runs $bin
 		standalone_start "$out/standalone-$label.log" -- --bookies 3
-		c0=$(cpu "$pid")
+		c0=$(cpu_seconds "$pid")
 		log=$out/perf-$label.log
 		/usr/bin/time -f "perf_cpu %U %S" -o "$out/time-$label.txt" \
 			"$bin" perf produce unbatched --size 1024 --rate 0 --disable-batching --max-pending 500 \
 			--time "${secs}s" --url "$url" >"$log" 2>&1 || true # failed sends: counted below
-		c1=$(cpu "$pid")
+		c1=$(cpu_seconds "$pid")
 		standalone_stop
 		summary=$(grep 'produce summary' "$log")
 		awk -v r="$r" -v l="$label" -v s="$summary" -v c0="$c0" -v c1="$c1" '

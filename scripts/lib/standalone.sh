@@ -8,6 +8,9 @@
 #   standalone_stop
 #       ends it (by its pid: SIGTERM, SIGKILL after 30 s) and removes its
 #       data; safe to call twice.
+#   cpu_seconds PID
+#       prints the user and system CPU a live process has used, in
+#       seconds (two decimals).
 #
 # Expects $bin (the magnetar binary) and $out (a directory) to be set.
 # The broker listens on $standalone_addr, the admin API on $standalone_http.
@@ -36,6 +39,13 @@ standalone_start() {
 		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
 		sleep 0.2
 	done
+	# The message may have gone to another process on the same ports
+	# (one left running): then this one has exited.
+	if ! kill -0 "$pid" 2>/dev/null; then
+		cat "$log"
+		echo "the standalone exited: is another process using its ports?" >&2
+		exit 1
+	fi
 }
 
 standalone_stop() {
@@ -56,4 +66,8 @@ standalone_stop() {
 		rm -rf "$dir"
 		dir=
 	fi
+}
+
+cpu_seconds() {
+	awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"
 }
