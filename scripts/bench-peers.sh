@@ -35,8 +35,9 @@
 #    metrics): what this disk gives one durable write, to compare with
 #    the half-rate p99 goal (docs/benchmarks.md, "The group commit's parts
 #    in the metrics").
-# Every run records the load average before and after it. The table goes
-# to bench/out/side-by-side.md and to stdout.
+# Every run records the load average before and after it, and the CPU the
+# standalone and the producer (with /usr/bin/time) used per message. The
+# table goes to bench/out/side-by-side.md and to stdout.
 #
 # Env: SECS (30, length of each Magnetar run), WARM_HALF (10, seconds of
 # warm-up before the half-rate run), SKIP_PEERS=1, SKIP_GOBENCH=1,
@@ -48,6 +49,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 secs=${SECS:-30}
 warm_half=${WARM_HALF:-10}
+PAUSES=0 # set per run below (the warm-ups'), not from the environment
 sync_interval=${SYNC_INTERVAL:-4ms}
 if [[ $sync_interval =~ ^0+(\.0*)?(ns|us|µs|ms|s)?$ ]]; then
 	sync_interval=0
@@ -131,6 +133,7 @@ perf_run() {
 	# The CPU the standalone and the producer used per message: what
 	# most of the tail's waits come from on a small machine.
 	local c0 c1 timed=()
+	rm -f "$out/time-$name.txt"
 	[[ -x /usr/bin/time ]] && timed=(/usr/bin/time -f "%U %S" -o "$out/time-$name.txt")
 	c0=$(cpu_seconds "$pid")
 	# A failed send makes perf exit non-zero: the run is recorded all the
@@ -178,7 +181,8 @@ perf_run() {
 			if (n1++ == 0) first = p
 			else if (p > worst) worst = p
 		}
-		cpu = sprintf(" standalone_cpu_us_per_msg=%.2f producer_cpu_us_per_msg=%s", (msgs > 0 ? (c1 - c0) * 1e6 / msgs : 0),
+		cpu = sprintf(" standalone_cpu_us_per_msg=%s producer_cpu_us_per_msg=%s",
+			(c0 != "na" && c1 != "na" && msgs > 0 ? sprintf("%.2f", (c1 - c0) * 1e6 / msgs) : "na"),
 			(pc != "na" && msgs > 0 ? sprintf("%.2f", pc * 1e6 / msgs) : "na"))
 		printf "magnetar %s %d msgs/s p50_ms=%s p99_ms=%s worst_second_p99_ms=%.2f first_second_p99_ms=%.2f errors=%s load=%s%s%s\n", n, rate, p50, p99, worst, first, errs, l, (paused == "" ? "" : " " paused), cpu
 	}' | tee -a "$mag"
@@ -247,6 +251,13 @@ for f in "$out/nats.txt" "$out/redis.txt" "$mag"; do
 done
 get() { awk -v s="$1" -v r="$2" -v c="$3" '$1 == s && $2 == r { print $c; exit }' "${files[@]}" || true; }
 kv() { get "$1" "$2" "$3" | sed -E 's/^[a-z0-9_]+=//'; }
+# kvk SYSTEM RUN KEY: the value of KEY=... in the run's (first) line,
+# wherever it is in it.
+kvk() {
+	awk -v s="$1" -v r="$2" -v k="$3=" '$1 == s && $2 == r {
+		for (i = 3; i <= NF; i++) if (index($i, k) == 1) print substr($i, length(k) + 1)
+		exit }' "${files[@]}" || true
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }'; }
 
 m3=$(get magnetar b3_batched_max 3)
@@ -270,10 +281,10 @@ mih99=$(kv magnetar b3i_batched_half 6)
 mihw=$(kv magnetar b3i_batched_half 7)
 mihp=$(kv magnetar b3i_batched_half_warmup 11)
 mihppct=$(kv magnetar b3i_batched_half_warmup 13)
-mcs=$(kv magnetar b3_batched_max 11)
-mcp=$(kv magnetar b3_batched_max 12)
-mhcs=$(kv magnetar b3_batched_half 11)
-mhcp=$(kv magnetar b3_batched_half 12)
+mcs=$(kvk magnetar b3_batched_max standalone_cpu_us_per_msg)
+mcp=$(kvk magnetar b3_batched_max producer_cpu_us_per_msg)
+mhcs=$(kvk magnetar b3_batched_half standalone_cpu_us_per_msg)
+mhcp=$(kvk magnetar b3_batched_half producer_cpu_us_per_msg)
 ml50=$(kv magnetar b3_lone 5)
 ml99=$(kv magnetar b3_lone 6)
 mlw=$(kv magnetar b3_lone_bookies 3)

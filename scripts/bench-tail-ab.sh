@@ -6,7 +6,8 @@
 # otherwise), then publishes at a fixed RATE with batches waiting 1 ms at
 # most, as the half-rate case of `make bench-peers` does, and reports the
 # latency summary, the worst second's p99 (skipping the first), the
-# standalone's CPU meanwhile (cores, and per message), what its garbage
+# standalone's CPU meanwhile (cores over SECS, so a little high: perf's
+# start and drain count too; and per message), what its garbage
 # collector did (cycles, bytes allocated per message), and the
 # bookies' group commit p99s (wait for the syncer, write, fdatasync, add
 # request; the highest of the three bookies; their quantiles cover the
@@ -78,12 +79,15 @@ run() { # label binary flags...
 			if ($i == "p99.9") p999 = $(i+1) } next }
 		/latency ms/ { if (k++ == 0) next
 			for (i = 1; i <= NF; i++) if ($i == "p99" && $(i+1) + 0 > worst) worst = $(i+1) + 0 }
-		END { printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %.2f cores, %.2f µs per message | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
-			label, r, p50, p99, p999, worst, (cpu1 - cpu0) / secs, (n > 0 ? 1e6 * (cpu1 - cpu0) / n : 0), gc, (n > 0 ? al / n : 0), load, bk }' "$log"
+		END { cpu = "na (the standalone is gone)"
+			if (cpu0 != "na" && cpu1 != "na")
+				cpu = sprintf("%.2f cores, %.2f µs per message", (cpu1 - cpu0) / secs, (n > 0 ? 1e6 * (cpu1 - cpu0) / n : 0))
+			printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %s | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
+			label, r, p50, p99, p999, worst, cpu, gc, (n > 0 ? al / n : 0), load, bk }' "$log"
 	standalone_stop
 }
 
-[[ $# -ge 1 ]] || { sed -n '2,20p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,23p' "$0"; exit 2; }
 for ((round = 1; round <= rounds; round++)); do
 	for v in "$@"; do
 		label=${v%%=*}

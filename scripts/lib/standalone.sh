@@ -9,8 +9,8 @@
 #       ends it (by its pid: SIGTERM, SIGKILL after 30 s) and removes its
 #       data; safe to call twice.
 #   cpu_seconds PID
-#       prints the user and system CPU a live process has used, in
-#       seconds (two decimals).
+#       prints the user and system CPU a process has used, in seconds
+#       (two decimals); na once it is gone.
 #
 # Expects $bin (the magnetar binary) and $out (a directory) to be set.
 # The broker listens on $standalone_addr, the admin API on $standalone_http.
@@ -27,6 +27,15 @@ standalone_start() {
 		shift
 	done
 	[[ $# -gt 0 ]] && shift # the --
+	# Another process on these ports (a standalone left running) would
+	# answer the readiness probe below in this one's place.
+	local port
+	for port in "${standalone_addr##*:}" "${standalone_http##*:}"; do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "something already listens on 127.0.0.1:$port: stop it first" >&2
+			exit 1
+		fi
+	done
 	dir=$(mktemp -d "${DATA_PARENT:-$out}/standalone.XXXXXX")
 	${prefix[@]+"${prefix[@]}"} "$bin" standalone --data-dir "$dir/data" --log-level warn \
 		--broker-listen "$standalone_addr" --http "$standalone_http" \
@@ -39,11 +48,11 @@ standalone_start() {
 		((SECONDS - t0 < 60)) || { echo "standalone did not start" >&2; exit 1; }
 		sleep 0.2
 	done
-	# The message may have gone to another process on the same ports
-	# (one left running): then this one has exited.
+	# The message may have gone to another process that took the ports
+	# meanwhile: then this one has exited (or it crashed at once).
 	if ! kill -0 "$pid" 2>/dev/null; then
 		cat "$log"
-		echo "the standalone exited: is another process using its ports?" >&2
+		echo "the standalone exited after its first message was taken: see its log above" >&2
 		exit 1
 	fi
 }
@@ -69,5 +78,9 @@ standalone_stop() {
 }
 
 cpu_seconds() {
+	if [[ ! -r /proc/$1/stat ]]; then
+		echo na # the process is gone: the caller reports na, and goes on
+		return 0
+	fi
 	awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"
 }
