@@ -52,8 +52,11 @@ for ((r = 1; r <= rounds; r++)); do
 					if (f[i] == "p99") p99 = f[i+1]
 					if (f[i] == "errors") errs = f[i+1]
 				}
-				printf "round %d %s: %d msg/s, p99 %s ms, errors %s, producer CPU %.2f s, standalone CPU %.2f s (%.1f µs/msg)\n",
-					r, l, rate, p99, errs, pc, c1 - c0, (msgs > 0 ? (c1 - c0) * 1e6 / msgs : 0)
+				sc = "na (the standalone is gone)"
+				if (c0 != "na" && c1 != "na")
+					sc = sprintf("%.2f s (%.1f µs/msg)", c1 - c0, (msgs > 0 ? (c1 - c0) * 1e6 / msgs : 0))
+				printf "round %d %s: %d msg/s, p99 %s ms, errors %s, producer CPU %.2f s, standalone CPU %s\n",
+					r, l, rate, p99, errs, pc, sc
 			}' "$out/time-$label.txt"
 	done
 done
