@@ -47,8 +47,8 @@ import (
 //     storage's committer, and _JOURNAL_FORCE_WRITE_QUEUE_SIZE: the
 //     batches it handed to the syncer, waiting (gauges, as BookKeeper's
 //     journal queues'); magnetar_bookie_queue_full_waits_total: the
-//     requests that found the first queue full and waited for room, the
-//     disk behind its writers.
+//     requests that found the first queue full (each waits for room
+//     unless its caller has given up), the disk behind its writers.
 //   - magnetar_bookie_write_stalls_total and _write_stall_seconds_total,
 //     by reason: the storage engine held writes back (memtables or level 0
 //     full), a cause of latency spikes.
@@ -120,7 +120,7 @@ func registerQueueMetrics(reg prometheus.Registerer, db *storage.DB) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
 			Help: "Group commit batches waiting for the syncer."}, func() float64 { return float64(db.SyncQueueLen()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "magnetar_bookie_queue_full_waits_total",
-			Help: "Requests that found the storage's queue full and waited for room."}, func() float64 { return float64(db.QueueFullWaits()) }))
+			Help: "Requests that found the storage's queue full: each waits for room, unless its caller has given up."}, func() float64 { return float64(db.QueueFullWaits()) }))
 }
 
 // added records the outcome of an add that started at start.

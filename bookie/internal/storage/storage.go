@@ -758,7 +758,8 @@ func (d *DB) QueueLen() int { return len(d.reqs) }
 func (d *DB) SyncQueueLen() int { return len(d.syncs) }
 
 // QueueFullWaits is how many requests found the queue full (the disk, or
-// the committer, behind) and so waited for room, since Open.
+// the committer, behind) since Open: each waited for room, unless its
+// context had ended.
 func (d *DB) QueueFullWaits() int64 { return d.fullWaits.Load() }
 
 // submit queues r and waits for its answer. If ctx ends first the request
