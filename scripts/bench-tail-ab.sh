@@ -11,7 +11,9 @@
 # collector did (cycles, bytes allocated per message), and the
 # bookies' group commit p99s (wait for the syncer, write, fdatasync, add
 # request; the highest of the three bookies; their quantiles cover the
-# last 30 to 60 s, so the warm-up is in them).
+# last 30 to 60 s, so the warm-up is in them). At the end it prints the
+# medians of each label's rounds (also in bench/out/tail-ab/results.txt,
+# the runs' lines).
 #
 # Usage: scripts/bench-tail-ab.sh LABEL=BINARY[:FLAGS] ...
 #   e.g. scripts/bench-tail-ab.sh old=/tmp/magnetar-old new=.bin/magnetar
@@ -83,11 +85,13 @@ run() { # label binary flags...
 			if (cpu0 != "na" && cpu1 != "na")
 				cpu = sprintf("%.2f cores, %.2f µs per message", (cpu1 - cpu0) / secs, (n > 0 ? 1e6 * (cpu1 - cpu0) / n : 0))
 			printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %s | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
-			label, r, p50, p99, p999, worst, cpu, gc, (n > 0 ? al / n : 0), load, bk }' "$log"
+			label, r, p50, p99, p999, worst, cpu, gc, (n > 0 ? al / n : 0), load, bk }' "$log" | tee -a "$results"
 	standalone_stop
 }
 
-[[ $# -ge 1 ]] || { sed -n '2,23p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,25p' "$0"; exit 2; }
+results=$out/results.txt
+: >"$results"
 for ((round = 1; round <= rounds; round++)); do
 	for v in "$@"; do
 		label=${v%%=*}
@@ -99,3 +103,29 @@ for ((round = 1; round <= rounds; round++)); do
 		run "$label" "$bin" $flags
 	done
 done
+
+# The medians per label over the rounds: the rounds of one arm often
+# spread more than two arms differ.
+awk '
+	function median(k, m,   i, j, t, a) {
+		for (i = 1; i <= m; i++) a[i] = v[k, i]
+		for (i = 2; i <= m; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+		return m % 2 ? a[(m+1)/2] : (a[m/2] + a[m/2+1]) / 2
+	}
+	{ p50 = p99 = worst = cpu = ""
+	  for (j = 2; j < NF; j++) {
+		if ($j == "p50") p50 = $(j+1)
+		if ($j == "p99") p99 = $(j+1)
+		if ($j == "worst-second-p99") worst = $(j+1)
+		if ($j == "CPU") cpu = $(j+1) }
+	  # A run whose perf printed no summary has no figures: left out.
+	  if (p50 !~ /^[0-9.]+$/ || p99 !~ /^[0-9.]+$/ || worst !~ /^[0-9.]+$/) next
+	  l = $1; if (!(l in n)) order[++nl] = l; i = ++n[l]
+	  v[l "p50", i] = p50; v[l "p99", i] = p99; v[l "worst", i] = worst
+	  if (cpu !~ /^[0-9.]+$/) c[l]++; else v[l "cpu", i - c[l]] = cpu }
+	END { if (nl == 0) exit
+		print "medians over the rounds:"
+		for (k = 1; k <= nl; k++) { l = order[k]
+			cpu = (n[l] - c[l] > 0) ? sprintf("%.2f cores", median(l "cpu", n[l] - c[l])) : "na"
+			printf "%s (%d rounds): p50 %.2f p99 %.2f worst-second-p99 %.2f ms | standalone CPU %s\n",
+				l, n[l], median(l "p50", n[l]), median(l "p99", n[l]), median(l "worst", n[l]), cpu } }' "$results"
