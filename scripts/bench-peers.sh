@@ -90,14 +90,15 @@ if [[ ${SKIP_GOBENCH:-0} != 1 ]]; then
 	echo "load=$l0-$(load)" >>"$gb"
 fi
 if [[ -f $gb ]]; then
-	# Before and after the adds; their mean divides (one, in a file of
-	# a run before both were measured).
+	# Before and after the adds, and their mean divides (a file from
+	# before this script ran it twice has one).
 	raws=$(awk '/^BenchmarkRawFsync/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | paste -sd' ' -)
 	fsync=$(echo "$raws" | awk 'NF { s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.0f", s / NF }')
-	rawsays=$(echo "$raws" | awk 'NF == 2 { print " (the mean of " $1 " before and " $2 " after the adds)" }')
+	rawsays=$(echo "$raws" | awk 'NF == 2 { print " (the mean of " $1 " before and " $2 " after the adds)" }
+		NF > 2 { printf " (the mean of"; for (i = 1; i <= NF; i++) printf " %s", $i; print ")" }')
 	stream=$(awk '/^BenchmarkBookieAddStream\// { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
 	piped=$(awk '/^BenchmarkBookieAddStreamPipelined/ { for (i = 1; i <= NF; i++) if ($(i+1) == "ops/s") print $i }' "$gb" | head -1)
-	rec "gobench raw_fsync ${fsync:-na} ops/s $(grep '^load=' "$gb") runs=${raws// /,}"
+	rec "gobench raw_fsync ${fsync:-na} ops/s $(grep '^load=' "$gb")${raws:+ runs=${raws// /,}}"
 	rec "gobench add_stream_1k_256 ${stream:-na} ops/s $(grep '^load=' "$gb")"
 	rec "gobench add_stream_pipelined_1k_256 ${piped:-na} ops/s $(grep '^load=' "$gb")"
 fi

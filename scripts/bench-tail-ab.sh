@@ -12,8 +12,8 @@
 # bookies' group commit p99s (wait for the syncer, write, fdatasync, add
 # request; the highest of the three bookies; their quantiles cover the
 # last 30 to 60 s, so the warm-up is in them). At the end it prints the
-# medians of each label's rounds (also in bench/out/tail-ab/results.txt,
-# the runs' lines).
+# medians of each label's rounds, leaving out a run that sent nothing
+# (bench/out/tail-ab/results.txt keeps this invocation's run lines).
 #
 # Usage: scripts/bench-tail-ab.sh LABEL=BINARY[:FLAGS] ...
 #   e.g. scripts/bench-tail-ab.sh old=/tmp/magnetar-old new=.bin/magnetar
@@ -118,8 +118,8 @@ awk '
 		if ($j == "p99") p99 = $(j+1)
 		if ($j == "worst-second-p99") worst = $(j+1)
 		if ($j == "CPU") cpu = $(j+1) }
-	  # A run whose perf printed no summary has no figures: left out.
-	  if (p50 !~ /^[0-9.]+$/ || p99 !~ /^[0-9.]+$/ || worst !~ /^[0-9.]+$/) next
+	  # A run whose perf printed no summary, or sent nothing, is left out.
+	  if ($2 !~ /^[0-9.]+$/ || $2 + 0 <= 0 || p50 !~ /^[0-9.]+$/ || p99 !~ /^[0-9.]+$/ || worst !~ /^[0-9.]+$/) next
 	  l = $1; if (!(l in n)) order[++nl] = l; i = ++n[l]
 	  v[l "p50", i] = p50; v[l "p99", i] = p99; v[l "worst", i] = worst
 	  if (cpu !~ /^[0-9.]+$/) c[l]++; else v[l "cpu", i - c[l]] = cpu }
@@ -127,5 +127,6 @@ awk '
 		print "medians over the rounds:"
 		for (k = 1; k <= nl; k++) { l = order[k]
 			cpu = (n[l] - c[l] > 0) ? sprintf("%.2f cores", median(l "cpu", n[l] - c[l])) : "na"
+			if (c[l] > 0 && n[l] - c[l] > 0) cpu = cpu sprintf(" (of %d rounds)", n[l] - c[l])
 			printf "%s (%d rounds): p50 %.2f p99 %.2f worst-second-p99 %.2f ms | standalone CPU %s\n",
 				l, n[l], median(l "p50", n[l]), median(l "p99", n[l]), median(l "worst", n[l]), cpu } }' "$results"
