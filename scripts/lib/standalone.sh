@@ -82,5 +82,6 @@ cpu_seconds() {
 		echo na # the process is gone: the caller reports na, and goes on
 		return 0
 	fi
-	awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"
+	# It may end between the test and the read: na then too.
+	awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat" 2>/dev/null || echo na
 }
