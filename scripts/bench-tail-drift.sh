@@ -58,5 +58,6 @@ for ((round = 1; round <= rounds; round++)); do
 	[[ -n $summary ]] || summary="no summary (see $out/perf-round$round.log)"
 	held=$({ du -sm "$dir/data" 2>/dev/null || true; } | cut -f1) # files may go while du reads
 	awk -v r="$round" -v s="$summary" -v c0="$c0" -v c1="$c1" -v held="$held" \
-		'BEGIN { printf "round %d %s | standalone CPU %.1f s | data held %.1f GiB\n", r, s, c1 - c0, held / 1024 }'
+		'BEGIN { cpu = (c0 == "na" || c1 == "na") ? "na" : sprintf("%.1f s", c1 - c0) # na: it ended while read
+			printf "round %d %s | standalone CPU %s | data held %.1f GiB\n", r, s, cpu, held / 1024 }'
 done

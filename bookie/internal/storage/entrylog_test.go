@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -1463,6 +1465,27 @@ func TestCheckpointDueOnIndexBytes(t *testing.T) {
 
 // pwritevAll goes on after short writes and interrupted calls, and
 // reports the error that stops it, not a short count.
+// A record's checksum is the CRC-32C of its file's number, big-endian,
+// then its kind and body, computed without an allocation.
+func TestRecordCRC(t *testing.T) {
+	for _, tc := range []struct {
+		file uint32
+		body string
+	}{
+		{0, ""}, {1, "x"}, {0x01020304, "entry"}, {math.MaxUint32, strings.Repeat("z", 5000)},
+	} {
+		want := crc32.Checksum(binary.BigEndian.AppendUint32(nil, tc.file), crcTable)
+		want = crc32.Update(want, crcTable, []byte(tc.body))
+		if got := recordCRC(tc.file, []byte(tc.body)); got != want {
+			t.Errorf("recordCRC(%#x, %d bytes) = %#x, want %#x", tc.file, len(tc.body), got, want)
+		}
+	}
+	body := []byte("kind and body")
+	if n := testing.AllocsPerRun(100, func() { recordCRC(7, body) }); n != 0 {
+		t.Errorf("recordCRC allocates %v times a call, want 0", n)
+	}
+}
+
 func TestPwritevAllResumesShortWrites(t *testing.T) {
 	iovs := [][]byte{bytes.Repeat([]byte{1}, 4096), bytes.Repeat([]byte{2}, 8192), bytes.Repeat([]byte{3}, 4096)}
 	want := bytes.Join(iovs, nil)
