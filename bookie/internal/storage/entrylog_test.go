@@ -1463,8 +1463,6 @@ func TestCheckpointDueOnIndexBytes(t *testing.T) {
 	}
 }
 
-// pwritevAll goes on after short writes and interrupted calls, and
-// reports the error that stops it, not a short count.
 // A record's checksum is the CRC-32C of its file's number, big-endian,
 // then its kind and body, computed without an allocation.
 func TestRecordCRC(t *testing.T) {
@@ -1486,6 +1484,8 @@ func TestRecordCRC(t *testing.T) {
 	}
 }
 
+// pwritevAll goes on after short writes and interrupted calls, and
+// reports the error that stops it, not a short count.
 func TestPwritevAllResumesShortWrites(t *testing.T) {
 	iovs := [][]byte{bytes.Repeat([]byte{1}, 4096), bytes.Repeat([]byte{2}, 8192), bytes.Repeat([]byte{3}, 4096)}
 	want := bytes.Join(iovs, nil)
