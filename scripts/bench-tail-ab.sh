@@ -7,8 +7,10 @@
 # most, as the half-rate case of `make bench-peers` does, and reports the
 # latency summary, the worst second's p99 (skipping the first), the
 # standalone's CPU meanwhile (cores over SECS, so a little high: perf's
-# start and drain count too; and per message), what its garbage
-# collector did (cycles, bytes allocated per message), and the
+# start and drain count too; and per message), how busy the machine's
+# CPUs were (every process; idle and iowait left out), each bookie's adds
+# and group-commit syncs a second, what its garbage collector did
+# (cycles, bytes allocated per message), and the
 # bookies' group commit p99s (wait for the syncer, write, fdatasync, add
 # request; the highest of the three bookies; their quantiles cover the
 # last 30 to 60 s, so the warm-up is in them). At the end it prints the
@@ -46,19 +48,30 @@ source "$root/scripts/lib/standalone.sh"
 trap standalone_stop EXIT
 
 metric() { curl -sf "$admin/metrics" | awk -v m="$1" '$1 == m { printf "%.0f", $2 }'; }
+# bookies_total NAME: a bookie counter's successes summed over the bookies.
+bookies_total() { { curl -sf "$admin/metrics" || true; } | awk -v m="$1{" 'index($1, m) == 1 && /success="true"/ { s += $2 } END { printf "%.0f", s }'; }
+# The CPU times of the whole machine (/proc/stat's first line, in ticks):
+# busy and all; busy leaves out idle and iowait.
+cpu_ticks() { awk '$1 == "cpu" { for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
 
 run() { # label binary flags...
 	local label=$1 bin=$2 # standalone_start runs $bin
 	shift 2
 	standalone_start "$out/standalone-$label.log" -- --bookies 3 "$@"
 	"$bin" perf produce "$warm_topic" --size 1024 "${warm_args[@]}" --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
-	local log=$out/perf-$label.log gc0 al0 gc1 al1 cpu0 cpu1
+	local log=$out/perf-$label.log gc0 al0 gc1 al1 cpu0 cpu1 ad0 ad1 sy0 sy1 busy0 busy1 all0 all1
 	gc0=$(metric go_gc_duration_seconds_count)
 	al0=$(metric go_memstats_alloc_bytes_total)
 	cpu0=$(cpu_seconds "$pid")
+	ad0=$(bookies_total bookie_journal_JOURNAL_ADD_ENTRY_count)
+	sy0=$(bookies_total bookie_journal_JOURNAL_SYNC_count)
+	read -r busy0 all0 < <(cpu_ticks)
 	"$bin" perf produce tail --size 1024 --rate "$rate" --max-pending 5000 --batch-delay 1ms \
 		--time "${secs}s" --url "$url" >"$log" 2>&1 || true
 	cpu1=$(cpu_seconds "$pid")
+	read -r busy1 all1 < <(cpu_ticks)
+	ad1=$(bookies_total bookie_journal_JOURNAL_ADD_ENTRY_count)
+	sy1=$(bookies_total bookie_journal_JOURNAL_SYNC_count)
 	gc1=$(metric go_gc_duration_seconds_count)
 	al1=$(metric go_memstats_alloc_bytes_total)
 	# The bookies' group commit: the highest p99 of the three over the
@@ -72,7 +85,8 @@ run() { # label binary flags...
 			f("bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE"), f("bookie_journal_JOURNAL_FLUSH_LATENCY"),
 			f("bookie_journal_JOURNAL_SYNC"), f("bookkeeper_server_ADD_ENTRY_REQUEST") }')
 	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" -v bk="$bk" \
-		-v cpu0="$cpu0" -v cpu1="$cpu1" -v secs="$secs" '
+		-v cpu0="$cpu0" -v cpu1="$cpu1" -v secs="$secs" \
+		-v busy=$((busy1 - busy0)) -v all=$((all1 - all0)) -v adds=$((ad1 - ad0)) -v syncs=$((sy1 - sy0)) '
 		/ summary: / { for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") r = $i
 			if ($(i+1) == "messages") n = $i
@@ -84,8 +98,8 @@ run() { # label binary flags...
 		END { cpu = "na (the standalone is gone)"
 			if (cpu0 != "na" && cpu1 != "na")
 				cpu = sprintf("%.2f cores, %.2f µs per message", (cpu1 - cpu0) / secs, (n > 0 ? 1e6 * (cpu1 - cpu0) / n : 0))
-			printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %s | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
-			label, r, p50, p99, p999, worst, cpu, gc, (n > 0 ? al / n : 0), load, bk }' "$log" | tee -a "$results"
+			printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %s | machine %.0f%% busy | per bookie and second: %.0f adds, %.0f syncs | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
+			label, r, p50, p99, p999, worst, cpu, (all > 0 ? 100 * busy / all : 0), adds / 3 / secs, syncs / 3 / secs, gc, (n > 0 ? al / n : 0), load, bk }' "$log" | tee -a "$results"
 	standalone_stop
 }
 

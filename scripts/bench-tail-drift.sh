@@ -59,5 +59,6 @@ for ((round = 1; round <= rounds; round++)); do
 	held=$({ du -sm "$dir/data" 2>/dev/null || true; } | cut -f1) # files may go while du reads
 	awk -v r="$round" -v s="$summary" -v c0="$c0" -v c1="$c1" -v held="$held" \
 		'BEGIN { cpu = (c0 == "na" || c1 == "na") ? "na" : sprintf("%.1f s", c1 - c0) # na: it ended while read
-			printf "round %d %s | standalone CPU %s | data held %.1f GiB\n", r, s, cpu, held / 1024 }'
+			held = (held ~ /^[0-9]+$/) ? sprintf("%.1f GiB", held / 1024) : "na" # na: du printed no size
+			printf "round %d %s | standalone CPU %s | data held %s\n", r, s, cpu, held }'
 done

@@ -1,8 +1,9 @@
 // Command diskprobe writes and syncs files the way a bookie's entry log
 // does, without Magnetar: several writers, each appending to (or
 // overwriting) its own file at a fixed rate, each write followed by an
-// fdatasync (or opened O_DSYNC), and reports the rate held and the
-// latency of a write and its sync. Run `magnetar perf pauses` beside it
+// fdatasync (or opened O_DSYNC), and reports the rate held, the
+// latency of a write and its sync, and the CPU time each cost the
+// process. Run `magnetar perf pauses` beside it
 // to see what each pattern costs a virtual machine whose host charges
 // its I/O to the machine's CPU allowance (docs/benchmarks.md, "Overwriting
 // costs the host less").
@@ -137,6 +138,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 	}
 	fmt.Fprintf(errOut, "writing for %v\n", o.time)
+	cpu0 := cpuTime()
 	start := time.Now()
 	for _, f := range files {
 		go func() {
@@ -152,6 +154,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		errs = append(errs, r.err)
 	}
 	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
 	}
@@ -163,10 +166,23 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	slices.Sort(all)
 	q := func(p float64) time.Duration { return all[int(float64(len(all)-1)*p)] }
-	fmt.Fprintf(out, "%s: %d writes of %d KiB by %d writers in %.1fs: %.0f/s (asked %d/s) | write and sync p50 %v p99 %v max %v\n",
+	fmt.Fprintf(out, "%s: %d writes of %d KiB by %d writers in %.1fs: %.0f/s (asked %d/s) | write and sync p50 %v p99 %v max %v | CPU %v a write and sync\n",
 		*mode, len(all), o.size>>10, o.writers, elapsed.Seconds(), float64(len(all))/elapsed.Seconds(), o.rate*o.writers,
-		q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(1).Round(time.Microsecond))
+		q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(1).Round(time.Microsecond),
+		(cpu / time.Duration(len(all))).Round(time.Microsecond))
 	return nil
+}
+
+// cpuTime is the CPU time (user and system) the process has used so far.
+// The kernel's work for the writes and syncs (on a virtual machine, its
+// exits to the host too) is charged to the writers' system time; the
+// probe's own work between them is small.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // open creates a writer's file; to be overwritten, it is written whole

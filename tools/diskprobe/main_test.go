@@ -17,7 +17,7 @@ import (
 // Through the page cache: the test's directory may not allow direct I/O
 // (tmpfs).
 func TestModes(t *testing.T) {
-	re := regexp.MustCompile(`: (\d+) writes of 4 KiB by 2 writers in`)
+	re := regexp.MustCompile(`: (\d+) writes of 4 KiB by 2 writers in .* \| CPU (\S+) a write and sync\n$`)
 	for _, mode := range []string{"append-fdatasync", "append-dsync", "overwrite-fdatasync", "overwrite-dsync"} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
@@ -36,6 +36,11 @@ func TestModes(t *testing.T) {
 			}
 			if n, _ := strconv.Atoi(m[1]); n < 2 || n > 22 {
 				t.Errorf("%d writes; want 2 to 22 (2 writers, 50/s, 200ms)", n)
+			}
+			// Each write and sync takes some CPU in the kernel; an
+			// unparsable or zero figure means it was not measured.
+			if d, err := time.ParseDuration(m[2]); err != nil || d <= 0 {
+				t.Errorf("CPU a write and sync %q: want a positive duration (%v)", m[2], err)
 			}
 			if left, _ := os.ReadDir(dir); len(left) != 0 {
 				t.Errorf("files left: %v", left)
