@@ -8,8 +8,9 @@
 # latency summary, the worst second's p99 (skipping the first), the
 # standalone's CPU meanwhile (cores over SECS, so a little high: perf's
 # start and drain count too; and per message), how busy the machine's
-# CPUs were (every process; idle and iowait left out), each bookie's adds
-# and group-commit syncs a second, what its garbage collector did
+# CPUs were (every process; idle and iowait left out, the host's steal
+# counted as busy), each bookie's adds and group-commit syncs a second
+# (their mean), what its garbage collector did
 # (cycles, bytes allocated per message), and the
 # bookies' group commit p99s (wait for the syncer, write, fdatasync, add
 # request; the highest of the three bookies; their quantiles cover the
@@ -47,31 +48,38 @@ admin=http://127.0.0.1:18080
 source "$root/scripts/lib/standalone.sh"
 trap standalone_stop EXIT
 
-metric() { curl -sf "$admin/metrics" | awk -v m="$1" '$1 == m { printf "%.0f", $2 }'; }
-# bookies_total NAME: a bookie counter's successes summed over the bookies.
-bookies_total() { { curl -sf "$admin/metrics" || true; } | awk -v m="$1{" 'index($1, m) == 1 && /success="true"/ { s += $2 } END { printf "%.0f", s }'; }
+# metric NAME: a metric of the standalone; empty once it is gone.
+metric() { { curl -sf "$admin/metrics" || true; } | awk -v m="$1" '$1 == m { printf "%.0f", $2 }'; }
+# bookies_total NAME: a bookie counter's successes summed over the
+# bookies, and how many bookies had it ("0 0" once the standalone is gone).
+bookies_total() { { curl -sf "$admin/metrics" || true; } | awk -v m="$1{" 'index($1, m) == 1 && /success="true"/ { s += $2; n++ } END { printf "%.0f %d\n", s, n }'; }
 # The CPU times of the whole machine (/proc/stat's first line, in ticks):
-# busy and all; busy leaves out idle and iowait.
-cpu_ticks() { awk '$1 == "cpu" { for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+# busy and all. All is user to steal (guest time is already in user);
+# busy leaves out idle and iowait, so the host's steal counts as busy.
+cpu_ticks() { awk '$1 == "cpu" { for (i = 2; i <= 9; i++) t += $i; printf "%.0f %.0f\n", t - $5 - $6, t; exit }' /proc/stat; }
+# delta A B: B - A, or na if either is missing.
+delta() { if [[ -n $1 && -n $2 ]]; then echo $(($2 - $1)); else echo na; fi; }
 
 run() { # label binary flags...
 	local label=$1 bin=$2 # standalone_start runs $bin
 	shift 2
 	standalone_start "$out/standalone-$label.log" -- --bookies 3 "$@"
 	"$bin" perf produce "$warm_topic" --size 1024 "${warm_args[@]}" --max-pending 5000 --time "${warm}s" --url "$url" >/dev/null 2>&1 || true
-	local log=$out/perf-$label.log gc0 al0 gc1 al1 cpu0 cpu1 ad0 ad1 sy0 sy1 busy0 busy1 all0 all1
+	local log=$out/perf-$label.log gc0 al0 gc1 al1 cpu0 cpu1 ad0 ad1 sy0 sy1 nb nb1 ns1 busy0 busy1 all0 all1
 	gc0=$(metric go_gc_duration_seconds_count)
 	al0=$(metric go_memstats_alloc_bytes_total)
 	cpu0=$(cpu_seconds "$pid")
-	ad0=$(bookies_total bookie_journal_JOURNAL_ADD_ENTRY_count)
-	sy0=$(bookies_total bookie_journal_JOURNAL_SYNC_count)
+	read -r ad0 nb < <(bookies_total bookie_journal_JOURNAL_ADD_ENTRY_count)
+	read -r sy0 _ < <(bookies_total bookie_journal_JOURNAL_SYNC_count)
 	read -r busy0 all0 < <(cpu_ticks)
 	"$bin" perf produce tail --size 1024 --rate "$rate" --max-pending 5000 --batch-delay 1ms \
 		--time "${secs}s" --url "$url" >"$log" 2>&1 || true
 	cpu1=$(cpu_seconds "$pid")
 	read -r busy1 all1 < <(cpu_ticks)
-	ad1=$(bookies_total bookie_journal_JOURNAL_ADD_ENTRY_count)
-	sy1=$(bookies_total bookie_journal_JOURNAL_SYNC_count)
+	read -r ad1 nb1 < <(bookies_total bookie_journal_JOURNAL_ADD_ENTRY_count)
+	read -r sy1 ns1 < <(bookies_total bookie_journal_JOURNAL_SYNC_count)
+	((nb1 == nb)) || nb=0 # the standalone went meanwhile
+	((ns1 == nb)) || sy1= # no sync counter (the entry log off)
 	gc1=$(metric go_gc_duration_seconds_count)
 	al1=$(metric go_memstats_alloc_bytes_total)
 	# The bookies' group commit: the highest p99 of the three over the
@@ -84,9 +92,9 @@ run() { # label binary flags...
 		END { printf "wait %s write %s fdatasync %s add %s ms (with the warm-up)",
 			f("bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE"), f("bookie_journal_JOURNAL_FLUSH_LATENCY"),
 			f("bookie_journal_JOURNAL_SYNC"), f("bookkeeper_server_ADD_ENTRY_REQUEST") }')
-	awk -v label="$label" -v gc=$((gc1 - gc0)) -v al=$((al1 - al0)) -v load="$(cut -d' ' -f1 /proc/loadavg)" -v bk="$bk" \
-		-v cpu0="$cpu0" -v cpu1="$cpu1" -v secs="$secs" \
-		-v busy=$((busy1 - busy0)) -v all=$((all1 - all0)) -v adds=$((ad1 - ad0)) -v syncs=$((sy1 - sy0)) '
+	awk -v label="$label" -v gc="$(delta "$gc0" "$gc1")" -v al="$(delta "$al0" "$al1")" -v load="$(cut -d' ' -f1 /proc/loadavg)" -v bk="$bk" \
+		-v cpu0="$cpu0" -v cpu1="$cpu1" -v secs="$secs" -v bookies="$nb" \
+		-v busy=$((busy1 - busy0)) -v all=$((all1 - all0)) -v adds="$(delta "$ad0" "$ad1")" -v syncs="$(delta "$sy0" "$sy1")" '
 		/ summary: / { for (i = 1; i <= NF; i++) {
 			if ($(i+1) == "msg/s") r = $i
 			if ($(i+1) == "messages") n = $i
@@ -95,15 +103,17 @@ run() { # label binary flags...
 			if ($i == "p99.9") p999 = $(i+1) } next }
 		/latency ms/ { if (k++ == 0) next
 			for (i = 1; i <= NF; i++) if ($i == "p99" && $(i+1) + 0 > worst) worst = $(i+1) + 0 }
+		function per(v, what) { return (v == "na" || bookies == 0) ? "na " what : sprintf("%.0f %s", v / bookies / secs, what) }
 		END { cpu = "na (the standalone is gone)"
 			if (cpu0 != "na" && cpu1 != "na")
 				cpu = sprintf("%.2f cores, %.2f µs per message", (cpu1 - cpu0) / secs, (n > 0 ? 1e6 * (cpu1 - cpu0) / n : 0))
-			printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %s | machine %.0f%% busy | per bookie and second: %.0f adds, %.0f syncs | GC cycles %d, %.0f bytes allocated per message | load %s | bookies p99: %s\n",
-			label, r, p50, p99, p999, worst, cpu, (all > 0 ? 100 * busy / all : 0), adds / 3 / secs, syncs / 3 / secs, gc, (n > 0 ? al / n : 0), load, bk }' "$log" | tee -a "$results"
+			gcs = (gc == "na" || al == "na") ? "GC na" : sprintf("GC cycles %d, %.0f bytes allocated per message", gc, (n > 0 ? al / n : 0))
+			printf "%s %s msg/s p50 %s p99 %s p99.9 %s worst-second-p99 %.2f ms | standalone CPU %s | machine %.0f%% busy | per bookie and second: %s, %s | %s | load %s | bookies p99: %s\n",
+			label, r, p50, p99, p999, worst, cpu, (all > 0 ? 100 * busy / all : 0), per(adds, "adds"), per(syncs, "syncs"), gcs, load, bk }' "$log" | tee -a "$results"
 	standalone_stop
 }
 
-[[ $# -ge 1 ]] || { sed -n '2,25p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0"; exit 2; } # the comment above
 results=$out/results.txt
 : >"$results"
 for ((round = 1; round <= rounds; round++)); do

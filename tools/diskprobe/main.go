@@ -2,8 +2,8 @@
 // does, without Magnetar: several writers, each appending to (or
 // overwriting) its own file at a fixed rate, each write followed by an
 // fdatasync (or opened O_DSYNC), and reports the rate held, the
-// latency of a write and its sync, and the CPU time each cost the
-// process. Run `magnetar perf pauses` beside it
+// latency of a write and its sync, and the process's CPU time over the
+// timed writes divided by their number. Run `magnetar perf pauses` beside it
 // to see what each pattern costs a virtual machine whose host charges
 // its I/O to the machine's CPU allowance (docs/benchmarks.md, "Overwriting
 // costs the host less").
@@ -138,7 +138,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 	}
 	fmt.Fprintf(errOut, "writing for %v\n", o.time)
-	cpu0 := cpuTime()
+	cpu0, cpuOK := cpuTime()
 	start := time.Now()
 	for _, f := range files {
 		go func() {
@@ -154,7 +154,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		errs = append(errs, r.err)
 	}
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu1, ok := cpuTime()
+	cpuOK = cpuOK && ok
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
 	}
@@ -164,25 +165,29 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(all) == 0 {
 		return fmt.Errorf("no write completed within -time %v", o.time)
 	}
+	cpu := "na" // getrusage failed
+	if cpuOK {
+		cpu = ((cpu1 - cpu0) / time.Duration(len(all))).Round(time.Microsecond).String()
+	}
 	slices.Sort(all)
 	q := func(p float64) time.Duration { return all[int(float64(len(all)-1)*p)] }
 	fmt.Fprintf(out, "%s: %d writes of %d KiB by %d writers in %.1fs: %.0f/s (asked %d/s) | write and sync p50 %v p99 %v max %v | CPU %v a write and sync\n",
 		*mode, len(all), o.size>>10, o.writers, elapsed.Seconds(), float64(len(all))/elapsed.Seconds(), o.rate*o.writers,
-		q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(1).Round(time.Microsecond),
-		(cpu / time.Duration(len(all))).Round(time.Microsecond))
+		q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(1).Round(time.Microsecond), cpu)
 	return nil
 }
 
-// cpuTime is the CPU time (user and system) the process has used so far.
-// The kernel's work for the writes and syncs (on a virtual machine, its
-// exits to the host too) is charged to the writers' system time; the
-// probe's own work between them is small.
-func cpuTime() time.Duration {
+// cpuTime is the CPU time (user and system) the process has used so far,
+// and false if getrusage failed. The kernel's work for the writes and
+// syncs (on a virtual machine, its exits to the host too) is charged to
+// the writers' system time; so is the probe's own, its sleeps and
+// wake-ups between paced writes included.
+func cpuTime() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, false
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
 
 // open creates a writer's file; to be overwritten, it is written whole
