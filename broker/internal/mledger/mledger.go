@@ -825,13 +825,25 @@ func (ml *ManagedLedger) appended(w *ledger.Writer, pos Position, op *appendOp, 
 	if ml.d.Cache != nil {
 		ml.d.Cache.Put(ml.name, pos, op.data)
 	}
+	// Visible (LastConfirmed, reads) before the callback, and waiters woken
+	// only after it, as Pulsar's managed ledger completes the add before
+	// it notifies the cursors: the producer's receipt is handed on before
+	// a dispatcher is woken to deliver the entry, so a client producing and
+	// consuming on one connection most likely sees the receipt first
+	// (pulsar-client-go's TestProducerWithInterceptors counts on it; the
+	// receipt still passes the producer's answer queue, so it is not
+	// guaranteed on the wire).
 	ml.mu.Lock()
-	if ml.mu.last.Before(pos) {
-		ml.movedLocked(pos)
+	moved := ml.mu.last.Before(pos)
+	if moved {
+		ml.mu.last = pos
 	}
 	ml.mu.Unlock()
 	op.cb(pos, nil)
 	ml.mu.Lock()
+	if moved {
+		ml.wakeLocked()
+	}
 	ml.maybeRollLocked(w)
 	ml.mu.Unlock()
 }

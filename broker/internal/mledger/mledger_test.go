@@ -412,6 +412,48 @@ func TestWaitAfter(t *testing.T) {
 	}
 }
 
+// An append's callback runs once the entry is visible and before those
+// waiting for a new entry are woken: a publisher's receipt is handed on
+// before a dispatcher is woken to deliver the entry (Pulsar's order).
+func TestAppendCallbackBeforeWaitersWake(t *testing.T) {
+	e := newEnv(t, 1)
+	ml := e.open("public/default/order", DefaultConfig(), e.own("public/default/order"))
+	defer ml.Close(ctxT(t))
+	for i := range 3 {
+		moved := ml.Moved()
+		type seen struct {
+			pos, last Position
+			woken     bool
+			err       error
+		}
+		ch := make(chan seen, 1)
+		ml.AppendAsync(ctxT(t), data(i), func(pos Position, err error) {
+			s := seen{pos: pos, last: ml.LastConfirmed(), err: err}
+			select {
+			case <-moved:
+				s.woken = true
+			default:
+			}
+			ch <- s
+		})
+		s := <-ch
+		if s.err != nil {
+			t.Fatalf("append %d: %v", i, s.err)
+		}
+		if s.last != s.pos {
+			t.Errorf("append %d: in its callback the last confirmed entry is %v, want %v (visible)", i, s.last, s.pos)
+		}
+		if s.woken {
+			t.Errorf("append %d: waiters were woken before its callback ran", i)
+		}
+		select {
+		case <-moved:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("append %d: waiters not woken after its callback", i)
+		}
+	}
+}
+
 // A takeover interrupted at each of its steps (claim; claim and fence the
 // last ledger; the whole open) leaves the deposed owner unable to get
 // anything more stored for good, and whatever it got acknowledged is
