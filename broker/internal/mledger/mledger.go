@@ -728,7 +728,9 @@ func (ml *ManagedLedger) Append(ctx context.Context, data []byte) (Position, err
 // (appends arriving while the failed ledger is being replaced are
 // refused), so that a client that resends from its first failure keeps
 // its order. cb may run before AppendAsync returns (with the managed
-// ledger's lock held): it must not block nor call the managed ledger.
+// ledger's lock held): it must not block nor call the managed ledger. A
+// success's cb runs once the entry is readable and before the channels
+// of Moved are closed for it.
 func (ml *ManagedLedger) AppendAsync(ctx context.Context, data []byte, cb func(Position, error)) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
@@ -827,8 +829,8 @@ func (ml *ManagedLedger) appended(w *ledger.Writer, pos Position, op *appendOp, 
 	}
 	// Visible (LastConfirmed, reads) before the callback, and waiters woken
 	// only after it, as Pulsar's managed ledger completes the add before
-	// it notifies the cursors: the producer's receipt is handed on before
-	// a dispatcher is woken to deliver the entry, so a client producing and
+	// it notifies the cursors: the producer's receipt is queued before an
+	// idle dispatcher is woken to deliver the entry, so a client producing and
 	// consuming on one connection most likely sees the receipt first
 	// (pulsar-client-go's TestProducerWithInterceptors counts on it; the
 	// receipt still passes the producer's answer queue, so it is not
@@ -892,8 +894,9 @@ func (ml *ManagedLedger) WaitAfter(ctx context.Context, p Position) error {
 	}
 }
 
-// Moved returns a channel closed when the next entry is stored (or the
-// managed ledger closes). Take it before checking for entries, then wait.
+// Moved returns a channel closed when the next entry is stored and its
+// append's callback has run (or the managed ledger closes). Take it
+// before checking for entries, then wait.
 func (ml *ManagedLedger) Moved() <-chan struct{} {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
